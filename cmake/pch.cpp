@@ -1,0 +1,1 @@
+// Compiles the shared precompiled header (src/util/pch.h) once; every target reuses it.

@@ -1,0 +1,41 @@
+// The attention interface every variant implements, and the one factory that builds them.
+// Shape letters used across src/attention: B batch, H heads, L sequence length,
+// D query/key dim, Dv value dim. All variants are causal: output i sees positions 0..i.
+#pragma once
+
+#include <torch/torch.h>
+
+#include "attention/options.h"
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace combiner::attention {
+
+// Every variant name the factory accepts, in documentation order.
+const std::vector<std::string>& variant_names();
+const std::vector<std::string>& abstraction_names();
+
+// Throws std::invalid_argument naming the key (model.attention.*) and what is allowed, e.g. an
+// unknown type or a row_len that does not divide `length`. `block` and `row_len` must be resolved
+// (non-zero) before this is called.
+void validate(const AttentionOptions& options, int64_t length);
+
+// One causal attention operator over already-projected heads. Parameter-free for most variants;
+// the DeepSets abstractions own small learned maps, registered here so checkpoints carry them.
+class AttentionImpl : public torch::nn::Module {
+ public:
+  // q, k: [B, H, L, D]; v: [B, H, L, Dv]. Returns [B, H, L, Dv].
+  virtual torch::Tensor forward(const torch::Tensor& q,
+                                const torch::Tensor& k,
+                                const torch::Tensor& v) = 0;
+};
+
+// The single place that maps a variant name to a concrete class. `length` is L, `head_dim` is D.
+std::shared_ptr<AttentionImpl> make_attention(const AttentionOptions& options,
+                                              int64_t length,
+                                              int64_t head_dim);
+
+}  // namespace combiner::attention
