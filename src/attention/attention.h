@@ -18,9 +18,13 @@ namespace combiner::attention {
 const std::vector<std::string>& variant_names();
 const std::vector<std::string>& abstraction_names();
 
+// Whether a variant reads `block` (the fixed layouts) or `row_len` (the axial layouts).
+bool uses_block(const std::string& type);
+bool uses_row_len(const std::string& type);
+
 // Throws std::invalid_argument naming the key (model.attention.*) and what is allowed, e.g. an
 // unknown type or a row_len that does not divide `length`. `block` and `row_len` must be resolved
-// (non-zero) before this is called.
+// (non-zero) before this is called; each is checked only for the variants that use it.
 void validate(const AttentionOptions& options, int64_t length);
 
 // One causal attention operator over already-projected heads. Parameter-free for most variants;

@@ -1,20 +1,22 @@
+// Scores and softmax in the compute dtype (fp32 for half/bf16 inputs); the mask is built per call.
 #include "attention/full.h"
 
+#include "attention/span_ops.h"
+
 #include <cmath>
-#include <limits>
 
 namespace combiner::attention {
 
 torch::Tensor FullAttentionImpl::forward(const torch::Tensor& q,
                                          const torch::Tensor& k,
                                          const torch::Tensor& v) {
+  check_inputs(q, k, v);
+  const auto dtype = compute_dtype(q);
   const int64_t L = q.size(2);
-  const int64_t D = q.size(3);
-  // Scores and softmax in fp32 whatever the input dtype; the mask is built once per call.
-  auto scores = torch::matmul(q, k.transpose(-2, -1)).to(torch::kFloat) / std::sqrt(double(D));
-  auto future = torch::ones({L, L}, torch::dtype(torch::kBool).device(q.device())).triu(1);
-  scores.masked_fill_(future, -std::numeric_limits<float>::infinity());
-  return torch::matmul(torch::softmax(scores, -1).to(v.scalar_type()), v);
+  const double scale = 1.0 / std::sqrt(double(q.size(3)));
+  auto scores = torch::matmul(q.to(dtype), k.to(dtype).transpose(-2, -1)) * scale;
+  scores = masked(scores, causal_allowed(L, /*strict=*/false, q.device()));
+  return torch::matmul(torch::softmax(scores, -1), v.to(dtype)).to(v.scalar_type());
 }
 
 }  // namespace combiner::attention

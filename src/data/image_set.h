@@ -30,4 +30,7 @@ enum class Split { kTrain, kVal, kTest };
 const char* split_name(Split split);
 Split parse_split(const std::string& name);  // "train" | "val" | "test", else invalid_argument
 
+// The two sets a dataset is published with; load_split carves val out of the end of kTrain.
+enum class OfficialSplit { kTrain, kTest };
+
 }  // namespace combiner::data

@@ -1,0 +1,41 @@
+// The axial Combiner variants (row length W; see docs/ATTENTION.md for their spans):
+// `combiner-axial-vertical`, `combiner-axial-horizontal`, `combiner-axial-rowmajor` and
+// `combiner-mixture` (the average of vertical and horizontal). All O(L (W + L/W)).
+#pragma once
+
+#include "attention/attention.h"
+#include "attention/summary.h"
+
+namespace combiner::attention {
+
+// The plain computations, q, k: [B, H, n, W, D], v: [B, H, n, W, Dv] in the compute dtype
+// -> [B, H, n, W, Dv]. One file each: combiner_axial_{vertical,horizontal,rowmajor}.cpp.
+torch::Tensor vertical_attention(const torch::Tensor& q,
+                                 const torch::Tensor& k,
+                                 const torch::Tensor& v,
+                                 const SpanSummary& summary);
+torch::Tensor horizontal_attention(const torch::Tensor& q,
+                                   const torch::Tensor& k,
+                                   const torch::Tensor& v,
+                                   const SpanSummary& summary);
+torch::Tensor rowmajor_attention(const torch::Tensor& q,
+                                 const torch::Tensor& k,
+                                 const torch::Tensor& v,
+                                 const SpanSummary& summary);
+
+// One module type for the four names: the variant picks the computation above.
+class CombinerAxialAttentionImpl : public AttentionImpl {
+ public:
+  CombinerAxialAttentionImpl(const AttentionOptions& options, int64_t head_dim);
+  torch::Tensor forward(const torch::Tensor& q,
+                        const torch::Tensor& k,
+                        const torch::Tensor& v) override;
+
+ private:
+  enum class Plan { kVertical, kHorizontal, kRowMajor, kMixture };
+  Plan plan_;
+  int64_t row_len_;
+  SpanSummary summary_;
+};
+
+}  // namespace combiner::attention

@@ -1,0 +1,34 @@
+// `combiner-axial-rowmajor`: direct = the own row up to col(i); spans = every whole earlier row.
+// The key of row r is its pooled key; its local expectation seen from column c uses q_(r, c)
+// itself, so u[r, c] is q_(r, c)'s unmasked attention over row r ([W x W] per row), and position
+// (R, c) weighs u[r, c] for r < R ([n x n] per column).
+#include "attention/axial_common.h"
+#include "attention/combiner_axial.h"
+#include "attention/span_ops.h"
+
+#include <cmath>
+
+namespace combiner::attention {
+
+torch::Tensor rowmajor_attention(const torch::Tensor& q,
+                                 const torch::Tensor& k,
+                                 const torch::Tensor& v,
+                                 const SpanSummary& summary) {
+  const int64_t B = q.size(0), H = q.size(1), n = q.size(2), W = q.size(3), D = q.size(4);
+  const double scale = 1.0 / std::sqrt(double(D));
+  const auto device = q.device();
+
+  auto row_scores = torch::matmul(q, k.transpose(-2, -1)) * scale;  // [B, H, n, W, W]
+  auto u = torch::matmul(torch::softmax(row_scores, -1), v);        // [B, H, n, W, Dv]
+  auto in_row = masked(row_scores, causal_allowed(W, /*strict=*/false, device));
+
+  auto k_row = summary.pool(summary.phi_key(k), 3);  // [B, H, n, D]
+  auto spans = torch::matmul(q.reshape({B, H, n * W, D}), k_row.transpose(-2, -1)) * scale;
+  spans =
+      masked(spans.view({B, H, n, W, n}), causal_allowed(n, /*strict=*/true, device).unsqueeze(1));
+
+  auto w = joint_softmax({in_row, spans});
+  return torch::matmul(w[0], v) + column_output(w[1], u);
+}
+
+}  // namespace combiner::attention

@@ -1,0 +1,23 @@
+// `combiner-fixed`: direct attention inside the own block of s positions, every earlier whole
+// block seen as one span (pooled key, local expectation of the pooled query). O(L (s + L/s)).
+#pragma once
+
+#include "attention/attention.h"
+#include "attention/summary.h"
+
+namespace combiner::attention {
+
+class CombinerFixedAttentionImpl : public AttentionImpl {
+ public:
+  CombinerFixedAttentionImpl(const AttentionOptions& options, int64_t head_dim)
+      : block_(options.block), summary_(*this, options.abstraction, head_dim, true) {}
+  torch::Tensor forward(const torch::Tensor& q,
+                        const torch::Tensor& k,
+                        const torch::Tensor& v) override;
+
+ private:
+  int64_t block_;
+  SpanSummary summary_;
+};
+
+}  // namespace combiner::attention

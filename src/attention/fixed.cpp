@@ -1,0 +1,40 @@
+// Blocked layout: L is zero-padded to n*s and viewed as [B, H, n, s, *]. The padded tail only
+// ever meets padded queries, which are cut off at the end.
+#include "attention/fixed.h"
+
+#include "attention/span_ops.h"
+
+#include <cmath>
+
+namespace combiner::attention {
+
+torch::Tensor FixedAttentionImpl::forward(const torch::Tensor& q,
+                                          const torch::Tensor& k,
+                                          const torch::Tensor& v) {
+  check_inputs(q, k, v);
+  const auto dtype = compute_dtype(q);
+  const int64_t B = q.size(0), H = q.size(1), L = q.size(2), D = q.size(3), Dv = v.size(3);
+  const int64_t s = block_, n = (L + s - 1) / s;
+  const double scale = 1.0 / std::sqrt(double(D));
+  const auto device = q.device();
+
+  auto qb = pad_length(q.to(dtype), n * s).reshape({B, H, n, s, D});
+  auto kb = pad_length(k.to(dtype), n * s).reshape({B, H, n, s, D});
+  auto vb = pad_length(v.to(dtype), n * s).reshape({B, H, n, s, Dv});
+
+  // Inside the block: [s x s] causal. Earlier blocks: their last position, [L x n].
+  auto in_block = masked(torch::matmul(qb, kb.transpose(-2, -1)) * scale,
+                         causal_allowed(s, /*strict=*/false, device));
+  auto k_last = kb.select(3, s - 1);  // [B, H, n, D]
+  auto v_last = vb.select(3, s - 1);  // [B, H, n, Dv]
+  auto columns = torch::matmul(qb.reshape({B, H, n * s, D}), k_last.transpose(-2, -1)) * scale;
+  columns = masked(columns.view({B, H, n, s, n}),
+                   causal_allowed(n, /*strict=*/true, device).unsqueeze(1));
+
+  auto w = joint_softmax({in_block, columns});
+  auto out = torch::matmul(w[0], vb) +
+             torch::matmul(w[1].reshape({B, H, n * s, n}), v_last).view({B, H, n, s, Dv});
+  return out.view({B, H, n * s, Dv}).narrow(2, 0, L).to(v.scalar_type());
+}
+
+}  // namespace combiner::attention

@@ -1,0 +1,36 @@
+// One score column per Fenwick level, [B, H, L, 1 + levels], with -inf where the level's bit is
+// clear; the keys and values of each level reach positions through fenwick_spread.
+#include "attention/logsparse.h"
+
+#include "attention/fenwick.h"
+#include "attention/span_ops.h"
+
+#include <cmath>
+
+namespace combiner::attention {
+
+torch::Tensor LogSparseAttentionImpl::forward(const torch::Tensor& q,
+                                              const torch::Tensor& k,
+                                              const torch::Tensor& v) {
+  check_inputs(q, k, v);
+  const auto dtype = compute_dtype(q);
+  const int64_t L = q.size(2);
+  const double scale = 1.0 / std::sqrt(double(q.size(3)));
+  auto qc = q.to(dtype), kc = k.to(dtype), vc = v.to(dtype);
+
+  std::vector<torch::Tensor> scores = {(qc * kc).sum(-1, /*keepdim=*/true) * scale};
+  std::vector<torch::Tensor> values;
+  for (int64_t m = 0; m < fenwick_levels(L); ++m) {
+    const int64_t last = (int64_t(1) << m) - 1;
+    auto k_last = fenwick_spread(fenwick_blocks(kc, m).select(3, last), m, L);
+    values.push_back(fenwick_spread(fenwick_blocks(vc, m).select(3, last), m, L));
+    scores.push_back(
+        masked((qc * k_last).sum(-1, /*keepdim=*/true) * scale, fenwick_allowed(m, L, q.device())));
+  }
+  auto w = joint_softmax(scores);
+  auto out = w[0] * vc;
+  for (size_t m = 0; m < values.size(); ++m) out = out + w[m + 1] * values[m];
+  return out.to(v.scalar_type());
+}
+
+}  // namespace combiner::attention

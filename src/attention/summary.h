@@ -1,0 +1,37 @@
+// Span summaries shared by the Combiner variants: the optional DeepSets maps phi_Q, phi_K and
+// the pooling (max or mean), whole-axis or cumulative. The learned maps are registered on the
+// owning variant module ("phi_query", "phi_key": [D, D]) so checkpoints carry them.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <cstdint>
+#include <string>
+
+namespace combiner::attention {
+
+class SpanSummary {
+ public:
+  // `abstraction` is one of abstraction_names(). With a DeepSets abstraction, registers
+  // phi_key (and phi_query when `with_query`) on `owner`, each a [D, D] matrix.
+  SpanSummary(torch::nn::Module& owner,
+              const std::string& abstraction,
+              int64_t head_dim,
+              bool with_query);
+
+  // x: [..., D] -> [..., D]; identity unless DeepSets: relu(x W^T).
+  torch::Tensor phi_query(const torch::Tensor& x) const;
+  torch::Tensor phi_key(const torch::Tensor& x) const;
+
+  // Pools x over `dim` (max or mean), removing it.
+  torch::Tensor pool(const torch::Tensor& x, int64_t dim) const;
+  // Inclusive cumulative pool along `dim`; from the end when `reverse`.
+  torch::Tensor cumulative(const torch::Tensor& x, int64_t dim, bool reverse) const;
+
+ private:
+  bool max_ = true;
+  torch::Tensor w_query_;  // undefined unless DeepSets
+  torch::Tensor w_key_;
+};
+
+}  // namespace combiner::attention

@@ -1,0 +1,53 @@
+// combiner-eval: bits/dim of a checkpoint on a split. Last line: "<split>_bpd: <value>".
+#include <CLI/CLI.hpp>
+#include <spdlog/spdlog.h>
+
+#include <cstdio>
+
+#include "data/dataset.h"
+#include "train/evaluate.h"
+#include "train/model_loading.h"
+#include "util/cli_main.h"
+#include "util/image_io.h"
+#include "util/npy.h"
+#include "util/runtime.h"
+
+int main(int argc, char** argv) {
+  return combiner::util::guarded_main("combiner-eval", [&] {
+    CLI::App app{"Bits per dimension of a checkpoint on a dataset split."};
+    std::string checkpoint, split_name = "test", dump_bits, heatmap;
+    std::vector<std::string> overrides;
+    int64_t batch_size = 0, threads = 0;
+    app.add_option("--checkpoint", checkpoint, "checkpoint file (.ckpt)")->required();
+    app.add_option("--split", split_name, "test | val | train")->check(CLI::IsMember({"test", "val", "train"}));
+    app.add_option("--set", overrides, "override a key of the checkpoint's config, e.g. data.dir=...");
+    app.add_option("--dump-bits", dump_bits, "write float32 [N, L] bits per subpixel to this .npy");
+    app.add_option("--heatmap", heatmap, "write the mean bits per subpixel as a PNG heatmap");
+    app.add_option("--batch-size", batch_size, "images per batch (default: the config's)");
+    app.add_option("--threads", threads, "LibTorch threads (default: every core)");
+    try {
+      app.parse(argc, argv);
+    } catch (const CLI::ParseError& e) {
+      return app.exit(e);
+    }
+    combiner::util::set_threads(threads);
+    auto loaded = combiner::train::load_model(checkpoint, overrides);
+    const auto split = combiner::data::parse_split(split_name);
+    const auto images = combiner::data::load_split(loaded.config.data, split);
+    const auto& t = loaded.config.train;
+    if (batch_size <= 0) batch_size = t.eval_batch_size > 0 ? t.eval_batch_size : t.batch_size;
+    const bool keep = !dump_bits.empty() || !heatmap.empty();
+    const auto result = combiner::train::evaluate(loaded.model, images, batch_size, keep);
+    if (!dump_bits.empty()) combiner::util::save_npy(dump_bits, result.bits);
+    if (!heatmap.empty()) {
+      // Mean bits per subpixel, laid out as the image: [H, W * C] with channels side by side.
+      const auto& s = images.shape;
+      auto mean = result.bits.mean(0).view({s.height, s.width, s.channels});
+      combiner::util::write_heatmap(heatmap, mean.permute({0, 2, 1}).reshape({s.height, -1}), 8);
+    }
+    spdlog::info("{} images of {}/{}, step {} weights", result.images, loaded.config.data.dataset,
+                 split_name, loaded.step);
+    std::printf("%s_bpd: %.4f\n", split_name.c_str(), result.bits_per_dim);
+    return 0;
+  });
+}

@@ -1,0 +1,72 @@
+// to_yaml() and key_paths(): both walk the field table in order. to_yaml() opens and closes
+// nested maps as the key prefix changes, double-quotes every string (so "null" or "123" stay
+// strings) and writes each key's meaning as a trailing comment.
+#include <yaml-cpp/yaml.h>
+
+#include <string>
+#include <vector>
+
+#include "config/config.h"
+#include "config/fields.h"
+#include "config/scalar.h"
+
+namespace combiner::config {
+namespace {
+
+std::vector<std::string> split_path(const std::string& path) {
+  std::vector<std::string> parts;
+  size_t start = 0;
+  for (size_t dot; (dot = path.find('.', start)) != std::string::npos; start = dot + 1)
+    parts.push_back(path.substr(start, dot - start));
+  parts.push_back(path.substr(start));
+  return parts;
+}
+
+void emit_value(YAML::Emitter& out, const Value& value) {
+  if (auto v = std::get_if<int64_t>(&value)) {
+    out << std::to_string(*v);
+  } else if (auto v = std::get_if<double>(&value)) {
+    out << format_double(*v);
+  } else if (auto v = std::get_if<bool>(&value)) {
+    out << (*v ? "true" : "false");
+  } else {
+    out << YAML::DoubleQuoted << std::get<std::string>(value);
+  }
+}
+
+}  // namespace
+
+std::string to_yaml(const Config& config) {
+  YAML::Emitter out;
+  out << YAML::BeginMap;
+  std::vector<std::string> open;  // sections currently open, outermost first
+  for (const Field& field : fields()) {
+    std::vector<std::string> parts = split_path(field.path);
+    const std::string leaf = parts.back();
+    parts.pop_back();
+    size_t common = 0;
+    while (common < open.size() && common < parts.size() && open[common] == parts[common]) ++common;
+    for (; open.size() > common; open.pop_back()) out << YAML::EndMap;
+    for (; open.size() < parts.size(); open.push_back(parts[open.size()]))
+      out << YAML::Key << parts[open.size()] << YAML::Value << YAML::BeginMap;
+    out << YAML::Key << leaf << YAML::Value;
+    emit_value(out, field.get(config));
+    std::string comment = field.meaning;
+    if (field.choices) {
+      comment += "; one of:";
+      for (const auto& name : field.choices()) comment += " " + name;
+    }
+    out << YAML::Comment(comment);
+  }
+  for (; !open.empty(); open.pop_back()) out << YAML::EndMap;
+  out << YAML::EndMap;
+  return std::string(out.c_str()) + "\n";
+}
+
+std::vector<std::string> key_paths() {
+  std::vector<std::string> paths;
+  for (const Field& field : fields()) paths.push_back(field.path);
+  return paths;
+}
+
+}  // namespace combiner::config

@@ -1,0 +1,156 @@
+// Reading YAML into Config: a recursive walk over the document that looks every key up in the
+// field table, so unknown keys, wrong types and misplaced maps are all reported with the full key
+// path and the source (file path or "--set") in front.
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <stdexcept>
+#include <system_error>
+
+#include "config/config.h"
+#include "config/fields.h"
+#include "config/load.h"
+#include "config/scalar.h"
+
+namespace combiner::config {
+namespace {
+
+std::string join(const std::vector<std::string>& names) {
+  std::string out;
+  for (const auto& n : names) out += (out.empty() ? "" : ", ") + n;
+  return out;
+}
+
+std::string join_path(const std::string& section, const std::string& key) {
+  return section.empty() ? key : section + "." + key;
+}
+
+std::string unknown_key(const std::string& source, const std::string& path) {
+  const auto dot = path.rfind('.');
+  const std::string section = dot == std::string::npos ? "" : path.substr(0, dot);
+  const std::string where = section.empty() ? "at the top level" : "in '" + section + "'";
+  return source + ": unknown key '" + path + "'; valid keys " + where + ": " +
+         join(section_keys(section));
+}
+
+// A section name given a scalar value, or a field given a map: both name what belongs there.
+std::string not_a_section(const std::string& source,
+                          const std::string& section,
+                          const YAML::Node& node) {
+  return source + ": '" + section + "' must be a map with keys " + join(section_keys(section)) +
+         ", got " + describe_node(node);
+}
+
+void read_section(const YAML::Node& node,
+                  const std::string& section,
+                  const std::string& source,
+                  Config& config) {
+  if (node.IsNull()) return;  // "train:" with nothing under it sets nothing
+  if (!node.IsMap()) throw std::invalid_argument(not_a_section(source, section, node));
+  std::vector<std::string> seen;
+  for (const auto& entry : node) {
+    if (!entry.first.IsScalar())
+      throw std::invalid_argument(source + ": keys in '" + (section.empty() ? "<top>" : section) +
+                                  "' must be plain names, got " + describe_node(entry.first));
+    const std::string path = join_path(section, entry.first.Scalar());
+    for (const auto& s : seen)
+      if (s == path) throw std::invalid_argument(source + ": duplicate key '" + path + "'");
+    seen.push_back(path);
+    if (const Field* field = find_field(path)) {
+      try {
+        field->set(config, parse_scalar(entry.second, *field));
+      } catch (const std::invalid_argument& e) {
+        throw std::invalid_argument(source + ": " + e.what());
+      }
+    } else if (is_section(path)) {
+      read_section(entry.second, path, source, config);
+    } else {
+      throw std::invalid_argument(unknown_key(source, path));
+    }
+  }
+}
+
+std::string read_file(const std::string& path) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec))
+    throw std::invalid_argument(path + ": cannot read config file (it is a directory)");
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream text;
+  if (in) text << in.rdbuf();
+  if (!in || in.bad()) throw std::invalid_argument(path + ": cannot read config file");
+  return text.str();
+}
+
+}  // namespace
+
+Config parse_config(const std::string& yaml_text, const std::string& source) {
+  std::vector<YAML::Node> documents;
+  try {
+    documents = YAML::LoadAll(yaml_text);
+  } catch (const YAML::Exception& e) {
+    throw std::invalid_argument(source + ": invalid YAML at line " +
+                                std::to_string(e.mark.line + 1) + ", column " +
+                                std::to_string(e.mark.column + 1) + ": " + e.msg);
+  }
+  const std::string sections = join(section_keys(""));
+  if (documents.size() > 1)
+    throw std::invalid_argument(source + ": expected one YAML document, got " +
+                                std::to_string(documents.size()));
+  if (documents.empty() || documents[0].IsNull())
+    throw std::invalid_argument(source + ": config is empty; expected a map with sections " +
+                                sections);
+  if (!documents[0].IsMap())
+    throw std::invalid_argument(source + ": expected a map with sections " + sections +
+                                " at the top level, got " + describe_node(documents[0]));
+  Config config;
+  read_section(documents[0], "", source, config);
+  return config;
+}
+
+void apply_override(Config& config, const std::string& assignment) {
+  const std::string source = "--set";
+  const auto eq = assignment.find('=');
+  if (eq == std::string::npos || eq == 0)
+    throw std::invalid_argument(source + ": expected key.path=value, got '" + assignment + "'");
+  const std::string path = assignment.substr(0, eq);
+  const std::string text = assignment.substr(eq + 1);
+  const Field* field = find_field(path);
+  if (!field) {
+    if (is_section(path))
+      throw std::invalid_argument(source + ": '" + path + "' is a section; set one of its keys: " +
+                                  join(section_keys(path)));
+    throw std::invalid_argument(unknown_key(source, path));
+  }
+  YAML::Node node;
+  try {
+    // An empty value means the empty string ("--set data.dir="), not null.
+    node = text.empty() ? YAML::Load("''") : YAML::Load(text);
+  } catch (const YAML::Exception& e) {
+    throw std::invalid_argument(source + ": " + path + ": invalid YAML value '" + text +
+                                "': " + e.msg);
+  }
+  try {
+    field->set(config, parse_scalar(node, *field));
+  } catch (const std::invalid_argument& e) {
+    throw std::invalid_argument(source + ": " + e.what());
+  }
+}
+
+Config load_config(const std::string& path) {
+  return load_config_with_overrides(path, {});
+}
+
+Config load_config_with_overrides(const std::string& path,
+                                  const std::vector<std::string>& overrides) {
+  Config config = parse_config(read_file(path), path);
+  for (const auto& assignment : overrides) apply_override(config, assignment);
+  try {
+    validate(config);
+  } catch (const std::invalid_argument& e) {
+    throw std::invalid_argument(path + (overrides.empty() ? "" : " with --set overrides") + ": " +
+                                e.what());
+  }
+  return config;
+}
+
+}  // namespace combiner::config

@@ -1,0 +1,28 @@
+// Downsampled ImageNet 64x64 reader. Two layouts of a folder are recognised by what it holds:
+//   png: <dir>/train/*.png and <dir>/valid/*.png (van den Oord et al. 2016, the version the
+//        PixelRNN, Sparse Transformer and Combiner bits/dim figures use), sorted by file name;
+//   npz: train_data_batch_1..10.npz and val_data.npz (image-net.org's 2017 box-resized version,
+//        whose bits/dim are not comparable to the papers'; loaded but logged as such).
+#pragma once
+
+#include <string>
+
+#include "data/image_set.h"
+
+namespace combiner::data {
+
+enum class Imagenet64Format { kPng, kNpz };
+
+// kPng if dir holds train/ or valid/, kNpz if it holds the npz batches, else std::runtime_error
+// naming dir and the expected files.
+Imagenet64Format detect_imagenet64_format(const std::string& dir);
+
+// Every *.png directly in folder, sorted by file name; each must be 64x64 with 3 channels.
+ImageSet read_png_folder(const std::string& folder);
+
+// One image-net.org npz batch: its data.npy, uint8 [N, 12288] channel-planar.
+ImageSet read_imagenet64_npz(const std::string& path);
+
+ImageSet load_imagenet64(const std::string& dir, OfficialSplit split);
+
+}  // namespace combiner::data

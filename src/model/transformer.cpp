@@ -1,0 +1,102 @@
+#include "model/transformer.h"
+
+#include <cmath>
+
+#include "data/dataset.h"
+
+namespace combiner::model {
+
+TransformerOptions TransformerOptions::from_config(const config::Config& config) {
+  TransformerOptions o;
+  o.layers = config.model.layers;
+  o.width = config.model.width;
+  o.heads = config.model.heads;
+  o.mlp_ratio = config.model.mlp_ratio;
+  o.dropout = config.model.dropout;
+  o.attention = config.model.attention;
+  o.image = data::dataset_shape(config.data.dataset);
+  return o;
+}
+
+BlockImpl::BlockImpl(const TransformerOptions& o) : heads_(o.heads) {
+  const int64_t W = o.width;
+  ln_attn_ = register_module("ln_attn", torch::nn::LayerNorm(torch::nn::LayerNormOptions({W})));
+  qkv_ = register_module("qkv", torch::nn::Linear(W, 3 * W));
+  attention_ = register_module("attention",
+                               attention::make_attention(o.attention, o.length(), W / o.heads));
+  attn_out_ = register_module("attn_out", torch::nn::Linear(W, W));
+  ln_mlp_ = register_module("ln_mlp", torch::nn::LayerNorm(torch::nn::LayerNormOptions({W})));
+  mlp_in_ = register_module("mlp_in", torch::nn::Linear(W, o.mlp_ratio * W));
+  mlp_out_ = register_module("mlp_out", torch::nn::Linear(o.mlp_ratio * W, W));
+  dropout_ = register_module("dropout", torch::nn::Dropout(o.dropout));
+}
+
+torch::Tensor BlockImpl::forward(const torch::Tensor& x) {
+  const int64_t B = x.size(0), L = x.size(1), W = x.size(2), H = heads_;
+  // [B, L, 3W] -> three [B, H, L, W/H] head tensors.
+  auto qkv = qkv_(ln_attn_(x)).view({B, L, 3, H, W / H}).permute({2, 0, 3, 1, 4});
+  auto heads_out = attention_->forward(qkv[0], qkv[1], qkv[2]);
+  auto merged = heads_out.transpose(1, 2).reshape({B, L, W});
+  auto h = x + dropout_(attn_out_(merged));
+  return h + dropout_(mlp_out_(torch::gelu(mlp_in_(ln_mlp_(h)))));
+}
+
+ImageTransformerImpl::ImageTransformerImpl(const TransformerOptions& o) : options_(o) {
+  const int64_t W = o.width;
+  token_embed_ = register_module("token_embed", torch::nn::Embedding(kVocab + 1, W));
+  row_embed_ = register_module("row_embed", torch::nn::Embedding(o.image.height, W));
+  col_embed_ = register_module("col_embed", torch::nn::Embedding(o.image.width, W));
+  channel_embed_ = register_module("channel_embed", torch::nn::Embedding(o.image.channels, W));
+  embed_dropout_ = register_module("embed_dropout", torch::nn::Dropout(o.dropout));
+  blocks_ = register_module("blocks", torch::nn::ModuleList());
+  for (int64_t l = 0; l < o.layers; ++l) blocks_->push_back(Block(o));
+  ln_final_ = register_module("ln_final", torch::nn::LayerNorm(torch::nn::LayerNormOptions({W})));
+  head_ = register_module("head", torch::nn::Linear(W, kVocab));
+
+  // GPT-2 initialisation: N(0, 0.02) weights, zero biases, and residual output projections
+  // scaled by 1/sqrt(2 * layers) so the residual stream's variance does not grow with depth.
+  torch::NoGradGuard no_grad;
+  for (auto& p : named_parameters()) {
+    const auto& name = p.key();
+    auto& t = p.value();
+    if (name.find("ln_") != std::string::npos) continue;  // LayerNorm keeps ones and zeros
+    if (name.size() >= 4 && name.compare(name.size() - 4, 4, "bias") == 0) {
+      t.zero_();
+    } else if (name.find("attn_out.weight") != std::string::npos ||
+               name.find("mlp_out.weight") != std::string::npos) {
+      t.normal_(0.0, 0.02 / std::sqrt(2.0 * double(o.layers)));
+    } else if (name.find(".attention.") == std::string::npos) {
+      t.normal_(0.0, 0.02);  // the attention module initialises its own (DeepSets) parameters
+    }
+  }
+}
+
+torch::Tensor input_tokens(const torch::Tensor& x) {
+  auto tokens = x.to(torch::kLong);
+  auto start = torch::full({x.size(0), 1}, kStartToken, tokens.options());
+  return torch::cat({start, tokens.narrow(1, 0, x.size(1) - 1)}, 1);
+}
+
+torch::Tensor ImageTransformerImpl::forward(const torch::Tensor& x) {
+  TORCH_CHECK(x.dim() == 2, "model input must be [B, L], got ", x.sizes());
+  const int64_t L = x.size(1);
+  TORCH_CHECK(L >= 1 && L <= options_.length(), "model input length ", L, " outside [1, ",
+              options_.length(), "]");
+  // Position p = (row, column, channel) in raster order with channels innermost.
+  auto p = torch::arange(L, torch::dtype(torch::kLong).device(x.device()));
+  const auto& img = options_.image;
+  auto pos = row_embed_(p.div(img.width * img.channels, "floor")) +
+             col_embed_(p.div(img.channels, "floor").remainder(img.width)) +
+             channel_embed_(p.remainder(img.channels));
+  auto h = embed_dropout_(token_embed_(input_tokens(x)) + pos);
+  for (const auto& block : *blocks_) h = block->as<Block>()->forward(h);
+  return head_(ln_final_(h)).to(torch::kFloat);
+}
+
+int64_t parameter_count(const torch::nn::Module& module) {
+  int64_t n = 0;
+  for (const auto& p : module.parameters()) n += p.numel();
+  return n;
+}
+
+}  // namespace combiner::model

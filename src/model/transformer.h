@@ -1,0 +1,71 @@
+// Decoder-only transformer over subpixel sequences. Input at position i is x_{i-1} (a start
+// token at 0), so the output at i predicts x_i from x_<i; every attention variant plugs in
+// through attention::AttentionImpl, built by the one factory.
+#pragma once
+
+#include <torch/torch.h>
+
+#include "attention/attention.h"
+#include "config/config.h"
+#include "data/image_set.h"
+
+namespace combiner::model {
+
+struct TransformerOptions {
+  int64_t layers = 4;
+  int64_t width = 128;
+  int64_t heads = 4;
+  int64_t mlp_ratio = 4;
+  double dropout = 0.0;
+  attention::AttentionOptions attention;
+  data::ImageShape image;  // sets L and the factorised (row, column, channel) position tables
+
+  static TransformerOptions from_config(const config::Config& config);
+  int64_t length() const { return image.length(); }
+};
+
+constexpr int64_t kVocab = 256;         // subpixel values
+constexpr int64_t kStartToken = kVocab;  // extra input token for position 0
+
+// Pre-LayerNorm block: x + Attn(LN(x)), then x + MLP(LN(x)).
+class BlockImpl : public torch::nn::Module {
+ public:
+  explicit BlockImpl(const TransformerOptions& options);
+  torch::Tensor forward(const torch::Tensor& x);  // [B, L, width] -> [B, L, width]
+
+ private:
+  int64_t heads_;
+  torch::nn::LayerNorm ln_attn_{nullptr}, ln_mlp_{nullptr};
+  torch::nn::Linear qkv_{nullptr}, attn_out_{nullptr}, mlp_in_{nullptr}, mlp_out_{nullptr};
+  torch::nn::Dropout dropout_{nullptr};
+  std::shared_ptr<attention::AttentionImpl> attention_;
+};
+TORCH_MODULE(Block);
+
+class ImageTransformerImpl : public torch::nn::Module {
+ public:
+  explicit ImageTransformerImpl(const TransformerOptions& options);
+
+  // x: [B, L'] integer subpixels (any integer dtype), L' <= L a prefix length the attention
+  // layout accepts. Returns logits [B, L', 256] in float32: position i predicts x_i.
+  torch::Tensor forward(const torch::Tensor& x);
+
+  const TransformerOptions& options() const { return options_; }
+
+ private:
+  TransformerOptions options_;
+  torch::nn::Embedding token_embed_{nullptr}, row_embed_{nullptr}, col_embed_{nullptr},
+      channel_embed_{nullptr};
+  torch::nn::Dropout embed_dropout_{nullptr};
+  torch::nn::ModuleList blocks_{nullptr};
+  torch::nn::LayerNorm ln_final_{nullptr};
+  torch::nn::Linear head_{nullptr};
+};
+TORCH_MODULE(ImageTransformer);
+
+// Shifts x right by one and puts the start token first: the model's input tokens. [B, L] int64.
+torch::Tensor input_tokens(const torch::Tensor& x);
+
+int64_t parameter_count(const torch::nn::Module& module);
+
+}  // namespace combiner::model

@@ -1,0 +1,49 @@
+#include "sample/sampler.h"
+
+#include <stdexcept>
+
+namespace combiner::sample {
+
+namespace {
+
+torch::Tensor draw(const torch::Tensor& logits, double temperature, at::Generator& generator) {
+  if (temperature == 0.0) return logits.argmax(-1);
+  auto probs = torch::softmax(logits.to(torch::kDouble) / temperature, -1);
+  return torch::multinomial(probs, 1, /*replacement=*/false, generator).squeeze(-1);
+}
+
+}  // namespace
+
+torch::Tensor sample_images(model::ImageTransformer& model, const SampleOptions& options) {
+  if (options.count <= 0)
+    throw std::invalid_argument("sample: --num must be > 0, got " + std::to_string(options.count));
+  if (options.temperature < 0.0)
+    throw std::invalid_argument("sample: --temperature must be >= 0, got " +
+                                std::to_string(options.temperature));
+  torch::NoGradGuard no_grad;
+  const bool was_training = model->is_training();
+  model->eval();
+  const auto& shape = model->options().image;
+  const int64_t L = shape.length();
+  const int64_t row = shape.width * shape.channels;
+  const int64_t batch = options.batch > 0 ? options.batch : options.count;
+  auto generator = at::detail::createCPUGenerator(static_cast<uint64_t>(options.seed));
+
+  std::vector<torch::Tensor> chunks;
+  for (int64_t first = 0; first < options.count; first += batch) {
+    const int64_t n = std::min(batch, options.count - first);
+    auto x = torch::zeros({n, L}, torch::kLong);
+    for (int64_t i = 0; i < L; ++i) {
+      const int64_t prefix = std::min(L, (i / row + 1) * row);
+      auto logits = model->forward(x.narrow(1, 0, prefix)).select(1, i);
+      x.select(1, i).copy_(draw(logits, options.temperature, generator));
+    }
+    chunks.push_back(x);
+  }
+  model->train(was_training);
+  return torch::cat(chunks, 0)
+      .to(torch::kUInt8)
+      .view({options.count, shape.height, shape.width, shape.channels});
+}
+
+}  // namespace combiner::sample

@@ -1,0 +1,45 @@
+// Checkpoints hold the whole run: the model's tensors, the optimizer's state, the step, the data
+// position, the dropout RNG and the resolved config, so --resume continues the same curve.
+// File: 8-byte magic, payload size, CRC-32, then a torch pickle of the state. Written to a
+// temporary file, flushed and renamed, so a crash never leaves a half checkpoint under the name.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace combiner::train {
+
+struct Checkpoint {
+  std::string config_yaml;             // the resolved config of the run
+  int64_t step = 0;                    // optimizer updates done
+  int64_t samples_seen = 0;            // training images consumed: the data position
+  std::vector<std::pair<std::string, torch::Tensor>> model;  // parameters and buffers by name
+  std::vector<char> optimizer;         // torch::optim serialisation of the optimizer
+  torch::Tensor rng_state;             // LibTorch's default CPU generator (dropout)
+};
+
+void save_checkpoint(const std::string& path, const Checkpoint& checkpoint);
+
+// Throws std::runtime_error naming the file if it is missing, truncated, corrupt or not ours.
+Checkpoint load_checkpoint(const std::string& path);
+
+// Captures and restores a module's named parameters and buffers. restore_model throws
+// std::runtime_error listing every missing, unexpected or mis-shaped tensor by name.
+std::vector<std::pair<std::string, torch::Tensor>> capture_model(const torch::nn::Module& model);
+void restore_model(torch::nn::Module& model,
+                   const std::vector<std::pair<std::string, torch::Tensor>>& tensors,
+                   const std::string& source);
+
+std::vector<char> capture_optimizer(torch::optim::Optimizer& optimizer);
+void restore_optimizer(torch::optim::Optimizer& optimizer, const std::vector<char>& bytes);
+
+// Checkpoints of a run folder: out_dir/checkpoints/step-00001000.ckpt, sorted oldest first.
+std::string checkpoint_path(const std::string& out_dir, int64_t step);
+std::vector<std::string> list_checkpoints(const std::string& out_dir);
+// Removes all but the newest `keep` checkpoints (after a newer one is complete).
+void prune_checkpoints(const std::string& out_dir, int64_t keep);
+
+}  // namespace combiner::train

@@ -1,0 +1,22 @@
+// Rebuilding a trained model from a checkpoint, for evaluation and sampling: the checkpoint's
+// own config, with optional --set overrides (e.g. data.dir) applied and validated.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "config/config.h"
+#include "model/transformer.h"
+
+namespace combiner::train {
+
+struct LoadedModel {
+  config::Config config;
+  model::ImageTransformer model{nullptr};
+  int64_t step = 0;
+};
+
+LoadedModel load_model(const std::string& checkpoint_path,
+                       const std::vector<std::string>& overrides = {});
+
+}  // namespace combiner::train

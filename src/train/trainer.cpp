@@ -1,0 +1,193 @@
+#include "train/trainer.h"
+
+#include <spdlog/spdlog.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+
+#include "data/dataset.h"
+#include "model/transformer.h"
+#include "sample/sampler.h"
+#include "train/batches.h"
+#include "train/bits.h"
+#include "train/checkpoint.h"
+#include "train/evaluate.h"
+#include "train/metrics_log.h"
+#include "train/schedule.h"
+#include "util/image_io.h"
+#include "util/runtime.h"
+
+namespace combiner::train {
+
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+// AdamW with decoupled weight decay on matrices only; biases, LayerNorm gains and
+// position/token tables of rank 1 are not decayed (nanoGPT's rule: decay iff dim >= 2).
+std::unique_ptr<torch::optim::AdamW> make_optimizer(model::ImageTransformer& model,
+                                                    const config::TrainConfig& t) {
+  std::vector<torch::Tensor> decay, no_decay;
+  for (auto& p : model->parameters()) (p.dim() >= 2 ? decay : no_decay).push_back(p);
+  auto options = [&](double wd) {
+    return std::make_unique<torch::optim::AdamWOptions>(
+        torch::optim::AdamWOptions(t.lr).betas({t.beta1, t.beta2}).weight_decay(wd));
+  };
+  std::vector<torch::optim::OptimizerParamGroup> groups;
+  groups.emplace_back(decay, options(t.weight_decay));
+  groups.emplace_back(no_decay, options(0.0));
+  return std::make_unique<torch::optim::AdamW>(groups, torch::optim::AdamWOptions(t.lr));
+}
+
+void set_learning_rate(torch::optim::AdamW& optimizer, double lr) {
+  for (auto& group : optimizer.param_groups())
+    static_cast<torch::optim::AdamWOptions&>(group.options()).lr(lr);
+}
+
+// The newest checkpoint that loads; corrupt ones are skipped with a warning.
+std::optional<std::pair<std::string, Checkpoint>> newest_valid_checkpoint(const std::string& dir) {
+  auto paths = list_checkpoints(dir);
+  for (auto it = paths.rbegin(); it != paths.rend(); ++it) {
+    try {
+      return std::make_pair(*it, load_checkpoint(*it));
+    } catch (const std::exception& e) {
+      spdlog::warn("skipping checkpoint: {}", e.what());
+    }
+  }
+  return std::nullopt;
+}
+
+void prepare_run_folder(const config::Config& config, bool resume) {
+  const auto& dir = config.train.out_dir;
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) throw std::runtime_error(dir + ": cannot create run folder: " + ec.message());
+  if (!resume && !list_checkpoints(dir).empty())
+    throw std::invalid_argument("train.out_dir: " + dir +
+                                " already holds checkpoints; pass --resume to continue that run "
+                                "or choose another train.out_dir");
+  const std::string path = (fs::path(dir) / "config.yaml").string();
+  std::ofstream out(path);
+  out << config::to_yaml(config);
+  if (!out.flush()) throw std::runtime_error(path + ": cannot write (is the run folder writable?)");
+}
+
+}  // namespace
+
+RunResult run_training(const config::Config& config, const RunOptions& options) {
+  const auto& t = config.train;
+  const int64_t threads = util::set_threads(t.threads);
+  prepare_run_folder(config, options.resume);
+
+  const auto train_set = data::load_split(config.data, data::Split::kTrain);
+  std::optional<data::ImageSet> val_set;
+  if (config.data.val_size > 0) val_set = data::load_split(config.data, data::Split::kVal);
+  const int64_t L = train_set.shape.length();
+  const int64_t eval_batch = t.eval_batch_size > 0 ? t.eval_batch_size : t.batch_size;
+
+  torch::manual_seed(static_cast<uint64_t>(t.seed));
+  model::ImageTransformer model(model::TransformerOptions::from_config(config));
+  auto optimizer = make_optimizer(model, t);
+  BatchStream stream(train_set, t.seed);
+  int64_t step = 0, samples_seen = 0;
+
+  if (options.resume) {
+    auto found = newest_valid_checkpoint(t.out_dir);
+    if (!found) throw std::runtime_error("--resume: no valid checkpoint in " + t.out_dir);
+    auto& [path, ckpt] = *found;
+    restore_model(*model, ckpt.model, path);
+    restore_optimizer(*optimizer, ckpt.optimizer);
+    auto generator = at::detail::getDefaultCPUGenerator();  // a handle to the global one
+    generator.set_state(ckpt.rng_state);
+    step = ckpt.step;
+    samples_seen = ckpt.samples_seen;
+    spdlog::info("resumed from {} at step {}", path, step);
+  }
+  spdlog::info("{}: {} train images, {} val, L = {}; {} layers x {} wide, {} heads, attention {}",
+               config.data.dataset, train_set.count, val_set ? val_set->count : 0, L,
+               config.model.layers, config.model.width, config.model.heads,
+               config.model.attention.type);
+  spdlog::info("{} parameters, {} threads, run folder {}", model::parameter_count(*model), threads,
+               t.out_dir);
+
+  MetricsLog metrics((fs::path(t.out_dir) / "metrics.jsonl").string());
+  auto save = [&]() {
+    Checkpoint c{config::to_yaml(config),    step,
+                 samples_seen,               capture_model(*model),
+                 capture_optimizer(*optimizer), at::detail::getDefaultCPUGenerator().get_state()};
+    const auto path = checkpoint_path(t.out_dir, step);
+    save_checkpoint(path, c);
+    prune_checkpoints(t.out_dir, t.keep_checkpoints);  // only after the new one is complete
+    return path;
+  };
+
+  model->train();
+  const int64_t micro = t.batch_size / t.grad_accum;
+  const auto start = Clock::now();
+  const int64_t first_step = step;
+  std::string last_checkpoint;
+  const int64_t last_step = options.stop_after > 0 ? std::min(t.steps, step + options.stop_after)
+                                                  : t.steps;
+  while (step < last_step) {
+    const auto step_start = Clock::now();
+    const double lr = learning_rate(t, step);
+    set_learning_rate(*optimizer, lr);
+    optimizer->zero_grad();
+    double step_bits = 0.0;
+    for (int64_t m = 0; m < t.grad_accum; ++m) {
+      auto x = stream.take(samples_seen, micro);
+      samples_seen += micro;
+      auto loss = mean_bits(model->forward(x), x);
+      (loss / double(t.grad_accum)).backward();
+      step_bits += loss.item<double>() / double(t.grad_accum);
+    }
+    const double max_norm = t.grad_clip > 0 ? t.grad_clip : std::numeric_limits<double>::infinity();
+    const double grad_norm = torch::nn::utils::clip_grad_norm_(model->parameters(), max_norm);
+    optimizer->step();
+    ++step;
+
+    const double step_s = std::chrono::duration<double>(Clock::now() - step_start).count();
+    const double tokens_per_s = double(t.batch_size * L) / step_s;
+    metrics.write({{"step", double(step)},
+                   {"train_bpd", step_bits},
+                   {"lr", lr},
+                   {"grad_norm", grad_norm},
+                   {"tokens_per_s", tokens_per_s}});
+    if (step % t.log_every == 0 || step == t.steps) {
+      const double elapsed = std::chrono::duration<double>(Clock::now() - start).count();
+      const double eta = elapsed / double(step - first_step) * double(t.steps - step);
+      spdlog::info("step {:>6}/{} | train bpd {:.4f} | lr {:.2e} | grad norm {:.3f} | {:.0f} tok/s "
+                   "| ETA {:.0f}s",
+                   step, t.steps, step_bits, lr, grad_norm, tokens_per_s, eta);
+    }
+    if (val_set && t.eval_every > 0 && step % t.eval_every == 0) {
+      const auto val = evaluate(model, *val_set, eval_batch);
+      metrics.write({{"step", double(step)}, {"val_bpd", val.bits_per_dim}});
+      spdlog::info("step {:>6} | val bpd {:.4f} ({} images)", step, val.bits_per_dim, val.images);
+    }
+    if (t.sample_every > 0 && step % t.sample_every == 0) {
+      sample::SampleOptions s;
+      s.count = t.sample_count;
+      s.seed = t.seed;
+      const auto path = (fs::path(t.out_dir) / ("samples-" + std::to_string(step) + ".png")).string();
+      util::write_image_grid(path, sample::sample_images(model, s), 2);
+      spdlog::info("step {:>6} | samples written to {}", step, path);
+    }
+    if (t.checkpoint_every > 0 && step % t.checkpoint_every == 0 && step < t.steps)
+      last_checkpoint = save();
+  }
+  RunResult result;
+  result.final_checkpoint = save();
+  if (t.final_test && step == t.steps) {
+    const auto test_set = data::load_split(config.data, data::Split::kTest);
+    const auto test = evaluate(model, test_set, eval_batch);
+    metrics.write({{"step", double(step)}, {"test_bpd", test.bits_per_dim}});
+    spdlog::info("test bpd {:.4f} over {} images", test.bits_per_dim, test.images);
+    result.test_bits_per_dim = test.bits_per_dim;
+  }
+  return result;
+}
+
+}  // namespace combiner::train

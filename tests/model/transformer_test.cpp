@@ -1,0 +1,77 @@
+// The transformer's contract: shapes, the shift-by-one input, and causality through the whole
+// network (changing x_k changes no prediction at positions <= k).
+#include <gtest/gtest.h>
+
+#include "model/transformer.h"
+
+namespace combiner::model {
+namespace {
+
+TransformerOptions tiny_options(const std::string& attention) {
+  TransformerOptions o;
+  o.layers = 2;
+  o.width = 32;
+  o.heads = 4;
+  o.mlp_ratio = 2;
+  o.image = {4, 4, 3};  // L = 48, one row = 12 subpixels
+  o.attention.type = attention;
+  o.attention.block = 12;
+  o.attention.row_len = 12;
+  return o;
+}
+
+TEST(Transformer, LogitsShapeAndDtype) {
+  torch::manual_seed(0);
+  ImageTransformer model(tiny_options("full"));
+  auto x = torch::randint(0, 256, {3, 48}, torch::kLong);
+  auto logits = model->forward(x);
+  EXPECT_EQ(logits.sizes(), (std::vector<int64_t>{3, 48, 256}));
+  EXPECT_EQ(logits.scalar_type(), torch::kFloat);
+}
+
+TEST(Transformer, InputTokensShiftRightWithStartToken) {
+  auto x = torch::tensor({{5, 6, 7}, {1, 2, 3}}, torch::kLong);
+  auto tokens = input_tokens(x);
+  auto expected = torch::tensor({{kStartToken, 5L, 6L}, {kStartToken, 1L, 2L}}, torch::kLong);
+  EXPECT_TRUE(torch::equal(tokens, expected));
+}
+
+TEST(Transformer, ChangingOneSubpixelChangesOnlyLaterPredictions) {
+  torch::manual_seed(1);
+  ImageTransformer model(tiny_options("full"));
+  model->eval();
+  auto x = torch::randint(0, 256, {1, 48}, torch::kLong);
+  auto base = model->forward(x);
+  for (int64_t k : {0, 7, 20, 46}) {
+    auto changed = x.clone();
+    changed[0][k] = (changed[0][k].item<int64_t>() + 128) % 256;
+    auto out = model->forward(changed);
+    auto diff = (out - base).abs().amax(-1)[0];  // [L]
+    EXPECT_EQ(diff.narrow(0, 0, k + 1).max().item<float>(), 0.0f) << "k = " << k;
+    EXPECT_GT(diff.narrow(0, k + 1, 48 - k - 1).max().item<float>(), 0.0f) << "k = " << k;
+  }
+}
+
+TEST(Transformer, PrefixForwardMatchesFullForward) {
+  // The plain sampler runs the network on prefixes: they must give the same logits.
+  torch::manual_seed(2);
+  ImageTransformer model(tiny_options("full"));
+  model->eval();
+  auto x = torch::randint(0, 256, {2, 48}, torch::kLong);
+  auto full = model->forward(x);
+  auto prefix = model->forward(x.narrow(1, 0, 24));
+  EXPECT_LT((full.narrow(1, 0, 24) - prefix).abs().max().item<float>(), 1e-5f);
+}
+
+TEST(Transformer, ParameterCountMatchesArithmetic) {
+  ImageTransformer model(tiny_options("full"));
+  const int64_t W = 32, layers = 2, hidden = 64;
+  const int64_t embeddings = (257 + 4 + 4 + 3) * W;
+  const int64_t block = 2 * 2 * W + (3 * W * W + 3 * W) + (W * W + W) + (W * hidden + hidden) +
+                        (hidden * W + W);
+  const int64_t head = 2 * W + W * 256 + 256;
+  EXPECT_EQ(parameter_count(*model), embeddings + layers * block + head);
+}
+
+}  // namespace
+}  // namespace combiner::model
