@@ -1,0 +1,262 @@
+// The child measures, the parent only forks, waits and parses: a crash, an allocation failure or
+// a hang in one case becomes a row with a status, never a lost table. Helpers live in a named
+// namespace because this folder builds as unity batches.
+#include "attention/bench.h"
+
+#include <poll.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <torch/torch.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <map>
+#include <sstream>
+
+#include "attention/attention.h"
+#include "attention/plan.h"
+#include "attention/reference.h"
+#include "util/runtime.h"
+
+namespace combiner::attention {
+
+namespace bench_detail {
+
+constexpr const char* kResultTag = "bench-result";
+
+// A field of /proc/self/status ("VmRSS", "VmHWM") in MiB; 0 if it cannot be read.
+double status_mib(const std::string& key) {
+  std::ifstream in("/proc/self/status");
+  std::string line;
+  while (std::getline(in, line))
+    if (line.rfind(key + ":", 0) == 0) return std::stod(line.substr(key.size() + 1)) / 1024.0;
+  return 0;
+}
+
+// Resets VmHWM to the current RSS (Linux >= 4.0), so the peak seen later is this case's own.
+void reset_peak_rss() {
+  std::ofstream clear("/proc/self/clear_refs");
+  clear << "5";
+}
+
+bool is_allocation_failure(const std::string& message) {
+  return message.find("alloc") != std::string::npos ||
+         message.find("out of memory") != std::string::npos;
+}
+
+std::string first_line(const std::string& text) {
+  return text.substr(0, text.find('\n'));
+}
+
+}  // namespace bench_detail
+
+double reference_error(const std::string& variant) {
+  torch::NoGradGuard no_grad;
+  constexpr int64_t B = 1, H = 2, L = 36, D = 8;
+  double worst = 0;
+  for (const auto& abstraction : abstraction_names()) {
+    if (!is_combiner(variant) && abstraction != "max") continue;
+    const AttentionOptions o{variant, 6, 6, abstraction};
+    torch::manual_seed(0);
+    auto module = make_attention(o, L, D);
+    auto q = torch::randn({B, H, L, D}), k = torch::randn({B, H, L, D}),
+         v = torch::randn({B, H, L, D});
+    auto fast = module->forward(q, k, v).to(torch::kDouble);
+    auto reference = reference_attention(o, *module, q, k, v);
+    worst = std::max(worst, (fast - reference).abs().max().item<double>());
+  }
+  return worst;
+}
+
+BenchResult time_case(const BenchCase& c) {
+  BenchResult r;
+  try {
+    util::set_threads(c.threads);
+    const AttentionOptions o{c.variant, c.block, c.row_len, "max"};
+    try {
+      validate(o, c.length);
+    } catch (const std::invalid_argument& e) {
+      r.status = "invalid";
+      r.detail = e.what();
+      return r;
+    }
+    const auto dtype = c.dtype == "float64" ? torch::kDouble : torch::kFloat;
+    torch::manual_seed(0);
+    auto module = make_attention(o, c.length, c.dim);
+    const std::vector<int64_t> shape = {c.batch, c.heads, c.length, c.dim};
+    auto q = torch::randn(shape, dtype).requires_grad_(c.backward);
+    auto k = torch::randn(shape, dtype).requires_grad_(c.backward);
+    auto v = torch::randn(shape, dtype).requires_grad_(c.backward);
+    auto grad_out = torch::randn(shape, dtype);
+    // The baseline holds the inputs: the peak is what the attention itself adds (activations,
+    // saved tensors, and the gradients of q, k, v when timing backward).
+    bench_detail::reset_peak_rss();
+    const double base = bench_detail::status_mib("VmRSS");
+    const auto once = [&] {
+      if (c.backward) {
+        for (auto* t : {&q, &k, &v}) t->mutable_grad().reset();
+        module->forward(q, k, v).backward(grad_out);
+      } else {
+        torch::NoGradGuard no_grad;
+        module->forward(q, k, v);
+      }
+    };
+    once();  // warm-up: first-touch allocation, thread pool start
+    std::vector<double> ms;
+    for (int64_t t = 0; t < std::max<int64_t>(1, c.repeats); ++t) {
+      const auto start = std::chrono::steady_clock::now();
+      once();
+      ms.push_back(
+          std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
+              .count());
+    }
+    std::sort(ms.begin(), ms.end());
+    r.ms = ms[ms.size() / 2];
+    r.peak_mib = std::max(0.0, bench_detail::status_mib("VmHWM") - base);
+    r.status = "ok";
+  } catch (const std::bad_alloc& e) {
+    r.status = "oom";
+    r.detail = e.what();
+  } catch (const std::exception& e) {
+    r.detail = bench_detail::first_line(e.what());
+    r.status = bench_detail::is_allocation_failure(r.detail) ? "oom" : "error";
+  }
+  return r;
+}
+
+std::string encode_case(const BenchCase& c) {
+  std::ostringstream out;
+  out << "variant=" << c.variant << " length=" << c.length << " block=" << c.block
+      << " row_len=" << c.row_len << " batch=" << c.batch << " heads=" << c.heads
+      << " dim=" << c.dim << " dtype=" << c.dtype << " backward=" << c.backward
+      << " repeats=" << c.repeats << " threads=" << c.threads;
+  return out.str();
+}
+
+BenchCase decode_case(const std::string& text) {
+  std::map<std::string, std::string> fields;
+  std::istringstream in(text);
+  for (std::string item; in >> item;) {
+    const auto eq = item.find('=');
+    if (eq == std::string::npos)
+      throw std::invalid_argument("bench case: bad field '" + item + "'");
+    fields[item.substr(0, eq)] = item.substr(eq + 1);
+  }
+  const auto get = [&](const std::string& key) {
+    auto it = fields.find(key);
+    if (it == fields.end()) throw std::invalid_argument("bench case: missing '" + key + "'");
+    return it->second;
+  };
+  BenchCase c;
+  c.variant = get("variant");
+  c.length = std::stoll(get("length"));
+  c.block = std::stoll(get("block"));
+  c.row_len = std::stoll(get("row_len"));
+  c.batch = std::stoll(get("batch"));
+  c.heads = std::stoll(get("heads"));
+  c.dim = std::stoll(get("dim"));
+  c.dtype = get("dtype");
+  c.backward = get("backward") == "1";
+  c.repeats = std::stoll(get("repeats"));
+  c.threads = std::stoll(get("threads"));
+  return c;
+}
+
+std::string encode_result(const BenchResult& r) {
+  char numbers[96];
+  std::snprintf(numbers, sizeof numbers, "%.4f %.2f", r.ms, r.peak_mib);
+  return std::string(bench_detail::kResultTag) + " " + numbers + " " + r.status + " " + r.detail;
+}
+
+BenchResult decode_result(const std::string& text) {
+  BenchResult r;
+  std::istringstream in(text);
+  std::string tag;
+  if (!(in >> tag >> r.ms >> r.peak_mib >> r.status) || tag != bench_detail::kResultTag) {
+    r = BenchResult{};
+    r.detail = "no result line from the child";
+    return r;
+  }
+  std::getline(in >> std::ws, r.detail);
+  return r;
+}
+
+BenchResult run_child(const std::vector<std::string>& argv, double timeout_s) {
+  int fds[2];
+  if (argv.empty() || pipe(fds) != 0) throw std::runtime_error("bench: cannot start a child");
+  std::vector<char*> args;
+  for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+  args.push_back(nullptr);
+  const pid_t pid = fork();
+  if (pid < 0) throw std::runtime_error("bench: fork failed");
+  if (pid == 0) {  // only async-signal-safe calls until exec
+    dup2(fds[1], STDOUT_FILENO);
+    close(fds[0]);
+    close(fds[1]);
+    execv(args[0], args.data());
+    _exit(127);
+  }
+  close(fds[1]);
+  std::string output;
+  bool timed_out = false;
+  const auto deadline =
+      std::chrono::steady_clock::now() + std::chrono::milliseconds(int64_t(timeout_s * 1000));
+  for (;;) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+                          deadline - std::chrono::steady_clock::now())
+                          .count();
+    if (left <= 0) {
+      timed_out = true;
+      kill(pid, SIGKILL);
+      break;
+    }
+    pollfd p{fds[0], POLLIN, 0};
+    const int ready = poll(&p, 1, static_cast<int>(std::min<int64_t>(left, 1000)));
+    if (ready <= 0) continue;  // timeout slice or EINTR
+    char buffer[4096];
+    const ssize_t got = read(fds[0], buffer, sizeof buffer);
+    if (got <= 0) break;  // the child closed stdout: it has exited
+    output.append(buffer, static_cast<size_t>(got));
+  }
+  close(fds[0]);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  BenchResult r;
+  if (timed_out) {
+    r.status = "timeout";
+    r.detail = "killed after " + std::to_string(int64_t(timeout_s)) + " s";
+    return r;
+  }
+  if (WIFSIGNALED(status)) {
+    r.status = WTERMSIG(status) == SIGKILL ? "oom" : "error";
+    r.detail = "child killed by signal " + std::to_string(WTERMSIG(status));
+    return r;
+  }
+  const auto at = output.rfind(bench_detail::kResultTag);
+  if (at == std::string::npos) {
+    r.detail =
+        "child exited with status " + std::to_string(WEXITSTATUS(status)) + " and no result line";
+    return r;
+  }
+  return decode_result(bench_detail::first_line(output.substr(at)));
+}
+
+std::string csv_header() {
+  return "variant,L,block,row_len,dtype,ms,peak_mib,status";
+}
+
+std::string csv_row(const BenchCase& c, const BenchResult& r) {
+  // Layout columns are empty for variants that do not use them.
+  const std::string block = uses_block(c.variant) ? std::to_string(c.block) : "";
+  const std::string row_len = uses_row_len(c.variant) ? std::to_string(c.row_len) : "";
+  char numbers[64];
+  std::snprintf(numbers, sizeof numbers, "%.3f,%.1f", r.ms, r.peak_mib);
+  return c.variant + "," + std::to_string(c.length) + "," + block + "," + row_len + "," + c.dtype +
+         "," + numbers + "," + r.status;
+}
+
+}  // namespace combiner::attention

@@ -1,0 +1,59 @@
+// Timing and memory of attention variants, measured honestly: each case runs in its own child
+// process (a fresh heap, so one case's peak cannot hide another's), the peak resident set is
+// read from /proc/self/status after resetting it, and every variant is first checked against
+// the dense reference at a small shape, as llm.c's kernel programs do before they time.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace combiner::attention {
+
+// One timed configuration. q, k, v are [batch, heads, length, dim] random inputs.
+struct BenchCase {
+  std::string variant = "full";
+  int64_t length = 3072;          // L
+  int64_t block = 96;             // s of the fixed layouts
+  int64_t row_len = 96;           // W of the axial layouts
+  int64_t batch = 1;              // B
+  int64_t heads = 8;              // H
+  int64_t dim = 64;               // D = Dv
+  std::string dtype = "float32";  // float32 | float64
+  bool backward = false;          // time forward + backward (gradients of q, k, v)
+  int64_t repeats = 5;            // timed runs after one warm-up; the median is reported
+  int64_t threads = 0;            // LibTorch threads in the child; 0 = every core
+};
+
+// status: ok | oom (allocation failed or the child was killed by SIGKILL) | timeout | mismatch
+// (fast path disagrees with the reference) | invalid (layout does not fit L) | error.
+struct BenchResult {
+  double ms = 0;        // median wall time of one run
+  double peak_mib = 0;  // peak RSS during the case minus RSS before it
+  std::string status = "error";
+  std::string detail;  // why, when status != ok
+};
+
+// Max abs error of the variant's float32 fast path against the float64 reference at a small
+// shape (B = 1, H = 2, L = 36, s = W = 6, D = 8), over every abstraction.
+double reference_error(const std::string& variant);
+
+// The whole case in this process: inputs, warm-up, `repeats` timed runs, peak memory.
+// Allocation failures become status oom; other exceptions status error.
+BenchResult time_case(const BenchCase& c);
+
+// One line of text each way between the parent and its child.
+std::string encode_case(const BenchCase& c);
+BenchCase decode_case(const std::string& text);
+std::string encode_result(const BenchResult& r);
+BenchResult decode_result(const std::string& text);  // error status if the text is no result
+
+// Runs argv (argv[0] a path to an executable) with stdout piped back, killing it after
+// timeout_s; the answer is the child's last line that decode_result() accepts.
+BenchResult run_child(const std::vector<std::string>& argv, double timeout_s);
+
+// The results table: "variant,L,block,row_len,dtype,ms,peak_mib,status".
+std::string csv_header();
+std::string csv_row(const BenchCase& c, const BenchResult& r);
+
+}  // namespace combiner::attention

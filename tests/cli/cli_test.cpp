@@ -1,0 +1,149 @@
+// End to end through the built binaries: train a tiny model, evaluate it, sample from it, and
+// check that bad input gives one clear error line and a non-zero exit.
+#include <gtest/gtest.h>
+
+#include <array>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "test_utils.h"
+#include "util/npy.h"
+
+namespace combiner {
+namespace {
+
+using combiner::testing::TempDir;
+
+struct Result {
+  int status = -1;
+  std::string output;  // stdout and stderr together
+  std::string last_line() const {
+    auto end = output.find_last_not_of('\n');
+    auto start = output.rfind('\n', end);
+    return output.substr(start == std::string::npos ? 0 : start + 1, end - start);
+  }
+};
+
+Result run(const std::string& binary, const std::string& args) {
+  const std::string command =
+      std::string(COMBINER_BINARY_DIR) + "/" + binary + " " + args + " 2>&1";
+  Result r;
+  FILE* pipe = popen(command.c_str(), "r");
+  std::array<char, 4096> buffer{};
+  while (fgets(buffer.data(), buffer.size(), pipe)) r.output += buffer.data();
+  const int status = pclose(pipe);
+  r.status = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return r;
+}
+
+std::string tiny_config(const TempDir& dir) {
+  const std::string path = dir.file("tiny.yaml");
+  std::ofstream(path) << "data: {dataset: fashion_mnist, val_size: 6}\n"
+                         "model: {layers: 1, width: 16, heads: 2, mlp_ratio: 2,\n"
+                         "        attention: {type: combiner-axial-rowmajor}}\n"
+                         "train: {steps: 3, batch_size: 2, warmup_steps: 1, threads: 1,\n"
+                         "        final_test: false, out_dir: " + dir.file("run") + "}\n";
+  return path;
+}
+
+class Cli : public ::testing::Test {
+ protected:
+  // One trained tiny model shared by the tests of this suite.
+  static void SetUpTestSuite() {
+    dir_ = new TempDir();
+    auto r = run("combiner-train", "--config " + tiny_config(*dir_));
+    ASSERT_EQ(r.status, 0) << r.output;
+    checkpoint_ = r.last_line().substr(std::string("checkpoint: ").size());
+  }
+  static void TearDownTestSuite() { delete dir_; }
+  static TempDir* dir_;
+  static std::string checkpoint_;
+};
+TempDir* Cli::dir_ = nullptr;
+std::string Cli::checkpoint_;
+
+TEST_F(Cli, TrainWritesCheckpointMetricsAndConfig) {
+  EXPECT_TRUE(std::filesystem::exists(checkpoint_)) << checkpoint_;
+  EXPECT_TRUE(std::filesystem::exists(dir_->file("run/metrics.jsonl")));
+  EXPECT_TRUE(std::filesystem::exists(dir_->file("run/config.yaml")));
+  std::ifstream metrics(dir_->file("run/metrics.jsonl"));
+  std::string line;
+  int lines = 0;
+  while (std::getline(metrics, line)) {
+    EXPECT_EQ(line.front(), '{');
+    EXPECT_NE(line.find("\"train_bpd\""), std::string::npos);
+    ++lines;
+  }
+  EXPECT_EQ(lines, 3);
+}
+
+TEST_F(Cli, TrainPrintsTestBitsPerDimWhenAsked) {
+  TempDir dir;
+  auto r = run("combiner-train", "--config " + tiny_config(dir) +
+                                     " --set train.steps=1 --set train.final_test=true");
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find("\ntest_bpd: "), std::string::npos) << r.output;
+  EXPECT_EQ(r.last_line().rfind("checkpoint: ", 0), 0u) << r.output;
+}
+
+TEST_F(Cli, EvalPrintsBitsPerDimAndDumps) {
+  const auto bits = dir_->file("bits.npy");
+  const auto heatmap = dir_->file("heat.png");
+  auto r = run("combiner-eval", "--checkpoint " + checkpoint_ + " --split val --dump-bits " + bits +
+                                    " --heatmap " + heatmap);
+  ASSERT_EQ(r.status, 0) << r.output;
+  const auto line = r.last_line();
+  ASSERT_EQ(line.rfind("val_bpd: ", 0), 0u) << line;
+  const double bpd = std::stod(line.substr(9));
+  EXPECT_GT(bpd, 0.0);
+  EXPECT_LT(bpd, 9.0);
+  EXPECT_EQ(line.size() - line.find('.') - 1, 4u) << "four decimals: " << line;
+  auto dumped = util::load_npy(bits);
+  EXPECT_EQ(dumped.sizes(), (std::vector<int64_t>{6, 784}));
+  EXPECT_NEAR(dumped.to(torch::kDouble).mean().item<double>(), bpd, 1e-4);
+  EXPECT_TRUE(std::filesystem::exists(heatmap));
+}
+
+TEST_F(Cli, SampleWritesGridAndArray) {
+  const auto png = dir_->file("grid.png");
+  const auto npy = dir_->file("samples.npy");
+  auto r = run("combiner-sample", "--checkpoint " + checkpoint_ +
+                                      " --num 2 --temperature 0 --out " + png + " --npy " + npy);
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_TRUE(std::filesystem::exists(png));
+  auto samples = util::load_npy(npy);
+  EXPECT_EQ(samples.sizes(), (std::vector<int64_t>{2, 28, 28, 1}));
+  EXPECT_EQ(samples.scalar_type(), torch::kUInt8);
+}
+
+TEST_F(Cli, BadArgumentsGiveOneLineErrors) {
+  struct Case {
+    std::string binary, args, expected;
+  };
+  const std::vector<Case> cases = {
+      {"combiner-sample", "--checkpoint " + checkpoint_ + " --num 0", "--num must be > 0"},
+      {"combiner-sample", "--checkpoint " + checkpoint_ + " --temperature -1", "--temperature"},
+      {"combiner-sample", "--checkpoint /nonexistent/x.ckpt", "/nonexistent/x.ckpt"},
+      {"combiner-eval", "--checkpoint /nonexistent/x.ckpt", "/nonexistent/x.ckpt"},
+      {"combiner-eval", "--checkpoint " + checkpoint_ + " --set data.dir=/nonexistent",
+       "/nonexistent"},
+      {"combiner-train", "--config /nonexistent.yaml", "/nonexistent.yaml"},
+      {"combiner-train", "--config " + tiny_config(*dir_) + " --set train.lrr=1", "train.lrr"},
+      {"combiner-train", "--config " + tiny_config(*dir_) + " --set model.attention.type=nope",
+       "model.attention.type"},
+      {"combiner-train", "--config " + tiny_config(*dir_), "--resume"},  // run folder is taken
+  };
+  for (const auto& c : cases) {
+    auto r = run(c.binary, c.args);
+    EXPECT_EQ(r.status, 1) << c.binary << " " << c.args << "\n" << r.output;
+    EXPECT_NE(r.last_line().find(c.expected), std::string::npos) << r.output;
+    EXPECT_NE(r.last_line().find(": error: "), std::string::npos) << r.output;
+  }
+  // The refused runs overwrote nothing.
+  EXPECT_TRUE(std::filesystem::exists(checkpoint_));
+}
+
+}  // namespace
+}  // namespace combiner

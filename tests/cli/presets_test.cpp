@@ -1,0 +1,60 @@
+// Every preset in configs/ loads and validates, and the ablation presets differ from their
+// `full` counterpart only in the attention type and the run folder.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <filesystem>
+
+#include "attention/attention.h"
+#include "config/config.h"
+
+namespace combiner {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::vector<std::string> presets() {
+  std::vector<std::string> out;
+  for (const auto& entry : fs::directory_iterator(fs::path(COMBINER_SOURCE_DIR) / "configs"))
+    if (entry.path().extension() == ".yaml") out.push_back(entry.path().string());
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+TEST(Presets, EveryConfigLoadsAndValidates) {
+  const auto files = presets();
+  EXPECT_GE(files.size(), 32u);
+  for (const auto& file : files) {
+    SCOPED_TRACE(file);
+    EXPECT_NO_THROW(config::load_config(file));
+  }
+}
+
+TEST(Presets, EachVariantHasAnAblationPresetPerDataset) {
+  const std::string dir = std::string(COMBINER_SOURCE_DIR) + "/configs/";
+  const std::vector<std::pair<std::string, std::string>> bases = {
+      {"cifar10_ablation_", "cifar10_ablation_full.yaml"},
+      {"imagenet64_ablation_", "imagenet64_ablation_full.yaml"},
+      {"fashion_mnist_", "fashion_mnist.yaml"}};
+  for (const auto& variant : attention::variant_names()) {
+    if (variant == "full") continue;
+    std::string stem = variant;
+    std::replace(stem.begin(), stem.end(), '-', '_');
+    for (const auto& [prefix, base_file] : bases) {
+      const std::string file = dir + prefix + stem + ".yaml";
+      SCOPED_TRACE(file);
+      ASSERT_TRUE(fs::exists(file));
+      auto preset = config::load_config(file);
+      auto base = config::load_config(dir + base_file);
+      EXPECT_EQ(preset.model.attention.type, variant);
+      EXPECT_NE(preset.train.out_dir, base.train.out_dir);
+      // Same everything else: copy the two fields that may differ and compare the YAML.
+      preset.model.attention.type = base.model.attention.type;
+      preset.train.out_dir = base.train.out_dir;
+      EXPECT_EQ(config::to_yaml(preset), config::to_yaml(base));
+    }
+  }
+}
+
+}  // namespace
+}  // namespace combiner
