@@ -149,13 +149,15 @@ torch::Tensor run_reference(const AttentionOptions& options,
 }
 
 std::vector<std::vector<int64_t>> span_colour_indices(const Plan& plan) {
-  std::map<int64_t, int64_t> colour_of_start;  // first position of a span -> its colour
+  std::map<int64_t, int64_t> colour_of_start;    // first position of a span -> its colour
+  std::vector<int64_t> owners(kPaletteSize, 0);  // starts holding each colour
   std::vector<std::vector<int64_t>> out;
   for (const auto& position : plan) {
     const size_t n = position.spans.size();
     std::vector<int64_t> colours(n, -1);
     std::vector<bool> taken(kPaletteSize, false);
-    // Known starts keep their colour first, then new spans take the lowest free one.
+    // Known starts keep their colour first; a new start takes the free colour that the fewest
+    // other starts hold, so different columns or blocks look different as long as they can.
     for (size_t r = 0; r < n; ++r) {
       auto it = colour_of_start.find(position.spans[r].positions.front());
       if (it != colour_of_start.end() && !taken[it->second]) {
@@ -165,10 +167,13 @@ std::vector<std::vector<int64_t>> span_colour_indices(const Plan& plan) {
     }
     for (size_t r = 0; r < n; ++r) {
       if (colours[r] >= 0) continue;
-      auto free = std::find(taken.begin(), taken.end(), false);
-      colours[r] = free == taken.end() ? int64_t(r % kPaletteSize) : free - taken.begin();
-      if (free != taken.end()) *free = true;
-      colour_of_start.emplace(position.spans[r].positions.front(), colours[r]);
+      int64_t best = -1;
+      for (int64_t c = 0; c < kPaletteSize; ++c)
+        if (!taken[c] && (best < 0 || owners[c] < owners[best])) best = c;
+      colours[r] = best >= 0 ? best : int64_t(r % kPaletteSize);
+      if (best >= 0) taken[best] = true;
+      if (colour_of_start.emplace(position.spans[r].positions.front(), colours[r]).second)
+        ++owners[colours[r]];
     }
     out.push_back(std::move(colours));
   }

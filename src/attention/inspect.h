@@ -62,9 +62,10 @@ torch::Tensor run_reference(const AttentionOptions& options,
                             const HeadInputs& inputs);
 
 // Palette index of every span of every position of one plan: out[i][r] for plan[i].spans[r].
-// A span keeps the colour of the first span that started at the same position in an earlier row
-// (so a column or block keeps its colour down the picture) unless another span of row i already
-// holds it; the spans of one row always differ while there are at most kPaletteSize of them.
+// A span keeps the colour of the spans that started at the same position in earlier rows (so a
+// column or block keeps its colour down the picture) unless another span of row i holds it; a
+// new start takes the free colour held by the fewest starts. The spans of one row always differ
+// while there are at most kPaletteSize of them.
 std::vector<std::vector<int64_t>> span_colour_indices(const Plan& plan);
 
 // The pattern of every plan of `options` (one for most variants, two for combiner-mixture):

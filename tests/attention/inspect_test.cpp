@@ -31,7 +31,8 @@ TEST(InspectPattern, EveryCellHasThePlansColour) {
       ASSERT_EQ(images.sizes(), (std::vector<int64_t>{int64_t(plans.size()), L, L, 3})) << type;
       for (size_t p = 0; p < plans.size(); ++p) {
         const auto colours = span_colour_indices(plans[p]);
-        const auto image = images[p].accessor<uint8_t, 3>();
+        const torch::Tensor panel = images[p];
+        const auto image = panel.accessor<uint8_t, 3>();
         for (int64_t i = 0; i < L; ++i) {
           std::vector<Rgb> expected(L, kUnseenColour);
           for (int64_t j : plans[p][i].direct) expected[j] = kDirectColour;
@@ -40,12 +41,15 @@ TEST(InspectPattern, EveryCellHasThePlansColour) {
               expected[j] = span_colour(colours[i][r]);
           expected[i] = kSelfColour;
           for (int64_t j = i + 1; j < L; ++j) expected[j] = kFutureColour;
-          for (int64_t j = 0; j < L; ++j)
+          for (int64_t j = 0; j < L; ++j) {
             ASSERT_EQ(pixel(image, i, j), expected[j])
                 << type << " plan " << p << " i=" << i << " j=" << j;
+          }
           // Every Combiner row is covered: no unseen cell in the past.
-          if (is_combiner(type))
-            for (int64_t j = 0; j <= i; ++j) EXPECT_NE(pixel(image, i, j), kUnseenColour);
+          if (!is_combiner(type)) continue;
+          for (int64_t j = 0; j <= i; ++j) {
+            EXPECT_NE(pixel(image, i, j), kUnseenColour);
+          }
         }
       }
     }
@@ -60,8 +64,9 @@ TEST(InspectPattern, SpansOfOneRowGetDistinctColours) {
       for (size_t i = 0; i < plan.size(); ++i) {
         ASSERT_EQ(colours[i].size(), plan[i].spans.size());
         std::set<int64_t> distinct(colours[i].begin(), colours[i].end());
-        if (plan[i].spans.size() <= size_t(kPaletteSize))
+        if (plan[i].spans.size() <= size_t(kPaletteSize)) {
           EXPECT_EQ(distinct.size(), plan[i].spans.size()) << type << " i=" << i;
+        }
         for (int64_t c : colours[i]) EXPECT_TRUE(c >= 0 && c < kPaletteSize);
       }
     }
