@@ -68,7 +68,7 @@ torch::Tensor draw_plan(const Plan& plan) {
 }  // namespace inspect_detail
 
 Rgb span_colour(int64_t index) {
-  // Warm and green hues from matplotlib's tab10, chosen to stand apart from the blues.
+  // Warm, green and purple hues from matplotlib's tab10/tab20, none close to the blues or grey.
   static constexpr Rgb kPalette[kPaletteSize] = {{255, 187, 0},
                                                  {214, 39, 40},
                                                  {44, 160, 44},
@@ -76,7 +76,11 @@ Rgb span_colour(int64_t index) {
                                                  {255, 127, 14},
                                                  {227, 119, 194},
                                                  {140, 86, 75},
-                                                 {188, 189, 34}};
+                                                 {188, 189, 34},
+                                                 {255, 152, 150},
+                                                 {152, 223, 138},
+                                                 {120, 20, 60},
+                                                 {240, 228, 130}};
   return kPalette[((index % kPaletteSize) + kPaletteSize) % kPaletteSize];
 }
 

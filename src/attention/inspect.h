@@ -22,7 +22,7 @@ inline constexpr Rgb kFutureColour = {255, 255, 255};  // j > i
 inline constexpr Rgb kUnseenColour = {222, 222, 222};  // j <= i outside a sparse support
 inline constexpr Rgb kSelfColour = {8, 48, 107};       // j = i (always direct)
 inline constexpr Rgb kDirectColour = {66, 146, 198};   // the rest of the direct set
-inline constexpr int64_t kPaletteSize = 8;             // span colours, none blue or grey
+inline constexpr int64_t kPaletteSize = 12;            // span colours, none blue or grey
 Rgb span_colour(int64_t index);                        // index taken modulo kPaletteSize
 
 // Largest L the dense pictures accept: the reference is O(L^2) memory and slower still.

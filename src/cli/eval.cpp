@@ -1,6 +1,6 @@
 // combiner-eval: bits/dim of a checkpoint on a split. Last line: "<split>_bpd: <value>".
-#include <CLI/CLI.hpp>
 #include <spdlog/spdlog.h>
+#include <CLI/CLI.hpp>
 
 #include <cstdio>
 
@@ -19,8 +19,10 @@ int main(int argc, char** argv) {
     std::vector<std::string> overrides;
     int64_t batch_size = 0, threads = 0;
     app.add_option("--checkpoint", checkpoint, "checkpoint file (.ckpt)")->required();
-    app.add_option("--split", split_name, "test | val | train")->check(CLI::IsMember({"test", "val", "train"}));
-    app.add_option("--set", overrides, "override a key of the checkpoint's config, e.g. data.dir=...");
+    app.add_option("--split", split_name, "test | val | train")
+        ->check(CLI::IsMember({"test", "val", "train"}));
+    app.add_option(
+        "--set", overrides, "override a key of the checkpoint's config, e.g. data.dir=...");
     app.add_option("--dump-bits", dump_bits, "write float32 [N, L] bits per subpixel to this .npy");
     app.add_option("--heatmap", heatmap, "write the mean bits per subpixel as a PNG heatmap");
     app.add_option("--batch-size", batch_size, "images per batch (default: the config's)");
@@ -45,8 +47,11 @@ int main(int argc, char** argv) {
       auto mean = result.bits.mean(0).view({s.height, s.width, s.channels});
       combiner::util::write_heatmap(heatmap, mean.permute({0, 2, 1}).reshape({s.height, -1}), 8);
     }
-    spdlog::info("{} images of {}/{}, step {} weights", result.images, loaded.config.data.dataset,
-                 split_name, loaded.step);
+    spdlog::info("{} images of {}/{}, step {} weights",
+                 result.images,
+                 loaded.config.data.dataset,
+                 split_name,
+                 loaded.step);
     std::printf("%s_bpd: %.4f\n", split_name.c_str(), result.bits_per_dim);
     return 0;
   });

@@ -1,7 +1,7 @@
 // combiner-sample: draws images from a checkpoint, writes a PNG grid (and optionally the raw
 // uint8 [N, H, W, C] array as .npy), and prints images/s.
-#include <CLI/CLI.hpp>
 #include <spdlog/spdlog.h>
+#include <CLI/CLI.hpp>
 
 #include <chrono>
 #include <cstdio>
@@ -33,7 +33,8 @@ int main(int argc, char** argv) {
     } catch (const CLI::ParseError& e) {
       return app.exit(e);
     }
-    if (scale <= 0) throw std::invalid_argument("--scale must be > 0, got " + std::to_string(scale));
+    if (scale <= 0)
+      throw std::invalid_argument("--scale must be > 0, got " + std::to_string(scale));
     combiner::util::set_threads(threads);
     auto loaded = combiner::train::load_model(checkpoint);
     const auto start = std::chrono::steady_clock::now();
@@ -42,7 +43,9 @@ int main(int argc, char** argv) {
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     combiner::util::write_image_grid(out, images, scale);
     if (!npy.empty()) combiner::util::save_npy(npy, images);
-    spdlog::info("{} images in {:.1f}s: {:.3f} images/s", options.count, seconds,
+    spdlog::info("{} images in {:.1f}s: {:.3f} images/s",
+                 options.count,
+                 seconds,
                  double(options.count) / seconds);
     std::printf("samples: %s\n", out.c_str());
     return 0;

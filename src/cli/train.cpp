@@ -16,7 +16,8 @@ int main(int argc, char** argv) {
     combiner::train::RunOptions options;
     app.add_option("--config", config_path, "YAML config file (see configs/)")->required();
     app.add_option("--set", overrides, "override a config key: --set train.lr=3e-4 (repeatable)");
-    app.add_flag("--resume", options.resume, "continue from the newest valid checkpoint in train.out_dir");
+    app.add_flag(
+        "--resume", options.resume, "continue from the newest valid checkpoint in train.out_dir");
     try {
       app.parse(argc, argv);
     } catch (const CLI::ParseError& e) {

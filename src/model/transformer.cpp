@@ -22,8 +22,8 @@ BlockImpl::BlockImpl(const TransformerOptions& o) : heads_(o.heads) {
   const int64_t W = o.width;
   ln_attn_ = register_module("ln_attn", torch::nn::LayerNorm(torch::nn::LayerNormOptions({W})));
   qkv_ = register_module("qkv", torch::nn::Linear(W, 3 * W));
-  attention_ = register_module("attention",
-                               attention::make_attention(o.attention, o.length(), W / o.heads));
+  attention_ =
+      register_module("attention", attention::make_attention(o.attention, o.length(), W / o.heads));
   attn_out_ = register_module("attn_out", torch::nn::Linear(W, W));
   ln_mlp_ = register_module("ln_mlp", torch::nn::LayerNorm(torch::nn::LayerNormOptions({W})));
   mlp_in_ = register_module("mlp_in", torch::nn::Linear(W, o.mlp_ratio * W));
@@ -80,8 +80,12 @@ torch::Tensor input_tokens(const torch::Tensor& x) {
 torch::Tensor ImageTransformerImpl::forward(const torch::Tensor& x) {
   TORCH_CHECK(x.dim() == 2, "model input must be [B, L], got ", x.sizes());
   const int64_t L = x.size(1);
-  TORCH_CHECK(L >= 1 && L <= options_.length(), "model input length ", L, " outside [1, ",
-              options_.length(), "]");
+  TORCH_CHECK(L >= 1 && L <= options_.length(),
+              "model input length ",
+              L,
+              " outside [1, ",
+              options_.length(),
+              "]");
   // Position p = (row, column, channel) in raster order with channels innermost.
   auto p = torch::arange(L, torch::dtype(torch::kLong).device(x.device()));
   const auto& img = options_.image;

@@ -24,7 +24,7 @@ struct TransformerOptions {
   int64_t length() const { return image.length(); }
 };
 
-constexpr int64_t kVocab = 256;         // subpixel values
+constexpr int64_t kVocab = 256;          // subpixel values
 constexpr int64_t kStartToken = kVocab;  // extra input token for position 0
 
 // Pre-LayerNorm block: x + Attn(LN(x)), then x + MLP(LN(x)).

@@ -12,8 +12,8 @@ BatchStream::BatchStream(const data::ImageSet& images, int64_t seed)
 const torch::Tensor& BatchStream::permutation(int64_t epoch) {
   if (epoch != cached_epoch_) {
     // A generator of its own, so the data order never depends on dropout or initialisation.
-    auto generator = at::detail::createCPUGenerator(
-        static_cast<uint64_t>(seed_) * 1000003ULL + static_cast<uint64_t>(epoch));
+    auto generator = at::detail::createCPUGenerator(static_cast<uint64_t>(seed_) * 1000003ULL +
+                                                    static_cast<uint64_t>(epoch));
     cached_permutation_ = torch::randperm(images_.count, generator, torch::kLong);
     cached_epoch_ = epoch;
   }
@@ -34,8 +34,13 @@ torch::Tensor BatchStream::take(int64_t position, int64_t count) {
 
 torch::Tensor image_range(const data::ImageSet& images, int64_t first, int64_t count) {
   const int64_t L = images.shape.length();
-  TORCH_CHECK(first >= 0 && count >= 0 && first + count <= images.count, "image range [", first,
-              ", ", first + count, ") outside a set of ", images.count);
+  TORCH_CHECK(first >= 0 && count >= 0 && first + count <= images.count,
+              "image range [",
+              first,
+              ", ",
+              first + count,
+              ") outside a set of ",
+              images.count);
   auto out = torch::empty({count, L}, torch::kUInt8);
   std::memcpy(out.data_ptr<uint8_t>(), images.image(first), count * L);
   return out;

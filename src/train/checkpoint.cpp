@@ -70,8 +70,8 @@ void save_checkpoint(const std::string& path, const Checkpoint& c) {
     std::fclose(f);
     if (!ok) {
       std::remove(tmp.c_str());
-      throw std::runtime_error(path + ": writing checkpoint failed (" +
-                               std::strerror(saved_errno) + "); the previous checkpoints are kept");
+      throw std::runtime_error(path + ": writing checkpoint failed (" + std::strerror(saved_errno) +
+                               "); the previous checkpoints are kept");
     }
   }
   fs::rename(tmp, final_path);
@@ -90,8 +90,9 @@ Checkpoint load_checkpoint(const std::string& path) {
     throw bad_file(path, "bad header (expected the magic 'CMBCKPT1')");
   const auto file_size = fs::file_size(path);
   if (file_size != kHeaderBytes + size)
-    throw bad_file(path, "truncated or padded: header says " + std::to_string(kHeaderBytes + size) +
-                             " bytes, file has " + std::to_string(file_size));
+    throw bad_file(path,
+                   "truncated or padded: header says " + std::to_string(kHeaderBytes + size) +
+                       " bytes, file has " + std::to_string(file_size));
   std::vector<char> payload(size);
   in.read(payload.data(), static_cast<std::streamsize>(size));
   if (!in) throw bad_file(path, "could not read the payload");
@@ -102,8 +103,9 @@ Checkpoint load_checkpoint(const std::string& path) {
     auto state = torch::pickle_load(payload).toGenericDict();
     const int64_t version = state.at("format_version").toInt();
     if (version != kFormatVersion)
-      throw bad_file(path, "format version " + std::to_string(version) + ", this build reads " +
-                               std::to_string(kFormatVersion));
+      throw bad_file(path,
+                     "format version " + std::to_string(version) + ", this build reads " +
+                         std::to_string(kFormatVersion));
     c.config_yaml = state.at("config_yaml").toStringRef();
     c.step = state.at("step").toInt();
     c.samples_seen = state.at("samples_seen").toInt();
@@ -150,8 +152,9 @@ void restore_model(torch::nn::Module& model,
   }
   for (const auto& [name, _] : saved) problems.push_back("unexpected " + name);
   if (!problems.empty()) {
-    std::string msg = source + ": checkpoint does not match the model (another architecture or "
-                               "attention variant?): ";
+    std::string msg = source +
+                      ": checkpoint does not match the model (another architecture or "
+                      "attention variant?): ";
     for (size_t i = 0; i < problems.size() && i < 8; ++i) msg += (i ? "; " : "") + problems[i];
     if (problems.size() > 8) msg += "; and " + std::to_string(problems.size() - 8) + " more";
     throw std::runtime_error(msg);

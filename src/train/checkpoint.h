@@ -13,12 +13,12 @@
 namespace combiner::train {
 
 struct Checkpoint {
-  std::string config_yaml;             // the resolved config of the run
-  int64_t step = 0;                    // optimizer updates done
-  int64_t samples_seen = 0;            // training images consumed: the data position
+  std::string config_yaml;   // the resolved config of the run
+  int64_t step = 0;          // optimizer updates done
+  int64_t samples_seen = 0;  // training images consumed: the data position
   std::vector<std::pair<std::string, torch::Tensor>> model;  // parameters and buffers by name
-  std::vector<char> optimizer;         // torch::optim serialisation of the optimizer
-  torch::Tensor rng_state;             // LibTorch's default CPU generator (dropout)
+  std::vector<char> optimizer;  // torch::optim serialisation of the optimizer
+  torch::Tensor rng_state;      // LibTorch's default CPU generator (dropout)
 };
 
 void save_checkpoint(const std::string& path, const Checkpoint& checkpoint);

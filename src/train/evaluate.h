@@ -11,7 +11,7 @@ namespace combiner::train {
 struct Evaluation {
   double bits_per_dim = 0.0;  // mean over images of each image's mean bits per subpixel
   int64_t images = 0;
-  torch::Tensor bits;         // float32 [N, L] bits per subpixel, when asked for
+  torch::Tensor bits;  // float32 [N, L] bits per subpixel, when asked for
 };
 
 Evaluation evaluate(model::ImageTransformer& model,

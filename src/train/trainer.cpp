@@ -106,17 +106,27 @@ RunResult run_training(const config::Config& config, const RunOptions& options) 
     spdlog::info("resumed from {} at step {}", path, step);
   }
   spdlog::info("{}: {} train images, {} val, L = {}; {} layers x {} wide, {} heads, attention {}",
-               config.data.dataset, train_set.count, val_set ? val_set->count : 0, L,
-               config.model.layers, config.model.width, config.model.heads,
+               config.data.dataset,
+               train_set.count,
+               val_set ? val_set->count : 0,
+               L,
+               config.model.layers,
+               config.model.width,
+               config.model.heads,
                config.model.attention.type);
-  spdlog::info("{} parameters, {} threads, run folder {}", model::parameter_count(*model), threads,
+  spdlog::info("{} parameters, {} threads, run folder {}",
+               model::parameter_count(*model),
+               threads,
                t.out_dir);
 
   MetricsLog metrics((fs::path(t.out_dir) / "metrics.jsonl").string());
   auto save = [&]() {
-    Checkpoint c{config::to_yaml(config),    step,
-                 samples_seen,               capture_model(*model),
-                 capture_optimizer(*optimizer), at::detail::getDefaultCPUGenerator().get_state()};
+    Checkpoint c{config::to_yaml(config),
+                 step,
+                 samples_seen,
+                 capture_model(*model),
+                 capture_optimizer(*optimizer),
+                 at::detail::getDefaultCPUGenerator().get_state()};
     const auto path = checkpoint_path(t.out_dir, step);
     save_checkpoint(path, c);
     prune_checkpoints(t.out_dir, t.keep_checkpoints);  // only after the new one is complete
@@ -128,8 +138,8 @@ RunResult run_training(const config::Config& config, const RunOptions& options) 
   const auto start = Clock::now();
   const int64_t first_step = step;
   std::string last_checkpoint;
-  const int64_t last_step = options.stop_after > 0 ? std::min(t.steps, step + options.stop_after)
-                                                  : t.steps;
+  const int64_t last_step =
+      options.stop_after > 0 ? std::min(t.steps, step + options.stop_after) : t.steps;
   while (step < last_step) {
     const auto step_start = Clock::now();
     const double lr = learning_rate(t, step);
@@ -158,9 +168,16 @@ RunResult run_training(const config::Config& config, const RunOptions& options) 
     if (step % t.log_every == 0 || step == t.steps) {
       const double elapsed = std::chrono::duration<double>(Clock::now() - start).count();
       const double eta = elapsed / double(step - first_step) * double(t.steps - step);
-      spdlog::info("step {:>6}/{} | train bpd {:.4f} | lr {:.2e} | grad norm {:.3f} | {:.0f} tok/s "
-                   "| ETA {:.0f}s",
-                   step, t.steps, step_bits, lr, grad_norm, tokens_per_s, eta);
+      spdlog::info(
+          "step {:>6}/{} | train bpd {:.4f} | lr {:.2e} | grad norm {:.3f} | {:.0f} tok/s "
+          "| ETA {:.0f}s",
+          step,
+          t.steps,
+          step_bits,
+          lr,
+          grad_norm,
+          tokens_per_s,
+          eta);
     }
     if (val_set && t.eval_every > 0 && step % t.eval_every == 0) {
       const auto val = evaluate(model, *val_set, eval_batch);
@@ -171,7 +188,8 @@ RunResult run_training(const config::Config& config, const RunOptions& options) 
       sample::SampleOptions s;
       s.count = t.sample_count;
       s.seed = t.seed;
-      const auto path = (fs::path(t.out_dir) / ("samples-" + std::to_string(step) + ".png")).string();
+      const auto path =
+          (fs::path(t.out_dir) / ("samples-" + std::to_string(step) + ".png")).string();
       util::write_image_grid(path, sample::sample_images(model, s), 2);
       spdlog::info("step {:>6} | samples written to {}", step, path);
     }

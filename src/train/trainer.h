@@ -10,7 +10,7 @@
 namespace combiner::train {
 
 struct RunOptions {
-  bool resume = false;  // continue from the newest valid checkpoint in train.out_dir
+  bool resume = false;     // continue from the newest valid checkpoint in train.out_dir
   int64_t stop_after = 0;  // end this invocation after so many updates (checkpointed); 0 = run all
 };
 

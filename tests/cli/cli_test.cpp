@@ -44,7 +44,8 @@ std::string tiny_config(const TempDir& dir) {
                          "model: {layers: 1, width: 16, heads: 2, mlp_ratio: 2,\n"
                          "        attention: {type: combiner-axial-rowmajor}}\n"
                          "train: {steps: 3, batch_size: 2, warmup_steps: 1, threads: 1,\n"
-                         "        final_test: false, out_dir: " + dir.file("run") + "}\n";
+                         "        final_test: false, out_dir: " +
+                             dir.file("run") + "}\n";
   return path;
 }
 
@@ -81,8 +82,8 @@ TEST_F(Cli, TrainWritesCheckpointMetricsAndConfig) {
 
 TEST_F(Cli, TrainPrintsTestBitsPerDimWhenAsked) {
   TempDir dir;
-  auto r = run("combiner-train", "--config " + tiny_config(dir) +
-                                     " --set train.steps=1 --set train.final_test=true");
+  auto r = run("combiner-train",
+               "--config " + tiny_config(dir) + " --set train.steps=1 --set train.final_test=true");
   ASSERT_EQ(r.status, 0) << r.output;
   EXPECT_NE(r.output.find("\ntest_bpd: "), std::string::npos) << r.output;
   EXPECT_EQ(r.last_line().rfind("checkpoint: ", 0), 0u) << r.output;
@@ -91,8 +92,9 @@ TEST_F(Cli, TrainPrintsTestBitsPerDimWhenAsked) {
 TEST_F(Cli, EvalPrintsBitsPerDimAndDumps) {
   const auto bits = dir_->file("bits.npy");
   const auto heatmap = dir_->file("heat.png");
-  auto r = run("combiner-eval", "--checkpoint " + checkpoint_ + " --split val --dump-bits " + bits +
-                                    " --heatmap " + heatmap);
+  auto r = run(
+      "combiner-eval",
+      "--checkpoint " + checkpoint_ + " --split val --dump-bits " + bits + " --heatmap " + heatmap);
   ASSERT_EQ(r.status, 0) << r.output;
   const auto line = r.last_line();
   ASSERT_EQ(line.rfind("val_bpd: ", 0), 0u) << line;
@@ -109,8 +111,9 @@ TEST_F(Cli, EvalPrintsBitsPerDimAndDumps) {
 TEST_F(Cli, SampleWritesGridAndArray) {
   const auto png = dir_->file("grid.png");
   const auto npy = dir_->file("samples.npy");
-  auto r = run("combiner-sample", "--checkpoint " + checkpoint_ +
-                                      " --num 2 --temperature 0 --out " + png + " --npy " + npy);
+  auto r = run(
+      "combiner-sample",
+      "--checkpoint " + checkpoint_ + " --num 2 --temperature 0 --out " + png + " --npy " + npy);
   ASSERT_EQ(r.status, 0) << r.output;
   EXPECT_TRUE(std::filesystem::exists(png));
   auto samples = util::load_npy(npy);
@@ -127,11 +130,13 @@ TEST_F(Cli, BadArgumentsGiveOneLineErrors) {
       {"combiner-sample", "--checkpoint " + checkpoint_ + " --temperature -1", "--temperature"},
       {"combiner-sample", "--checkpoint /nonexistent/x.ckpt", "/nonexistent/x.ckpt"},
       {"combiner-eval", "--checkpoint /nonexistent/x.ckpt", "/nonexistent/x.ckpt"},
-      {"combiner-eval", "--checkpoint " + checkpoint_ + " --set data.dir=/nonexistent",
+      {"combiner-eval",
+       "--checkpoint " + checkpoint_ + " --set data.dir=/nonexistent",
        "/nonexistent"},
       {"combiner-train", "--config /nonexistent.yaml", "/nonexistent.yaml"},
       {"combiner-train", "--config " + tiny_config(*dir_) + " --set train.lrr=1", "train.lrr"},
-      {"combiner-train", "--config " + tiny_config(*dir_) + " --set model.attention.type=nope",
+      {"combiner-train",
+       "--config " + tiny_config(*dir_) + " --set model.attention.type=nope",
        "model.attention.type"},
       {"combiner-train", "--config " + tiny_config(*dir_), "--resume"},  // run folder is taken
   };

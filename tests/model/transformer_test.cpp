@@ -67,8 +67,8 @@ TEST(Transformer, ParameterCountMatchesArithmetic) {
   ImageTransformer model(tiny_options("full"));
   const int64_t W = 32, layers = 2, hidden = 64;
   const int64_t embeddings = (257 + 4 + 4 + 3) * W;
-  const int64_t block = 2 * 2 * W + (3 * W * W + 3 * W) + (W * W + W) + (W * hidden + hidden) +
-                        (hidden * W + W);
+  const int64_t block =
+      2 * 2 * W + (3 * W * W + 3 * W) + (W * W + W) + (W * hidden + hidden) + (hidden * W + W);
   const int64_t head = 2 * W + W * 256 + 256;
   EXPECT_EQ(parameter_count(*model), embeddings + layers * block + head);
 }

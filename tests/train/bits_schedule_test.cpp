@@ -41,8 +41,8 @@ TEST(Schedule, WarmupPeakAndCosineFloor) {
   t.lr = 1e-3;
   t.min_lr = 1e-5;
   EXPECT_DOUBLE_EQ(learning_rate(t, 0), 1e-4);
-  EXPECT_DOUBLE_EQ(learning_rate(t, 9), 1e-3);   // end of warmup: the peak
-  EXPECT_DOUBLE_EQ(learning_rate(t, 10), 1e-3);  // cosine starts at the peak
+  EXPECT_DOUBLE_EQ(learning_rate(t, 9), 1e-3);     // end of warmup: the peak
+  EXPECT_DOUBLE_EQ(learning_rate(t, 10), 1e-3);    // cosine starts at the peak
   EXPECT_NEAR(learning_rate(t, 99), 1e-5, 1e-15);  // the last update uses the floor
   const double middle = learning_rate(t, 10 + 89 / 2);
   EXPECT_GT(middle, 1e-5);

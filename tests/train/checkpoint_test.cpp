@@ -120,9 +120,9 @@ TEST(Checkpoint, PruneKeepsTheNewest) {
   c.rng_state = torch::zeros({1}, torch::kUInt8);
   for (int64_t step : {10, 20, 30, 40}) save_checkpoint(checkpoint_path(dir.path(), step), c);
   prune_checkpoints(dir.path(), 2);
-  EXPECT_EQ(list_checkpoints(dir.path()),
-            (std::vector<std::string>{checkpoint_path(dir.path(), 30),
-                                      checkpoint_path(dir.path(), 40)}));
+  EXPECT_EQ(
+      list_checkpoints(dir.path()),
+      (std::vector<std::string>{checkpoint_path(dir.path(), 30), checkpoint_path(dir.path(), 40)}));
 }
 
 config::Config tiny_run(const std::string& out_dir, int64_t steps) {
