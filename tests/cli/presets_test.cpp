@@ -50,7 +50,9 @@ TEST(Presets, EachVariantHasAnAblationPresetPerDataset) {
       // Same everything else: copy the two fields that may differ and compare the YAML.
       preset.model.attention.type = base.model.attention.type;
       preset.train.out_dir = base.train.out_dir;
-      EXPECT_EQ(config::to_yaml(preset), config::to_yaml(base));
+      EXPECT_EQ(config::to_yaml(preset), config::to_yaml(base))
+          << "the preset drifted from " << base_file << ": copy it again, changing only "
+          << "model.attention.type and train.out_dir";
     }
   }
 }
