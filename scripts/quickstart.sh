@@ -4,7 +4,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/setup-deps.sh
-./scripts/build.sh
+./scripts/build.sh combiner-train combiner-eval combiner-sample
 run=runs/quickstart
 if [ -d "$run/checkpoints" ]; then
   echo "quickstart: $run already holds a run; moving it to $run.old-$(date +%s)"
