@@ -14,4 +14,3 @@ mkdir -p "$run"
 ./build/combiner-train --config configs/fashion_mnist.yaml --set train.out_dir=$run | tee "$run/train.log"
 checkpoint=$(sed -n 's/^checkpoint: //p' "$run/train.log" | tail -n 1)
 ./build/combiner-sample --checkpoint "$checkpoint" --num 16 --scale 4 --out "$run/samples.png"
-echo "samples: $run/samples.png"
