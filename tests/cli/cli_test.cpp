@@ -2,12 +2,12 @@
 // check that bad input gives one clear error line and a non-zero exit.
 #include <gtest/gtest.h>
 
-#include <array>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 
+#include "cli/run_binary.h"
 #include "test_utils.h"
 #include "util/npy.h"
 
@@ -16,27 +16,8 @@ namespace {
 
 using combiner::testing::TempDir;
 
-struct Result {
-  int status = -1;
-  std::string output;  // stdout and stderr together
-  std::string last_line() const {
-    auto end = output.find_last_not_of('\n');
-    auto start = output.rfind('\n', end);
-    return output.substr(start == std::string::npos ? 0 : start + 1, end - start);
-  }
-};
-
-Result run(const std::string& binary, const std::string& args) {
-  const std::string command =
-      std::string(COMBINER_BINARY_DIR) + "/" + binary + " " + args + " 2>&1";
-  Result r;
-  FILE* pipe = popen(command.c_str(), "r");
-  std::array<char, 4096> buffer{};
-  while (fgets(buffer.data(), buffer.size(), pipe)) r.output += buffer.data();
-  const int status = pclose(pipe);
-  r.status = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return r;
-}
+using Result = combiner::testing::BinaryRun;
+using combiner::testing::run_binary;
 
 std::string tiny_config(const TempDir& dir) {
   const std::string path = dir.file("tiny.yaml");
@@ -54,7 +35,7 @@ class Cli : public ::testing::Test {
   // One trained tiny model shared by the tests of this suite.
   static void SetUpTestSuite() {
     dir_ = new TempDir();
-    auto r = run("combiner-train", "--config " + tiny_config(*dir_));
+    auto r = run_binary("combiner-train", "--config " + tiny_config(*dir_));
     ASSERT_EQ(r.status, 0) << r.output;
     checkpoint_ = r.last_line().substr(std::string("checkpoint: ").size());
   }
@@ -82,8 +63,9 @@ TEST_F(Cli, TrainWritesCheckpointMetricsAndConfig) {
 
 TEST_F(Cli, TrainPrintsTestBitsPerDimWhenAsked) {
   TempDir dir;
-  auto r = run("combiner-train",
-               "--config " + tiny_config(dir) + " --set train.steps=1 --set train.final_test=true");
+  auto r = run_binary(
+      "combiner-train",
+      "--config " + tiny_config(dir) + " --set train.steps=1 --set train.final_test=true");
   ASSERT_EQ(r.status, 0) << r.output;
   EXPECT_NE(r.output.find("\ntest_bpd: "), std::string::npos) << r.output;
   EXPECT_EQ(r.last_line().rfind("checkpoint: ", 0), 0u) << r.output;
@@ -92,7 +74,7 @@ TEST_F(Cli, TrainPrintsTestBitsPerDimWhenAsked) {
 TEST_F(Cli, EvalPrintsBitsPerDimAndDumps) {
   const auto bits = dir_->file("bits.npy");
   const auto heatmap = dir_->file("heat.png");
-  auto r = run(
+  auto r = run_binary(
       "combiner-eval",
       "--checkpoint " + checkpoint_ + " --split val --dump-bits " + bits + " --heatmap " + heatmap);
   ASSERT_EQ(r.status, 0) << r.output;
@@ -111,7 +93,7 @@ TEST_F(Cli, EvalPrintsBitsPerDimAndDumps) {
 TEST_F(Cli, SampleWritesGridAndArray) {
   const auto png = dir_->file("grid.png");
   const auto npy = dir_->file("samples.npy");
-  auto r = run(
+  auto r = run_binary(
       "combiner-sample",
       "--checkpoint " + checkpoint_ + " --num 2 --temperature 0 --out " + png + " --npy " + npy);
   ASSERT_EQ(r.status, 0) << r.output;
@@ -141,7 +123,7 @@ TEST_F(Cli, BadArgumentsGiveOneLineErrors) {
       {"combiner-train", "--config " + tiny_config(*dir_), "--resume"},  // run folder is taken
   };
   for (const auto& c : cases) {
-    auto r = run(c.binary, c.args);
+    auto r = run_binary(c.binary, c.args);
     EXPECT_EQ(r.status, 1) << c.binary << " " << c.args << "\n" << r.output;
     EXPECT_NE(r.last_line().find(c.expected), std::string::npos) << r.output;
     EXPECT_NE(r.last_line().find(": error: "), std::string::npos) << r.output;

@@ -2,13 +2,13 @@
 // reference), pictures written, and bad inputs refused with one line naming the flag or file.
 #include <gtest/gtest.h>
 
-#include <array>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 
 #include "attention/inspect.h"
 #include "attention/reference.h"
+#include "cli/run_binary.h"
 #include "test_utils.h"
 #include "util/npy.h"
 
@@ -17,26 +17,10 @@ namespace {
 
 using combiner::testing::TempDir;
 
-struct InspectOutput {
-  int status = -1;
-  std::string output;  // stdout and stderr together
-  std::string last_line() const {
-    const auto end = output.find_last_not_of('\n');
-    const auto start = output.rfind('\n', end);
-    return output.substr(start == std::string::npos ? 0 : start + 1, end - start);
-  }
-};
+using InspectOutput = combiner::testing::BinaryRun;
 
 InspectOutput run_inspect(const std::string& args) {
-  const std::string command =
-      std::string(COMBINER_BINARY_DIR) + "/combiner-inspect --threads 1 " + args + " 2>&1";
-  InspectOutput r;
-  FILE* pipe = popen(command.c_str(), "r");
-  std::array<char, 4096> buffer{};
-  while (fgets(buffer.data(), buffer.size(), pipe)) r.output += buffer.data();
-  const int status = pclose(pipe);
-  r.status = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return r;
+  return combiner::testing::run_binary("combiner-inspect", "--threads 1 " + args);
 }
 
 bool is_png(const std::string& path) {
