@@ -18,9 +18,8 @@ torch::Tensor CombinerFixedAttentionImpl::forward(const torch::Tensor& q,
   const double scale = 1.0 / std::sqrt(double(D));
   const auto device = q.device();
 
-  auto qb = pad_length(q.to(dtype), n * s).reshape({B, H, n, s, D});
-  auto kb = pad_length(k.to(dtype), n * s).reshape({B, H, n, s, D});
-  auto vb = pad_length(v.to(dtype), n * s).reshape({B, H, n, s, Dv});
+  auto qb = to_blocks(q.to(dtype), s), kb = to_blocks(k.to(dtype), s),
+       vb = to_blocks(v.to(dtype), s);
   auto kb_t = kb.transpose(-2, -1);
 
   auto in_block =

@@ -26,6 +26,11 @@ torch::Tensor pad_length(const torch::Tensor& x, int64_t length) {
   return torch::constant_pad_nd(x, {0, 0, 0, extra});
 }
 
+torch::Tensor to_blocks(const torch::Tensor& x, int64_t size) {
+  const int64_t n = (x.size(2) + size - 1) / size;
+  return pad_length(x, n * size).reshape({x.size(0), x.size(1), n, size, x.size(3)});
+}
+
 torch::Tensor shift_one(const torch::Tensor& x, int64_t dim, bool forward) {
   const int64_t n = x.size(dim);
   auto zero = torch::zeros_like(x.narrow(dim, 0, 1));

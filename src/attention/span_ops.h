@@ -18,6 +18,9 @@ torch::ScalarType compute_dtype(const torch::Tensor& x);
 // Zero-pads dim 2 (L of [B, H, L, X]) up to `length`.
 torch::Tensor pad_length(const torch::Tensor& x, int64_t length);
 
+// x [B, H, L, *] zero-padded to whole blocks of `size`: [B, H, ceil(L / size), size, *].
+torch::Tensor to_blocks(const torch::Tensor& x, int64_t size);
+
 // Shifts x by one along `dim`: towards higher indices when `forward` (out[t] = x[t-1]), else
 // towards lower ones (out[t] = x[t+1]); the vacated slot is zero.
 torch::Tensor shift_one(const torch::Tensor& x, int64_t dim, bool forward);
