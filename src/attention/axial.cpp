@@ -16,7 +16,7 @@ torch::Tensor AxialAttentionImpl::forward(const torch::Tensor& q,
   // earlier positions, the padding never reaches the L outputs kept (prefixes while sampling).
   const int64_t L = q.size(2), rows = (L + row_len_ - 1) / row_len_, padded = rows * row_len_;
   const auto dtype = compute_dtype(q);
-  const double scale = 1.0 / std::sqrt(double(q.size(3)));
+  const double scale = score_scale(q.size(3));
   auto as_rows = [&](const torch::Tensor& x) {
     return to_rows(pad_length(x.to(dtype), padded), row_len_);
   };

@@ -47,7 +47,7 @@ torch::Tensor horizontal_attention(const torch::Tensor& q,
                                    const torch::Tensor& v,
                                    const SpanSummary& summary) {
   const int64_t W = q.size(3);
-  const double scale = 1.0 / std::sqrt(double(q.size(4)));
+  const double scale = score_scale(q.size(4));
   auto direct = axial_scores(q, k, scale);
   auto [k_left, u_left] = side_spans(q, k, v, summary, /*left=*/true, scale);
   auto [k_right, u_right] = side_spans(q, k, v, summary, /*left=*/false, scale);

@@ -15,7 +15,7 @@ torch::Tensor rowmajor_attention(const torch::Tensor& q,
                                  const torch::Tensor& v,
                                  const SpanSummary& summary) {
   const int64_t B = q.size(0), H = q.size(1), n = q.size(2), W = q.size(3), D = q.size(4);
-  const double scale = 1.0 / std::sqrt(double(D));
+  const double scale = score_scale(D);
   const auto device = q.device();
 
   auto row_scores = torch::matmul(q, k.transpose(-2, -1)) * scale;  // [B, H, n, W, W]

@@ -15,7 +15,7 @@ torch::Tensor vertical_attention(const torch::Tensor& q,
                                  const torch::Tensor& v,
                                  const SpanSummary& summary) {
   const int64_t n = q.size(2), W = q.size(3);
-  const double scale = 1.0 / std::sqrt(double(q.size(4)));
+  const double scale = score_scale(q.size(4));
   const auto device = q.device();
   auto direct = axial_scores(q, k, scale);
 

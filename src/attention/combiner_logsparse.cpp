@@ -15,7 +15,7 @@ torch::Tensor CombinerLogSparseAttentionImpl::forward(const torch::Tensor& q,
   check_inputs(q, k, v);
   const auto dtype = compute_dtype(q);
   const int64_t L = q.size(2);
-  const double scale = 1.0 / std::sqrt(double(q.size(3)));
+  const double scale = score_scale(q.size(3));
   auto qc = q.to(dtype), kc = k.to(dtype), vc = v.to(dtype);
 
   std::vector<torch::Tensor> scores = {(qc * kc).sum(-1, /*keepdim=*/true) * scale};

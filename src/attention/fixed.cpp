@@ -15,7 +15,7 @@ torch::Tensor FixedAttentionImpl::forward(const torch::Tensor& q,
   const auto dtype = compute_dtype(q);
   const int64_t B = q.size(0), H = q.size(1), L = q.size(2), D = q.size(3), Dv = v.size(3);
   const int64_t s = block_, n = (L + s - 1) / s;
-  const double scale = 1.0 / std::sqrt(double(D));
+  const double scale = score_scale(D);
   const auto device = q.device();
 
   auto qb = to_blocks(q.to(dtype), s), kb = to_blocks(k.to(dtype), s),

@@ -1,5 +1,6 @@
 #include "attention/span_ops.h"
 
+#include <cmath>
 #include <limits>
 
 namespace combiner::attention {
@@ -24,6 +25,10 @@ torch::Tensor pad_length(const torch::Tensor& x, int64_t length) {
   const int64_t extra = length - x.size(2);
   if (extra == 0) return x;
   return torch::constant_pad_nd(x, {0, 0, 0, extra});
+}
+
+double score_scale(int64_t head_dim) {
+  return 1.0 / std::sqrt(double(head_dim));
 }
 
 torch::Tensor to_blocks(const torch::Tensor& x, int64_t size) {

@@ -18,6 +18,9 @@ torch::ScalarType compute_dtype(const torch::Tensor& x);
 // Zero-pads dim 2 (L of [B, H, L, X]) up to `length`.
 torch::Tensor pad_length(const torch::Tensor& x, int64_t length);
 
+// The spec's score e(a, b) = a . b / sqrt(D) is a matmul times this factor, D the key dim.
+double score_scale(int64_t head_dim);
+
 // x [B, H, L, *] zero-padded to whole blocks of `size`: [B, H, ceil(L / size), size, *].
 torch::Tensor to_blocks(const torch::Tensor& x, int64_t size);
 

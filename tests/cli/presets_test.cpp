@@ -46,7 +46,9 @@ TEST(Presets, EachVariantHasAnAblationPresetPerDataset) {
       auto preset = config::load_config(file);
       auto base = config::load_config(dir + base_file);
       EXPECT_EQ(preset.model.attention.type, variant);
-      if (file != dir + base_file) EXPECT_NE(preset.train.out_dir, base.train.out_dir);
+      if (file != dir + base_file) {
+        EXPECT_NE(preset.train.out_dir, base.train.out_dir);
+      }
       // Same everything else: copy the two fields that may differ and compare the YAML.
       preset.model.attention.type = base.model.attention.type;
       preset.train.out_dir = base.train.out_dir;
