@@ -14,6 +14,8 @@
 
 namespace combiner::attention {
 
+class DecodeState;  // attention/decode.h
+
 // Every variant name the factory accepts, in documentation order.
 const std::vector<std::string>& variant_names();
 const std::vector<std::string>& abstraction_names();
@@ -35,6 +37,11 @@ class AttentionImpl : public torch::nn::Module {
   virtual torch::Tensor forward(const torch::Tensor& q,
                                 const torch::Tensor& k,
                                 const torch::Tensor& v) = 0;
+
+  // A fresh incremental decoder over sequences of `length` positions (sampling): its step(i)
+  // equals forward()'s output at i. It reads this module's learned maps, so it must not
+  // outlive the module.
+  virtual std::unique_ptr<DecodeState> start_decoding(int64_t length) const = 0;
 };
 
 // The single place that maps a variant name to a concrete class. `length` is L, `head_dim` is D.

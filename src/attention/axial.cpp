@@ -2,6 +2,7 @@
 #include "attention/axial.h"
 
 #include "attention/axial_common.h"
+#include "attention/decode.h"
 #include "attention/span_ops.h"
 
 #include <cmath>
@@ -25,6 +26,23 @@ torch::Tensor AxialAttentionImpl::forward(const torch::Tensor& q,
   auto w = joint_softmax({direct.row, direct.column});
   auto out = axial_output(w[0], w[1], vr);
   return out.reshape({v.size(0), v.size(1), padded, v.size(3)}).narrow(2, 0, L).to(v.scalar_type());
+}
+
+namespace {
+class AxialDecode : public DecodeState {
+ public:
+  AxialDecode(int64_t length, int64_t row_len) : DecodeState(length, false), row_len_(row_len) {}
+
+ private:
+  torch::Tensor attend(int64_t i, const torch::Tensor& q) override {
+    return attend_terms(q, axial_direct(cache(), i, row_len_));
+  }
+  int64_t row_len_;
+};
+}  // namespace
+
+std::unique_ptr<DecodeState> AxialAttentionImpl::start_decoding(int64_t length) const {
+  return std::make_unique<AxialDecode>(length, row_len_);
 }
 
 }  // namespace combiner::attention

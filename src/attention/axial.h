@@ -12,6 +12,7 @@ class AxialAttentionImpl : public AttentionImpl {
   torch::Tensor forward(const torch::Tensor& q,
                         const torch::Tensor& k,
                         const torch::Tensor& v) override;
+  std::unique_ptr<DecodeState> start_decoding(int64_t length) const override;
 
  private:
   int64_t row_len_;

@@ -3,6 +3,7 @@
 #include "attention/combiner_axial.h"
 
 #include "attention/axial_common.h"
+#include "attention/decode.h"
 #include "attention/span_ops.h"
 
 namespace combiner::attention {
@@ -46,6 +47,42 @@ torch::Tensor CombinerAxialAttentionImpl::forward(const torch::Tensor& q,
       break;
   }
   return out.reshape({v.size(0), v.size(1), padded, v.size(3)}).narrow(2, 0, L).to(v.scalar_type());
+}
+
+namespace {
+// The cache and the row clock shared by the plans; combiner-mixture averages its two plans.
+class CombinerAxialDecode : public DecodeState {
+ public:
+  CombinerAxialDecode(int64_t length,
+                      int64_t row_len,
+                      std::vector<std::unique_ptr<AxialPlanDecode>> plans)
+      : DecodeState(length, /*keep_queries=*/true), row_len_(row_len), plans_(std::move(plans)) {}
+
+ private:
+  torch::Tensor attend(int64_t i, const torch::Tensor& q) override {
+    if (i > 0 && i % row_len_ == 0)
+      for (auto& plan : plans_) plan->row_finished(cache(), i / row_len_ - 1);
+    torch::Tensor out;
+    for (const auto& plan : plans_) {
+      auto o = attend_terms(q, plan->terms(cache(), i));
+      out = out.defined() ? out + o : o;
+    }
+    return plans_.size() == 1 ? out : out / double(plans_.size());
+  }
+  int64_t row_len_;
+  std::vector<std::unique_ptr<AxialPlanDecode>> plans_;
+};
+}  // namespace
+
+std::unique_ptr<DecodeState> CombinerAxialAttentionImpl::start_decoding(int64_t length) const {
+  const int64_t rows = (length + row_len_ - 1) / row_len_;
+  std::vector<std::unique_ptr<AxialPlanDecode>> plans;
+  if (plan_ == Plan::kVertical || plan_ == Plan::kMixture)
+    plans.push_back(vertical_decode(summary_, row_len_));
+  if (plan_ == Plan::kHorizontal || plan_ == Plan::kMixture)
+    plans.push_back(horizontal_decode(summary_, row_len_, rows));
+  if (plan_ == Plan::kRowMajor) plans.push_back(rowmajor_decode(summary_, row_len_, rows));
+  return std::make_unique<CombinerAxialDecode>(length, row_len_, std::move(plans));
 }
 
 }  // namespace combiner::attention

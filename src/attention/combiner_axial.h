@@ -4,6 +4,7 @@
 #pragma once
 
 #include "attention/attention.h"
+#include "attention/decode.h"
 #include "attention/summary.h"
 
 namespace combiner::attention {
@@ -23,6 +24,22 @@ torch::Tensor rowmajor_attention(const torch::Tensor& q,
                                  const torch::Tensor& v,
                                  const SpanSummary& summary);
 
+// Incremental decoding of one plan (in the plan's file). row_finished(r) runs once row r is in
+// the cache, before the first position of row r + 1; terms(i) are all the terms i attends.
+class AxialPlanDecode {
+ public:
+  virtual ~AxialPlanDecode() = default;
+  virtual void row_finished(const DecodeCache& cache, int64_t row) = 0;
+  virtual Terms terms(const DecodeCache& cache, int64_t i) const = 0;
+};
+std::unique_ptr<AxialPlanDecode> vertical_decode(const SpanSummary& summary, int64_t row_len);
+std::unique_ptr<AxialPlanDecode> horizontal_decode(const SpanSummary& summary,
+                                                   int64_t row_len,
+                                                   int64_t rows);
+std::unique_ptr<AxialPlanDecode> rowmajor_decode(const SpanSummary& summary,
+                                                 int64_t row_len,
+                                                 int64_t rows);
+
 // One module type for the four names: the variant picks the computation above.
 class CombinerAxialAttentionImpl : public AttentionImpl {
  public:
@@ -30,6 +47,7 @@ class CombinerAxialAttentionImpl : public AttentionImpl {
   torch::Tensor forward(const torch::Tensor& q,
                         const torch::Tensor& k,
                         const torch::Tensor& v) override;
+  std::unique_ptr<DecodeState> start_decoding(int64_t length) const override;
 
  private:
   enum class Plan { kVertical, kHorizontal, kRowMajor, kMixture };

@@ -5,6 +5,7 @@
 // spans of rows r < R in column c: [n x n] per column.
 #include "attention/axial_common.h"
 #include "attention/combiner_axial.h"
+#include "attention/decode.h"
 #include "attention/span_ops.h"
 
 #include <cmath>
@@ -58,6 +59,49 @@ torch::Tensor horizontal_attention(const torch::Tensor& q,
 
   auto w = joint_softmax({direct.row, direct.column, left, right});
   return axial_output(w[0], w[1], v) + column_output(w[2], u_left) + column_output(w[3], u_right);
+}
+
+namespace {
+// A finished row's left and right spans for every column, computed once with side_spans on
+// that single row; position (R, c) reads column c of rows < R.
+class HorizontalDecode : public AxialPlanDecode {
+ public:
+  HorizontalDecode(const SpanSummary& summary, int64_t row_len, int64_t rows)
+      : summary_(summary), row_len_(row_len), left_(rows), right_(rows) {}
+
+  void row_finished(const DecodeCache& cache, int64_t row) override {
+    auto one_row = [&](const torch::Tensor& x) {
+      return DecodeCache::range(x, row * row_len_, (row + 1) * row_len_).unsqueeze(2);
+    };
+    const double scale = score_scale(cache.q.size(3));
+    auto q = one_row(cache.q), k = one_row(cache.k), v = one_row(cache.v);
+    for (bool left : {true, false}) {
+      auto [key, value] = side_spans(q, k, v, summary_, left, scale);
+      (left ? left_ : right_).put(row, {key.squeeze(2), value.squeeze(2)});
+    }
+  }
+
+  Terms terms(const DecodeCache& cache, int64_t i) const override {
+    Terms out = axial_direct(cache, i, row_len_);
+    const int64_t rows = i / row_len_, col = i % row_len_;
+    if (rows == 0) return out;
+    if (col > 0) out.add(left_.keys(rows).select(3, col), left_.values(rows).select(3, col));
+    if (col < row_len_ - 1)
+      out.add(right_.keys(rows).select(3, col), right_.values(rows).select(3, col));
+    return out;
+  }
+
+ private:
+  const SpanSummary& summary_;
+  int64_t row_len_;
+  SpanTable left_, right_;  // [B, H, rows, W, *], indexed by the column that excludes them
+};
+}  // namespace
+
+std::unique_ptr<AxialPlanDecode> horizontal_decode(const SpanSummary& summary,
+                                                   int64_t row_len,
+                                                   int64_t rows) {
+  return std::make_unique<HorizontalDecode>(summary, row_len, rows);
 }
 
 }  // namespace combiner::attention

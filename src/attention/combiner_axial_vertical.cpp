@@ -4,6 +4,7 @@
 // cumulative query's causal attention down the column: [n x n] per column.
 #include "attention/axial_common.h"
 #include "attention/combiner_axial.h"
+#include "attention/decode.h"
 #include "attention/span_ops.h"
 
 #include <cmath>
@@ -37,6 +38,43 @@ torch::Tensor vertical_attention(const torch::Tensor& q,
 
   auto w = joint_softmax({direct.row, direct.column, spans});
   return axial_output(w[0], w[1], v) + torch::matmul(w[2], u_span);
+}
+
+namespace {
+// When row r is finished, every column's span "rows 0..r" is summarised afresh (its pooled query
+// changes as it grows): O(r W D) once per row, O(L/W D) per step amortised.
+class VerticalDecode : public AxialPlanDecode {
+ public:
+  VerticalDecode(const SpanSummary& summary, int64_t row_len)
+      : summary_(summary), row_len_(row_len) {}
+
+  void row_finished(const DecodeCache& cache, int64_t row) override {
+    auto columns = [&](const torch::Tensor& x) {
+      return DecodeCache::rows(x, row + 1, row_len_).transpose(2, 3);  // [B, H, W, rows, *]
+    };
+    columns_ = summarize_span(summary_, columns(cache.q), columns(cache.k), columns(cache.v));
+  }
+
+  Terms terms(const DecodeCache& cache, int64_t i) const override {
+    Terms out = axial_direct(cache, i, row_len_);
+    if (i < row_len_) return out;
+    const int64_t col = i % row_len_;  // every other column's span: those before, those after
+    if (col > 0) out.add(columns_.key.narrow(2, 0, col), columns_.value.narrow(2, 0, col));
+    if (col < row_len_ - 1)
+      out.add(columns_.key.narrow(2, col + 1, row_len_ - col - 1),
+              columns_.value.narrow(2, col + 1, row_len_ - col - 1));
+    return out;
+  }
+
+ private:
+  const SpanSummary& summary_;
+  int64_t row_len_;
+  SpanTerm columns_;  // [B, H, W, *]: column c over the finished rows
+};
+}  // namespace
+
+std::unique_ptr<AxialPlanDecode> vertical_decode(const SpanSummary& summary, int64_t row_len) {
+  return std::make_unique<VerticalDecode>(summary, row_len);
 }
 
 }  // namespace combiner::attention

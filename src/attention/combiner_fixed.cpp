@@ -2,6 +2,7 @@
 // scored by every query ([L x n], masked to blocks before the query's own).
 #include "attention/combiner_fixed.h"
 
+#include "attention/decode.h"
 #include "attention/span_ops.h"
 
 #include <cmath>
@@ -39,6 +40,41 @@ torch::Tensor CombinerFixedAttentionImpl::forward(const torch::Tensor& q,
   auto out = torch::matmul(w[0], vb) +
              torch::matmul(w[1].reshape({B, H, n * s, n}), u).view({B, H, n, s, Dv});
   return out.view({B, H, n * s, Dv}).narrow(2, 0, L).to(v.scalar_type());
+}
+
+namespace {
+// The own block up to i directly; block b's summary is computed when block b + 1 starts.
+class CombinerFixedDecode : public DecodeState {
+ public:
+  CombinerFixedDecode(int64_t length, int64_t block, const SpanSummary& summary)
+      : DecodeState(length, /*keep_queries=*/true),
+        block_(block),
+        summary_(summary),
+        spans_((length + block - 1) / block) {}
+
+ private:
+  torch::Tensor attend(int64_t i, const torch::Tensor& q) override {
+    const int64_t blocks = i / block_, begin = blocks * block_;
+    const auto& c = cache();
+    if (blocks > 0 && i == begin) {
+      auto span = [&](const torch::Tensor& x) {
+        return DecodeCache::range(x, begin - block_, begin);
+      };
+      spans_.put(blocks - 1, summarize_span(summary_, span(c.q), span(c.k), span(c.v)));
+    }
+    Terms terms;
+    terms.add(DecodeCache::range(c.k, begin, i + 1), DecodeCache::range(c.v, begin, i + 1));
+    if (blocks > 0) terms.add(spans_.keys(blocks), spans_.values(blocks));
+    return attend_terms(q, terms);
+  }
+  int64_t block_;
+  const SpanSummary& summary_;
+  SpanTable spans_;
+};
+}  // namespace
+
+std::unique_ptr<DecodeState> CombinerFixedAttentionImpl::start_decoding(int64_t length) const {
+  return std::make_unique<CombinerFixedDecode>(length, block_, summary_);
 }
 
 }  // namespace combiner::attention

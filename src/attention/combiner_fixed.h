@@ -14,6 +14,7 @@ class CombinerFixedAttentionImpl : public AttentionImpl {
   torch::Tensor forward(const torch::Tensor& q,
                         const torch::Tensor& k,
                         const torch::Tensor& v) override;
+  std::unique_ptr<DecodeState> start_decoding(int64_t length) const override;
 
  private:
   int64_t block_;

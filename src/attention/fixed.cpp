@@ -2,6 +2,7 @@
 // ever meets padded queries, which are cut off at the end.
 #include "attention/fixed.h"
 
+#include "attention/decode.h"
 #include "attention/span_ops.h"
 
 #include <cmath>
@@ -34,6 +35,31 @@ torch::Tensor FixedAttentionImpl::forward(const torch::Tensor& q,
   auto out = torch::matmul(w[0], vb) +
              torch::matmul(w[1].reshape({B, H, n * s, n}), v_last).view({B, H, n, s, Dv});
   return out.view({B, H, n * s, Dv}).narrow(2, 0, L).to(v.scalar_type());
+}
+
+namespace {
+// The own block up to i, and the last position of every earlier block (strided views).
+class FixedDecode : public DecodeState {
+ public:
+  FixedDecode(int64_t length, int64_t block) : DecodeState(length, false), block_(block) {}
+
+ private:
+  torch::Tensor attend(int64_t i, const torch::Tensor& q) override {
+    const int64_t blocks = i / block_, begin = blocks * block_;
+    Terms terms;
+    if (blocks > 0)
+      terms.add(DecodeCache::rows(cache().k, blocks, block_).select(3, block_ - 1),
+                DecodeCache::rows(cache().v, blocks, block_).select(3, block_ - 1));
+    terms.add(DecodeCache::range(cache().k, begin, i + 1),
+              DecodeCache::range(cache().v, begin, i + 1));
+    return attend_terms(q, terms);
+  }
+  int64_t block_;
+};
+}  // namespace
+
+std::unique_ptr<DecodeState> FixedAttentionImpl::start_decoding(int64_t length) const {
+  return std::make_unique<FixedDecode>(length, block_);
 }
 
 }  // namespace combiner::attention

@@ -2,6 +2,7 @@
 // clear; the keys and values of each level reach positions through fenwick_spread.
 #include "attention/logsparse.h"
 
+#include "attention/decode.h"
 #include "attention/fenwick.h"
 #include "attention/span_ops.h"
 
@@ -31,6 +32,29 @@ torch::Tensor LogSparseAttentionImpl::forward(const torch::Tensor& q,
   auto out = w[0] * vc;
   for (size_t m = 0; m < values.size(); ++m) out = out + w[m + 1] * values[m];
   return out.to(v.scalar_type());
+}
+
+namespace {
+// i itself and the last position of each of its Fenwick spans: O(log i) gathered rows.
+class LogSparseDecode : public DecodeState {
+ public:
+  explicit LogSparseDecode(int64_t length) : DecodeState(length, false) {}
+
+ private:
+  torch::Tensor attend(int64_t i, const torch::Tensor& q) override {
+    std::vector<int64_t> positions = {i};
+    for (int64_t m = 0; (i >> m) > 0; ++m)
+      if ((i >> m) & 1) positions.push_back(((i >> m) << m) - 1);
+    auto index = torch::tensor(positions, torch::dtype(torch::kLong).device(q.device()));
+    Terms terms;
+    terms.add(cache().k.index_select(2, index), cache().v.index_select(2, index));
+    return attend_terms(q, terms);
+  }
+};
+}  // namespace
+
+std::unique_ptr<DecodeState> LogSparseAttentionImpl::start_decoding(int64_t length) const {
+  return std::make_unique<LogSparseDecode>(length);
 }
 
 }  // namespace combiner::attention

@@ -11,6 +11,7 @@ class LogSparseAttentionImpl : public AttentionImpl {
   torch::Tensor forward(const torch::Tensor& q,
                         const torch::Tensor& k,
                         const torch::Tensor& v) override;
+  std::unique_ptr<DecodeState> start_decoding(int64_t length) const override;
 };
 
 }  // namespace combiner::attention

@@ -18,6 +18,7 @@ int main(int argc, char** argv) {
     std::string checkpoint, split_name = "test", dump_bits, heatmap;
     std::vector<std::string> overrides;
     int64_t batch_size = 0, threads = 0;
+    bool ema = false;
     app.add_option("--checkpoint", checkpoint, "checkpoint file (.ckpt)")->required();
     app.add_option("--split", split_name, "test | val | train")
         ->check(CLI::IsMember({"test", "val", "train"}));
@@ -27,13 +28,14 @@ int main(int argc, char** argv) {
     app.add_option("--heatmap", heatmap, "write the mean bits per subpixel as a PNG heatmap");
     app.add_option("--batch-size", batch_size, "images per batch (default: the config's)");
     app.add_option("--threads", threads, "LibTorch threads (default: every core)");
+    app.add_flag("--ema", ema, "use the checkpoint's moving average of the weights");
     try {
       app.parse(argc, argv);
     } catch (const CLI::ParseError& e) {
       return app.exit(e);
     }
     combiner::util::set_threads(threads);
-    auto loaded = combiner::train::load_model(checkpoint, overrides);
+    auto loaded = combiner::train::load_model(checkpoint, overrides, ema);
     const auto split = combiner::data::parse_split(split_name);
     const auto images = combiner::data::load_split(loaded.config.data, split);
     const auto& t = loaded.config.train;
@@ -47,11 +49,12 @@ int main(int argc, char** argv) {
       auto mean = result.bits.mean(0).view({s.height, s.width, s.channels});
       combiner::util::write_heatmap(heatmap, mean.permute({0, 2, 1}).reshape({s.height, -1}), 8);
     }
-    spdlog::info("{} images of {}/{}, step {} weights",
+    spdlog::info("{} images of {}/{}, step {} {} weights",
                  result.images,
                  loaded.config.data.dataset,
                  split_name,
-                 loaded.step);
+                 loaded.step,
+                 loaded.weights);
     std::printf("%s_bpd: %.4f\n", split_name.c_str(), result.bits_per_dim);
     return 0;
   });

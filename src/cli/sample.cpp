@@ -1,11 +1,13 @@
-// combiner-sample: draws images from a checkpoint, writes a PNG grid (and optionally the raw
-// uint8 [N, H, W, C] array as .npy), and prints images/s.
+// combiner-sample: draws images from a checkpoint (or, for speed measurements, from the untrained
+// model of a config), writes a PNG grid and optionally the raw uint8 [N, H, W, C] array as .npy,
+// and prints images/s. Cached decoding by default; --no-cache re-runs the network per subpixel.
 #include <spdlog/spdlog.h>
 #include <CLI/CLI.hpp>
 
 #include <chrono>
 #include <cstdio>
 
+#include "config/load.h"
 #include "sample/sampler.h"
 #include "train/model_loading.h"
 #include "util/cli_main.h"
@@ -13,13 +15,33 @@
 #include "util/npy.h"
 #include "util/runtime.h"
 
+namespace {
+
+namespace cb = combiner;
+
+// The untrained model of a config: initialised from train.seed, as a fresh run would be.
+cb::model::ImageTransformer untrained_model(const std::string& path,
+                                            const std::vector<std::string>& overrides) {
+  const auto config = cb::config::load_config_with_overrides(path, overrides);
+  torch::manual_seed(static_cast<uint64_t>(config.train.seed));
+  return cb::model::ImageTransformer(cb::model::TransformerOptions::from_config(config));
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
-  return combiner::util::guarded_main("combiner-sample", [&] {
+  return cb::util::guarded_main("combiner-sample", [&] {
     CLI::App app{"Draw images from a trained checkpoint."};
-    std::string checkpoint, out = "samples.png", npy;
-    combiner::sample::SampleOptions options;
+    std::string checkpoint, config, out = "samples.png", npy;
+    std::vector<std::string> overrides;
+    cb::sample::SampleOptions options;
     int64_t scale = 2, threads = 0;
-    app.add_option("--checkpoint", checkpoint, "checkpoint file (.ckpt)")->required();
+    bool no_cache = false, ema = false;
+    auto* from_checkpoint = app.add_option("--checkpoint", checkpoint, "checkpoint file (.ckpt)");
+    auto* from_config = app.add_option(
+        "--config", config, "sample the untrained model of this config (speed measurements)");
+    from_checkpoint->excludes(from_config);
+    app.add_option("--set", overrides, "with --config: override a key, e.g. model.layers=2");
     app.add_option("--num", options.count, "images to draw");
     app.add_option("--temperature", options.temperature, "softmax temperature; 0 = argmax");
     app.add_option("--seed", options.seed, "sampling seed");
@@ -27,25 +49,36 @@ int main(int argc, char** argv) {
     app.add_option("--out", out, "PNG grid to write");
     app.add_option("--npy", npy, "also write the uint8 [N, H, W, C] samples as .npy");
     app.add_option("--scale", scale, "pixel scale of the PNG grid");
+    app.add_flag("--no-cache", no_cache, "re-run the network on the prefix at every subpixel");
+    app.add_flag("--ema", ema, "use the checkpoint's moving average of the weights");
     app.add_option("--threads", threads, "LibTorch threads (default: every core)");
     try {
       app.parse(argc, argv);
     } catch (const CLI::ParseError& e) {
       return app.exit(e);
     }
+    if (checkpoint.empty() == config.empty())
+      throw std::invalid_argument(
+          "give --checkpoint FILE (or --config FILE for an untrained model)");
     if (scale <= 0)
       throw std::invalid_argument("--scale must be > 0, got " + std::to_string(scale));
-    combiner::util::set_threads(threads);
-    auto loaded = combiner::train::load_model(checkpoint);
+    if (ema && checkpoint.empty()) throw std::invalid_argument("--ema needs --checkpoint");
+    options.cache = !no_cache;
+    cb::util::set_threads(threads);
+    auto model = checkpoint.empty() ? untrained_model(config, overrides)
+                                    : cb::train::load_model(checkpoint, {}, ema).model;
     const auto start = std::chrono::steady_clock::now();
-    const auto images = combiner::sample::sample_images(loaded.model, options);
+    const auto images = cb::sample::sample_images(model, options);
     const double seconds =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    combiner::util::write_image_grid(out, images, scale);
-    if (!npy.empty()) combiner::util::save_npy(npy, images);
-    spdlog::info("{} images in {:.1f}s: {:.3f} images/s",
+    cb::util::write_image_grid(out, images, scale);
+    if (!npy.empty()) cb::util::save_npy(npy, images);
+    spdlog::info("{} images of L = {} in {:.2f}s ({}, {} weights): {:.3f} images/s",
                  options.count,
+                 model->options().length(),
                  seconds,
+                 options.cache ? "cached" : "uncached",
+                 checkpoint.empty() ? "untrained" : (ema ? "ema" : "model"),
                  double(options.count) / seconds);
     std::printf("samples: %s\n", out.c_str());
     return 0;

@@ -13,36 +13,37 @@
 namespace combiner::config {
 
 struct ModelConfig {
-  int64_t layers = 4;      // transformer blocks
-  int64_t width = 128;     // residual stream width (d_model); must be divisible by heads
-  int64_t heads = 4;       // attention heads; head dim = width / heads
-  int64_t mlp_ratio = 4;   // MLP hidden width = mlp_ratio * width
-  double dropout = 0.0;    // on attention output, MLP output and embeddings; in [0, 1)
+  int64_t layers = 4;     // transformer blocks
+  int64_t width = 128;    // residual stream width (d_model); must be divisible by heads
+  int64_t heads = 4;      // attention heads; head dim = width / heads
+  int64_t mlp_ratio = 4;  // MLP hidden width = mlp_ratio * width
+  double dropout = 0.0;   // on attention output, MLP output and embeddings; in [0, 1)
   attention::AttentionOptions attention;
 };
 
 struct TrainConfig {
-  int64_t steps = 1000;           // optimizer updates
-  int64_t batch_size = 16;        // images per update (all micro-batches together)
-  int64_t grad_accum = 1;         // micro-batches per update; must divide batch_size
-  double lr = 1e-3;               // peak learning rate, reached at the end of warmup
-  int64_t warmup_steps = 100;     // linear warmup from 0 to lr
-  double min_lr = 1e-5;           // cosine decay floor, reached at the last step
-  double weight_decay = 0.01;     // AdamW decoupled weight decay (matrices only)
-  double beta1 = 0.9;             // AdamW betas
+  int64_t steps = 1000;        // optimizer updates
+  int64_t batch_size = 16;     // images per update (all micro-batches together)
+  int64_t grad_accum = 1;      // micro-batches per update; must divide batch_size
+  double lr = 1e-3;            // peak learning rate, reached at the end of warmup
+  int64_t warmup_steps = 100;  // linear warmup from 0 to lr
+  double min_lr = 1e-5;        // cosine decay floor, reached at the last step
+  double weight_decay = 0.01;  // AdamW decoupled weight decay (matrices only)
+  double beta1 = 0.9;          // AdamW betas
   double beta2 = 0.95;
-  double grad_clip = 1.0;         // max global gradient norm; 0 = no clipping
-  int64_t seed = 0;               // parameters, data order and dropout
-  int64_t threads = 0;            // LibTorch intra-op threads; 0 = every core
+  double grad_clip = 1.0;                // max global gradient norm; 0 = no clipping
+  double ema_decay = 0.0;                // EMA of the weights after every update; 0 = none kept
+  int64_t seed = 0;                      // parameters, data order and dropout
+  int64_t threads = 0;                   // LibTorch intra-op threads; 0 = every core
   std::string out_dir = "runs/default";  // run folder: checkpoints, metrics.jsonl, config.yaml
-  int64_t checkpoint_every = 0;   // steps between checkpoints; 0 = only at the end
-  int64_t keep_checkpoints = 3;   // newest checkpoints kept in out_dir
-  int64_t eval_every = 0;         // steps between validation passes; 0 = never during training
-  int64_t eval_batch_size = 0;    // images per evaluation batch; 0 = batch_size
-  int64_t log_every = 10;         // steps between console lines
-  bool final_test = true;         // evaluate test bits/dim after the last step
-  int64_t sample_every = 0;       // steps between sample grids in out_dir; 0 = never
-  int64_t sample_count = 16;      // images in each sample grid
+  int64_t checkpoint_every = 0;          // steps between checkpoints; 0 = only at the end
+  int64_t keep_checkpoints = 3;          // newest checkpoints kept in out_dir
+  int64_t eval_every = 0;       // steps between validation passes; 0 = never during training
+  int64_t eval_batch_size = 0;  // images per evaluation batch; 0 = batch_size
+  int64_t log_every = 10;       // steps between console lines
+  bool final_test = true;       // evaluate test bits/dim after the last step
+  int64_t sample_every = 0;     // steps between sample grids in out_dir; 0 = never
+  int64_t sample_count = 16;    // images in each sample grid
 };
 
 struct Config {

@@ -90,6 +90,9 @@ std::vector<Field> build_table() {
          "AdamW second-moment decay").at_least(0).below(1),
     make("train.grad_clip", [](auto& c) -> auto& { return c.train.grad_clip; },
          "max global gradient norm; 0 = no clipping").at_least(0),
+    make("train.ema_decay", [](auto& c) -> auto& { return c.train.ema_decay; },
+         "decay of the weights' exponential moving average (e.g. 0.999); 0 = none")
+        .at_least(0).below(1),
     make("train.seed", [](auto& c) -> auto& { return c.train.seed; },
          "seed for parameters, data order and dropout").at_least(0),
     make("train.threads", [](auto& c) -> auto& { return c.train.threads; },

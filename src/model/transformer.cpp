@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include "attention/decode.h"
 #include "data/dataset.h"
 
 namespace combiner::model {
@@ -41,6 +42,18 @@ torch::Tensor BlockImpl::forward(const torch::Tensor& x) {
   return h + dropout_(mlp_out_(torch::gelu(mlp_in_(ln_mlp_(h)))));
 }
 
+torch::Tensor BlockImpl::step(const torch::Tensor& x, attention::DecodeState& state) {
+  const int64_t B = x.size(0), W = x.size(1), H = heads_;
+  auto qkv = qkv_(ln_attn_(x)).view({B, 3, H, W / H});
+  auto heads_out = state.step(qkv.select(1, 0), qkv.select(1, 1), qkv.select(1, 2));
+  auto h = x + dropout_(attn_out_(heads_out.reshape({B, W})));
+  return h + dropout_(mlp_out_(torch::gelu(mlp_in_(ln_mlp_(h)))));
+}
+
+std::unique_ptr<attention::DecodeState> BlockImpl::start_decoding(int64_t length) const {
+  return attention_->start_decoding(length);
+}
+
 ImageTransformerImpl::ImageTransformerImpl(const TransformerOptions& o) : options_(o) {
   const int64_t W = o.width;
   token_embed_ = register_module("token_embed", torch::nn::Embedding(kVocab + 1, W));
@@ -77,6 +90,16 @@ torch::Tensor input_tokens(const torch::Tensor& x) {
   return torch::cat({start, tokens.narrow(1, 0, x.size(1) - 1)}, 1);
 }
 
+torch::Tensor ImageTransformerImpl::embed(const torch::Tensor& tokens, int64_t first) {
+  // Position p = (row, column, channel) in raster order with channels innermost.
+  auto p = torch::arange(first, first + tokens.size(1), tokens.options().dtype(torch::kLong));
+  const auto& img = options_.image;
+  auto pos = row_embed_(p.div(img.width * img.channels, "floor")) +
+             col_embed_(p.div(img.channels, "floor").remainder(img.width)) +
+             channel_embed_(p.remainder(img.channels));
+  return embed_dropout_(token_embed_(tokens) + pos);
+}
+
 torch::Tensor ImageTransformerImpl::forward(const torch::Tensor& x) {
   TORCH_CHECK(x.dim() == 2, "model input must be [B, L], got ", x.sizes());
   const int64_t L = x.size(1);
@@ -86,13 +109,7 @@ torch::Tensor ImageTransformerImpl::forward(const torch::Tensor& x) {
               " outside [1, ",
               options_.length(),
               "]");
-  // Position p = (row, column, channel) in raster order with channels innermost.
-  auto p = torch::arange(L, torch::dtype(torch::kLong).device(x.device()));
-  const auto& img = options_.image;
-  auto pos = row_embed_(p.div(img.width * img.channels, "floor")) +
-             col_embed_(p.div(img.channels, "floor").remainder(img.width)) +
-             channel_embed_(p.remainder(img.channels));
-  auto h = embed_dropout_(token_embed_(input_tokens(x)) + pos);
+  auto h = embed(input_tokens(x), 0);
   for (const auto& block : *blocks_) h = block->as<Block>()->forward(h);
   return head_(ln_final_(h)).to(torch::kFloat);
 }

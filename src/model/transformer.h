@@ -33,6 +33,10 @@ class BlockImpl : public torch::nn::Module {
   explicit BlockImpl(const TransformerOptions& options);
   torch::Tensor forward(const torch::Tensor& x);  // [B, L, width] -> [B, L, width]
 
+  // The same block at one position: x [B, width] -> [B, width], attention through `state`.
+  torch::Tensor step(const torch::Tensor& x, attention::DecodeState& state);
+  std::unique_ptr<attention::DecodeState> start_decoding(int64_t length) const;
+
  private:
   int64_t heads_;
   torch::nn::LayerNorm ln_attn_{nullptr}, ln_mlp_{nullptr};
@@ -53,6 +57,11 @@ class ImageTransformerImpl : public torch::nn::Module {
   const TransformerOptions& options() const { return options_; }
 
  private:
+  friend class Decoder;  // model/decoder.h: the same network, one position at a time
+
+  // Token plus (row, column, channel) embeddings of tokens [B, n] at positions first.. first+n-1.
+  torch::Tensor embed(const torch::Tensor& tokens, int64_t first);
+
   TransformerOptions options_;
   torch::nn::Embedding token_embed_{nullptr}, row_embed_{nullptr}, col_embed_{nullptr},
       channel_embed_{nullptr};

@@ -2,6 +2,8 @@
 
 #include <stdexcept>
 
+#include "model/decoder.h"
+
 namespace combiner::sample {
 
 namespace {
@@ -12,31 +14,57 @@ torch::Tensor draw(const torch::Tensor& logits, double temperature, at::Generato
   return torch::multinomial(probs, 1, /*replacement=*/false, generator).squeeze(-1);
 }
 
+// x: [n, L] filled in place, position by position.
+void sample_cached(model::ImageTransformer& model,
+                   torch::Tensor& x,
+                   double temperature,
+                   at::Generator& generator) {
+  model::Decoder decoder(model);
+  auto token = torch::full({x.size(0)}, model::kStartToken, torch::kLong);
+  for (int64_t i = 0; i < x.size(1); ++i) {
+    token = draw(decoder.step(token), temperature, generator);
+    x.select(1, i).copy_(token);
+  }
+}
+
+void sample_plain(model::ImageTransformer& model,
+                  torch::Tensor& x,
+                  double temperature,
+                  at::Generator& generator) {
+  const auto& shape = model->options().image;
+  const int64_t L = x.size(1), row = shape.width * shape.channels;
+  for (int64_t i = 0; i < L; ++i) {
+    const int64_t prefix = std::min(L, (i / row + 1) * row);
+    auto logits = model->forward(x.narrow(1, 0, prefix)).select(1, i);
+    x.select(1, i).copy_(draw(logits, temperature, generator));
+  }
+}
+
 }  // namespace
 
 torch::Tensor sample_images(model::ImageTransformer& model, const SampleOptions& options) {
   if (options.count <= 0)
     throw std::invalid_argument("sample: --num must be > 0, got " + std::to_string(options.count));
-  if (options.temperature < 0.0)
+  if (options.batch < 0)
+    throw std::invalid_argument("sample: --batch must be >= 0 (0 = all at once), got " +
+                                std::to_string(options.batch));
+  if (!(options.temperature >= 0.0))
     throw std::invalid_argument("sample: --temperature must be >= 0, got " +
                                 std::to_string(options.temperature));
   torch::NoGradGuard no_grad;
   const bool was_training = model->is_training();
   model->eval();
   const auto& shape = model->options().image;
-  const int64_t L = shape.length();
-  const int64_t row = shape.width * shape.channels;
   const int64_t batch = options.batch > 0 ? options.batch : options.count;
   auto generator = at::detail::createCPUGenerator(static_cast<uint64_t>(options.seed));
 
   std::vector<torch::Tensor> chunks;
   for (int64_t first = 0; first < options.count; first += batch) {
-    const int64_t n = std::min(batch, options.count - first);
-    auto x = torch::zeros({n, L}, torch::kLong);
-    for (int64_t i = 0; i < L; ++i) {
-      const int64_t prefix = std::min(L, (i / row + 1) * row);
-      auto logits = model->forward(x.narrow(1, 0, prefix)).select(1, i);
-      x.select(1, i).copy_(draw(logits, options.temperature, generator));
+    auto x = torch::zeros({std::min(batch, options.count - first), shape.length()}, torch::kLong);
+    if (options.cache) {
+      sample_cached(model, x, options.temperature, generator);
+    } else {
+      sample_plain(model, x, options.temperature, generator);
     }
     chunks.push_back(x);
   }

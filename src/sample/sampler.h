@@ -1,6 +1,9 @@
-// Drawing images from a model, one subpixel at a time. This is the plain path: every step
-// re-runs the network on the prefix (rounded up to whole image rows, which every attention
-// layout accepts), so it costs O(L) forward passes.
+// Drawing images from a model, one subpixel at a time. The default path is the cached decoder
+// (model/decoder.h): one step per subpixel at the attention's per-position cost. The plain path
+// (cache = false) re-runs the network on the prefix (rounded up to whole image rows, which every
+// attention layout accepts) at every step: O(L) forward passes, kept as the reference the cache
+// is tested against. Both draw from the same generator in the same order, so the same seed gives
+// the same images.
 #pragma once
 
 #include <torch/torch.h>
@@ -14,9 +17,11 @@ struct SampleOptions {
   double temperature = 1.0;  // softmax temperature; 0 = argmax (deterministic)
   int64_t seed = 0;          // the sampler's own generator
   int64_t batch = 0;         // images drawn together; 0 = all at once
+  bool cache = true;         // cached incremental decoding; false = plain re-run per step
 };
 
-// Returns uint8 [N, H, W, C]. Throws std::invalid_argument for count <= 0 or temperature < 0.
+// Returns uint8 [N, H, W, C]. Throws std::invalid_argument for count <= 0, batch < 0 or
+// temperature < 0.
 torch::Tensor sample_images(model::ImageTransformer& model, const SampleOptions& options);
 
 }  // namespace combiner::sample

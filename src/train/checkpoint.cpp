@@ -51,6 +51,9 @@ void save_checkpoint(const std::string& path, const Checkpoint& c) {
                                 torch::kUInt8)
                    .clone());
   state.insert("rng_state", c.rng_state.defined() ? c.rng_state : torch::empty({0}, torch::kUInt8));
+  c10::Dict<std::string, at::Tensor> ema;
+  for (const auto& [name, tensor] : c.ema) ema.insert(name, tensor.detach().cpu());
+  state.insert("ema", ema);
   const std::vector<char> payload = torch::pickle_save(state);
 
   const fs::path final_path(path);
@@ -112,6 +115,9 @@ Checkpoint load_checkpoint(const std::string& path) {
     for (const auto& entry : state.at("model").toGenericDict())
       c.model.emplace_back(entry.key().toStringRef(), entry.value().toTensor());
     std::sort(c.model.begin(), c.model.end(), [](auto& a, auto& b) { return a.first < b.first; });
+    if (state.contains("ema"))
+      for (const auto& entry : state.at("ema").toGenericDict())
+        c.ema.emplace_back(entry.key().toStringRef(), entry.value().toTensor());
     auto optimizer = state.at("optimizer").toTensor().contiguous();
     c.optimizer.assign(optimizer.data_ptr<uint8_t>(),
                        optimizer.data_ptr<uint8_t>() + optimizer.numel());

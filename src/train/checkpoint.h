@@ -19,6 +19,7 @@ struct Checkpoint {
   std::vector<std::pair<std::string, torch::Tensor>> model;  // parameters and buffers by name
   std::vector<char> optimizer;  // torch::optim serialisation of the optimizer
   torch::Tensor rng_state;      // LibTorch's default CPU generator (dropout)
+  std::vector<std::pair<std::string, torch::Tensor>> ema;  // empty unless train.ema_decay > 0
 };
 
 void save_checkpoint(const std::string& path, const Checkpoint& checkpoint);

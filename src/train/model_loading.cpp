@@ -5,14 +5,20 @@
 namespace combiner::train {
 
 LoadedModel load_model(const std::string& checkpoint_path,
-                       const std::vector<std::string>& overrides) {
+                       const std::vector<std::string>& overrides,
+                       bool ema) {
   const auto checkpoint = load_checkpoint(checkpoint_path);
   LoadedModel loaded;
   loaded.config = config::parse_config(checkpoint.config_yaml, checkpoint_path + " (config)");
   for (const auto& assignment : overrides) config::apply_override(loaded.config, assignment);
   config::validate(loaded.config);
   loaded.model = model::ImageTransformer(model::TransformerOptions::from_config(loaded.config));
-  restore_model(*loaded.model, checkpoint.model, checkpoint_path);
+  if (ema && checkpoint.ema.empty())
+    throw std::runtime_error(checkpoint_path +
+                             ": --ema: this checkpoint holds no EMA weights (trained with "
+                             "train.ema_decay = 0)");
+  restore_model(*loaded.model, ema ? checkpoint.ema : checkpoint.model, checkpoint_path);
+  loaded.weights = ema ? "ema" : "model";
   loaded.model->eval();
   loaded.step = checkpoint.step;
   return loaded;

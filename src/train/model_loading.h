@@ -14,9 +14,13 @@ struct LoadedModel {
   config::Config config;
   model::ImageTransformer model{nullptr};
   int64_t step = 0;
+  std::string weights = "model";  // or "ema": which weights the model holds
 };
 
+// `ema`: load the checkpoint's moving average instead of the raw weights; throws
+// std::runtime_error naming the file when it has none (trained with train.ema_decay = 0).
 LoadedModel load_model(const std::string& checkpoint_path,
-                       const std::vector<std::string>& overrides = {});
+                       const std::vector<std::string>& overrides = {},
+                       bool ema = false);
 
 }  // namespace combiner::train

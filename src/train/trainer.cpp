@@ -12,6 +12,7 @@
 #include "train/batches.h"
 #include "train/bits.h"
 #include "train/checkpoint.h"
+#include "train/ema.h"
 #include "train/evaluate.h"
 #include "train/metrics_log.h"
 #include "train/schedule.h"
@@ -92,6 +93,7 @@ RunResult run_training(const config::Config& config, const RunOptions& options) 
   auto optimizer = make_optimizer(model, t);
   BatchStream stream(train_set, t.seed);
   int64_t step = 0, samples_seen = 0;
+  NamedTensors ema;  // empty unless train.ema_decay > 0
 
   if (options.resume) {
     auto found = newest_valid_checkpoint(t.out_dir);
@@ -103,6 +105,7 @@ RunResult run_training(const config::Config& config, const RunOptions& options) 
     generator.set_state(ckpt.rng_state);
     step = ckpt.step;
     samples_seen = ckpt.samples_seen;
+    ema = ckpt.ema;
     spdlog::info("resumed from {} at step {}", path, step);
   }
   spdlog::info("{}: {} train images, {} val, L = {}; {} layers x {} wide, {} heads, attention {}",
@@ -119,6 +122,7 @@ RunResult run_training(const config::Config& config, const RunOptions& options) 
                threads,
                t.out_dir);
 
+  if (t.ema_decay > 0 && ema.empty()) ema = start_ema(*model);
   MetricsLog metrics((fs::path(t.out_dir) / "metrics.jsonl").string());
   auto save = [&]() {
     Checkpoint c{config::to_yaml(config),
@@ -126,7 +130,8 @@ RunResult run_training(const config::Config& config, const RunOptions& options) 
                  samples_seen,
                  capture_model(*model),
                  capture_optimizer(*optimizer),
-                 at::detail::getDefaultCPUGenerator().get_state()};
+                 at::detail::getDefaultCPUGenerator().get_state(),
+                 ema};
     const auto path = checkpoint_path(t.out_dir, step);
     save_checkpoint(path, c);
     prune_checkpoints(t.out_dir, t.keep_checkpoints);  // only after the new one is complete
@@ -156,6 +161,7 @@ RunResult run_training(const config::Config& config, const RunOptions& options) 
     const double max_norm = t.grad_clip > 0 ? t.grad_clip : std::numeric_limits<double>::infinity();
     const double grad_norm = torch::nn::utils::clip_grad_norm_(model->parameters(), max_norm);
     optimizer->step();
+    if (!ema.empty()) update_ema(ema, *model, t.ema_decay);
     ++step;
 
     const double step_s = std::chrono::duration<double>(Clock::now() - step_start).count();

@@ -103,6 +103,40 @@ TEST_F(Cli, SampleWritesGridAndArray) {
   EXPECT_EQ(samples.scalar_type(), torch::kUInt8);
 }
 
+TEST_F(Cli, CachedAndUncachedSamplingAgree) {
+  std::vector<torch::Tensor> drawn;
+  for (const std::string flag : {"", " --no-cache"}) {
+    const auto npy = dir_->file("draw" + std::to_string(drawn.size()) + ".npy");
+    auto r = run_binary("combiner-sample",
+                        "--checkpoint " + checkpoint_ + " --num 2 --seed 3 --out " +
+                            dir_->file("g.png") + " --npy " + npy + flag);
+    ASSERT_EQ(r.status, 0) << r.output;
+    EXPECT_NE(r.output.find(flag.empty() ? "cached" : "uncached"), std::string::npos) << r.output;
+    EXPECT_NE(r.output.find("images/s"), std::string::npos) << r.output;
+    drawn.push_back(util::load_npy(npy));
+  }
+  EXPECT_TRUE(torch::equal(drawn[0], drawn[1]));
+}
+
+TEST_F(Cli, EmaWeightsAreSavedAndUsedWhenAsked) {
+  TempDir dir;
+  auto r =
+      run_binary("combiner-train", "--config " + tiny_config(dir) + " --set train.ema_decay=0.9");
+  ASSERT_EQ(r.status, 0) << r.output;
+  const auto checkpoint = r.last_line().substr(std::string("checkpoint: ").size());
+  auto eval = run_binary("combiner-eval", "--checkpoint " + checkpoint + " --split val --ema");
+  ASSERT_EQ(eval.status, 0) << eval.output;
+  EXPECT_NE(eval.output.find("ema weights"), std::string::npos) << eval.output;
+  auto raw = run_binary("combiner-eval", "--checkpoint " + checkpoint + " --split val");
+  ASSERT_EQ(raw.status, 0) << raw.output;
+  EXPECT_NE(raw.output.find("model weights"), std::string::npos) << raw.output;
+  EXPECT_NE(raw.last_line(), eval.last_line());  // three updates moved the raw weights away
+  auto sample =
+      run_binary("combiner-sample",
+                 "--checkpoint " + checkpoint + " --ema --num 1 --out " + dir.file("ema.png"));
+  ASSERT_EQ(sample.status, 0) << sample.output;
+}
+
 TEST_F(Cli, BadArgumentsGiveOneLineErrors) {
   struct Case {
     std::string binary, args, expected;
@@ -111,6 +145,11 @@ TEST_F(Cli, BadArgumentsGiveOneLineErrors) {
       {"combiner-sample", "--checkpoint " + checkpoint_ + " --num 0", "--num must be > 0"},
       {"combiner-sample", "--checkpoint " + checkpoint_ + " --temperature -1", "--temperature"},
       {"combiner-sample", "--checkpoint /nonexistent/x.ckpt", "/nonexistent/x.ckpt"},
+      {"combiner-sample", "--num 2", "--checkpoint"},
+      {"combiner-sample", "--checkpoint " + checkpoint_ + " --batch -1", "--batch"},
+      {"combiner-sample", "--checkpoint " + checkpoint_ + " --ema", "no EMA weights"},
+      {"combiner-sample", "--config /nonexistent.yaml", "/nonexistent.yaml"},
+      {"combiner-eval", "--checkpoint " + checkpoint_ + " --ema", "no EMA weights"},
       {"combiner-eval", "--checkpoint /nonexistent/x.ckpt", "/nonexistent/x.ckpt"},
       {"combiner-eval",
        "--checkpoint " + checkpoint_ + " --set data.dir=/nonexistent",

@@ -41,6 +41,7 @@ void expect_equal(const Config& a, const Config& b) {
   EXPECT_EQ(s.beta1, t.beta1);
   EXPECT_EQ(s.beta2, t.beta2);
   EXPECT_EQ(s.grad_clip, t.grad_clip);
+  EXPECT_EQ(s.ema_decay, t.ema_decay);
   EXPECT_EQ(s.seed, t.seed);
   EXPECT_EQ(s.threads, t.threads);
   EXPECT_EQ(s.out_dir, t.out_dir);
@@ -80,6 +81,7 @@ Config unusual_config() {
   t.beta1 = 0.8999999999999999;
   t.beta2 = 0.999;
   t.grad_clip = 2.5;
+  t.ema_decay = 0.9995;
   t.seed = 42;
   t.threads = 3;
   t.out_dir = "null";  // a string that YAML would read as null if unquoted
@@ -117,6 +119,7 @@ TEST(ConfigKeys, KeyPathsListEveryFieldOnceInFileOrder) {
                                              "train.beta1",
                                              "train.beta2",
                                              "train.grad_clip",
+                                             "train.ema_decay",
                                              "train.seed",
                                              "train.threads",
                                              "train.out_dir",

@@ -105,6 +105,7 @@ TEST(ConfigValidate, EveryRangeNamesKeyAllowedRangeAndValue) {
       {{"train.beta1=1"}, "train.beta1: must be in [0, 1), got 1.0"},
       {{"train.beta2=-0.1"}, "train.beta2: must be in [0, 1), got -0.1"},
       {{"train.grad_clip=-1"}, "train.grad_clip: must be >= 0, got -1.0"},
+      {{"train.ema_decay=1"}, "train.ema_decay: must be in [0, 1), got 1.0"},
       {{"train.seed=-1"}, "train.seed: must be >= 0, got -1"},
       {{"train.threads=-1"}, "train.threads: must be >= 0, got -1"},
       {{"train.checkpoint_every=-1"}, "train.checkpoint_every: must be >= 0, got -1"},

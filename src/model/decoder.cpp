@@ -1,0 +1,23 @@
+#include "model/decoder.h"
+
+namespace combiner::model {
+
+Decoder::Decoder(ImageTransformer model) : model_(std::move(model)) {
+  for (const auto& block : *model_->blocks_)
+    states_.push_back(block->as<Block>()->start_decoding(model_->options().length()));
+}
+
+torch::Tensor Decoder::step(const torch::Tensor& token) {
+  TORCH_CHECK(token.dim() == 1, "decoder: expected tokens [B], got ", token.sizes());
+  TORCH_CHECK(position_ < model_->options().length(),
+              "decoder: all ",
+              model_->options().length(),
+              " positions already decoded");
+  auto h = model_->embed(token.to(torch::kLong).unsqueeze(1), position_).squeeze(1);
+  size_t layer = 0;
+  for (const auto& block : *model_->blocks_) h = block->as<Block>()->step(h, *states_[layer++]);
+  ++position_;
+  return model_->head_(model_->ln_final_(h)).to(torch::kFloat);
+}
+
+}  // namespace combiner::model

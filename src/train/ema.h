@@ -1,0 +1,22 @@
+// Exponential moving average of the weights, kept beside the model and saved in checkpoints:
+// after every update, ema <- decay * ema + (1 - decay) * weights. Evaluation and sampling can
+// use it instead of the raw weights (--ema).
+#pragma once
+
+#include <torch/torch.h>
+
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace combiner::train {
+
+using NamedTensors = std::vector<std::pair<std::string, torch::Tensor>>;
+
+// A copy of the model's parameters and buffers (capture_model's names and order).
+NamedTensors start_ema(const torch::nn::Module& model);
+
+// One update; buffers and non-floating tensors are copied as they are.
+void update_ema(NamedTensors& ema, const torch::nn::Module& model, double decay);
+
+}  // namespace combiner::train

@@ -1,0 +1,80 @@
+// The cached decoder against the full forward pass: for every variant and abstraction, the
+// logits of each step equal forward()'s at that position, on a model with weights large enough
+// that attention is far from uniform.
+#include <gtest/gtest.h>
+
+#include "attention/attention.h"
+#include "attention/plan.h"
+#include "model/decoder.h"
+
+namespace combiner::model {
+namespace {
+
+struct DecoderCase {
+  std::string type, abstraction;
+  int64_t block, row_len;
+};
+
+std::vector<DecoderCase> cases() {
+  std::vector<DecoderCase> out;
+  for (const auto& type : attention::variant_names())
+    for (const auto& abstraction : attention::abstraction_names()) {
+      if (!attention::is_combiner(type) && abstraction != "max") continue;
+      out.push_back({type, abstraction, 12, 12});  // a block and a row = one image row
+      out.push_back({type, abstraction, 5, 8});    // layouts that cut across image rows
+    }
+  return out;
+}
+
+std::string name(const DecoderCase& c) {
+  std::string out = c.type + "_" + c.abstraction + "_s" + std::to_string(c.block) + "_W" +
+                    std::to_string(c.row_len);
+  for (auto& ch : out)
+    if (ch == '-') ch = '_';
+  return out;
+}
+
+ImageTransformer random_model(const DecoderCase& c) {
+  TransformerOptions o;
+  o.layers = 2;
+  o.width = 16;
+  o.heads = 2;
+  o.mlp_ratio = 2;
+  o.image = {4, 4, 3};  // L = 48
+  o.attention = {c.type, c.block, c.row_len, c.abstraction};
+  torch::manual_seed(3);
+  ImageTransformer model(o);
+  torch::NoGradGuard no_grad;
+  for (auto& p : model->parameters())
+    if (p.dim() >= 2) p.normal_(0.0, 0.5);  // GPT-2 init is too small: attention ~ uniform
+  model->eval();
+  return model;
+}
+
+class DecoderTest : public ::testing::TestWithParam<DecoderCase> {};
+
+TEST_P(DecoderTest, StepLogitsEqualForwardLogits) {
+  auto model = random_model(GetParam());
+  torch::NoGradGuard no_grad;
+  auto x = torch::randint(0, 256, {3, 48}, torch::kLong);
+  auto expected = model->forward(x);  // [3, 48, 256]
+
+  Decoder decoder(model);
+  auto tokens = input_tokens(x);
+  double worst = 0;
+  for (int64_t i = 0; i < 48; ++i) {
+    auto logits = decoder.step(tokens.select(1, i));
+    worst = std::max(worst, (logits - expected.select(1, i)).abs().max().item<double>());
+  }
+  EXPECT_LT(worst, 1e-4);
+  EXPECT_GT(expected.std().item<double>(), 1.0);  // the comparison is not between near-zeros
+  EXPECT_THROW(decoder.step(tokens.select(1, 0)), c10::Error);
+}
+
+INSTANTIATE_TEST_SUITE_P(AllVariants,
+                         DecoderTest,
+                         ::testing::ValuesIn(cases()),
+                         [](const auto& info) { return name(info.param); });
+
+}  // namespace
+}  // namespace combiner::model
