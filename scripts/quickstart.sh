@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Quick start: installs, builds, trains the default Fashion-MNIST config on the real data,
-# evaluates test bits/dim and writes a grid of samples to runs/quickstart/samples.png.
+# evaluates test bits/dim, writes a grid of samples to runs/quickstart/samples.png (training also
+# writes one every 225 steps) and the validation bits per subpixel as a heatmap.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/setup-deps.sh
@@ -14,3 +15,4 @@ mkdir -p "$run"
 ./build/combiner-train --config configs/fashion_mnist.yaml --set train.out_dir=$run | tee "$run/train.log"
 checkpoint=$(sed -n 's/^checkpoint: //p' "$run/train.log" | tail -n 1)
 ./build/combiner-sample --checkpoint "$checkpoint" --num 16 --scale 4 --out "$run/samples.png"
+./build/combiner-eval --checkpoint "$checkpoint" --split val --heatmap "$run/bits-heatmap.png"

@@ -5,6 +5,7 @@
 
 #include <poll.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -12,6 +13,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <map>
@@ -52,7 +54,68 @@ std::string first_line(const std::string& text) {
   return text.substr(0, text.find('\n'));
 }
 
+torch::ScalarType scalar_type(const std::string& dtype) {
+  if (dtype == "float32") return torch::kFloat;
+  if (dtype == "bfloat16") return torch::kBFloat16;
+  if (dtype == "float64") return torch::kDouble;
+  throw std::invalid_argument("bench: dtype must be float32, bfloat16 or float64, got '" + dtype +
+                              "'");
+}
+
+// Lets this process map at most `mib` more than it has now, so that a case too big for the
+// machine fails an allocation (status oom) instead of waking the kernel's OOM killer, which may
+// pick another process. Virtual size over-counts what becomes resident, so this errs early.
+void limit_address_space(int64_t mib) {
+  const double now_mib = status_mib("VmSize");
+  const auto bytes = static_cast<rlim_t>((now_mib + double(mib)) * 1024.0 * 1024.0);
+  rlimit limit{bytes, bytes};
+  if (setrlimit(RLIMIT_AS, &limit) != 0)
+    throw std::runtime_error("bench: cannot set the address-space limit");
+}
+
+// CSV cells hold no commas, quotes or line breaks.
+std::string csv_safe(std::string text) {
+  for (auto& ch : text)
+    if (ch == ',' || ch == '"' || ch == '\n' || ch == '\r') ch = ch == ',' ? ';' : ' ';
+  return text;
+}
+
 }  // namespace bench_detail
+
+int64_t default_layout(int64_t length) {
+  if (length <= 0)
+    throw std::invalid_argument("bench: length must be > 0, got " + std::to_string(length));
+  const double root = std::sqrt(double(length));
+  int64_t best = 1;
+  for (int64_t d = 1; d <= length; ++d)
+    if (length % d == 0 && std::abs(double(d) - root) <= std::abs(double(best) - root)) best = d;
+  return best;
+}
+
+BenchCase resolve_layout(BenchCase c) {
+  if (c.block == 0) {
+    c.block = default_layout(c.length);
+    c.block_auto = true;
+  }
+  if (c.row_len == 0) {
+    c.row_len = default_layout(c.length);
+    c.row_len_auto = true;
+  }
+  return c;
+}
+
+std::string invalid_reason(const BenchCase& c) {
+  try {
+    validate(AttentionOptions{c.variant, c.block, c.row_len, "max"}, c.length);
+  } catch (const std::invalid_argument& e) {
+    return e.what();
+  }
+  return "";
+}
+
+std::string pass_name(const BenchCase& c) {
+  return c.backward ? "forward+backward" : "forward";
+}
 
 double reference_error(const std::string& variant) {
   torch::NoGradGuard no_grad;
@@ -72,19 +135,18 @@ double reference_error(const std::string& variant) {
   return worst;
 }
 
-BenchResult time_case(const BenchCase& c) {
+BenchResult time_case(const BenchCase& given) {
+  const BenchCase c = resolve_layout(given);
   BenchResult r;
   try {
     util::set_threads(c.threads);
     const AttentionOptions o{c.variant, c.block, c.row_len, "max"};
-    try {
-      validate(o, c.length);
-    } catch (const std::invalid_argument& e) {
+    r.detail = invalid_reason(c);
+    if (!r.detail.empty()) {
       r.status = "invalid";
-      r.detail = e.what();
       return r;
     }
-    const auto dtype = c.dtype == "float64" ? torch::kDouble : torch::kFloat;
+    const auto dtype = bench_detail::scalar_type(c.dtype);
     torch::manual_seed(0);
     auto module = make_attention(o, c.length, c.dim);
     const std::vector<int64_t> shape = {c.batch, c.heads, c.length, c.dim};
@@ -108,6 +170,7 @@ BenchResult time_case(const BenchCase& c) {
     // add (activations, saved tensors, and the gradients of q, k, v with --backward).
     once(std::min<int64_t>(c.length, 4 * std::max<int64_t>({c.block, c.row_len, 16})));
     for (auto* t : {&q, &k, &v}) t->mutable_grad().reset();
+    if (c.max_mib > 0) bench_detail::limit_address_space(c.max_mib);
     bench_detail::reset_peak_rss();
     const double base = bench_detail::status_mib("VmRSS");
     once(c.length);  // warm-up, not timed
@@ -138,7 +201,7 @@ std::string encode_case(const BenchCase& c) {
   out << "variant=" << c.variant << " length=" << c.length << " block=" << c.block
       << " row_len=" << c.row_len << " batch=" << c.batch << " heads=" << c.heads
       << " dim=" << c.dim << " dtype=" << c.dtype << " backward=" << c.backward
-      << " repeats=" << c.repeats << " threads=" << c.threads;
+      << " repeats=" << c.repeats << " threads=" << c.threads << " max_mib=" << c.max_mib;
   return out.str();
 }
 
@@ -168,6 +231,7 @@ BenchCase decode_case(const std::string& text) {
   c.backward = get("backward") == "1";
   c.repeats = std::stoll(get("repeats"));
   c.threads = std::stoll(get("threads"));
+  c.max_mib = std::stoll(get("max_mib"));
   return c;
 }
 
@@ -251,17 +315,30 @@ BenchResult run_child(const std::vector<std::string>& argv, double timeout_s) {
 }
 
 std::string csv_header() {
-  return "variant,L,block,row_len,dtype,ms,peak_mib,status";
+  return "variant,L,block,row_len,layout,dtype,pass,batch,heads,dim,threads,ms,peak_mib,status,"
+         "detail";
 }
 
 std::string csv_row(const BenchCase& c, const BenchResult& r) {
-  // Layout columns are empty for variants that do not use them.
-  const std::string block = uses_block(c.variant) ? std::to_string(c.block) : "";
-  const std::string row_len = uses_row_len(c.variant) ? std::to_string(c.row_len) : "";
-  char numbers[64];
-  std::snprintf(numbers, sizeof numbers, "%.3f,%.1f", r.ms, r.peak_mib);
-  return c.variant + "," + std::to_string(c.length) + "," + block + "," + row_len + "," + c.dtype +
-         "," + numbers + "," + r.status;
+  const bool block = uses_block(c.variant), row_len = uses_row_len(c.variant);
+  std::string layout;
+  if (block || row_len) layout = (block ? c.block_auto : c.row_len_auto) ? kAutoLayout : "given";
+  char numbers[64] = ",";
+  if (r.status == "ok") std::snprintf(numbers, sizeof numbers, "%.3f,%.1f", r.ms, r.peak_mib);
+  std::ostringstream out;
+  out << c.variant << "," << c.length << "," << (block ? std::to_string(c.block) : "") << ","
+      << (row_len ? std::to_string(c.row_len) : "") << "," << layout << "," << c.dtype << ","
+      << pass_name(c) << "," << c.batch << "," << c.heads << "," << c.dim << "," << c.threads << ","
+      << numbers << "," << r.status << "," << bench_detail::csv_safe(r.detail);
+  return out.str();
+}
+
+int64_t available_mib() {
+  std::ifstream in("/proc/meminfo");
+  std::string line;
+  while (std::getline(in, line))
+    if (line.rfind("MemAvailable:", 0) == 0) return std::stoll(line.substr(13)) / 1024;
+  return 0;
 }
 
 }  // namespace combiner::attention

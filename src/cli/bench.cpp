@@ -2,17 +2,23 @@
 //   attention: forward (and with --backward, forward + backward) median time and peak memory per
 //   variant and length, each case in a fresh child process (this binary re-executed with the
 //   hidden --child flag), after checking each variant against the dense reference.
+//   train: full training steps of a config's model on random tokens; ms/step, tokens/s and
+//   model FLOP utilisation against a matmul peak measured in the same run.
 #include <spdlog/spdlog.h>
 #include <CLI/CLI.hpp>
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <map>
+#include <sstream>
 #include <stdexcept>
 
 #include "attention/attention.h"
 #include "attention/bench.h"
+#include "config/load.h"
+#include "train/train_bench.h"
 #include "util/atomic_file.h"
 #include "util/cli_main.h"
 #include "util/runtime.h"
@@ -22,12 +28,20 @@ namespace {
 namespace att = combiner::attention;
 
 struct AttentionFlags {
-  std::vector<int64_t> lengths = {3072};
+  std::vector<int64_t> lengths = {1024, 2048, 4096, 8192, 12288, 16384};
   std::string variants = "all";  // all | comma-separated names
   att::BenchCase shape;          // batch, heads, dim, layout, dtype, backward, repeats, threads
   double timeout_s = 600;        // per case
+  int64_t max_mib = -1;          // per case; -1 = MemAvailable at start, 0 = no limit
   std::string out;
   std::string child;  // hidden: an encoded case to run in this process
+};
+
+struct TrainFlags {
+  std::string config;
+  std::vector<std::string> overrides;
+  combiner::train::TrainBenchOptions options;
+  std::string out;
 };
 
 std::string self_path() {
@@ -51,9 +65,21 @@ std::vector<std::string> chosen_variants(const std::string& text) {
   return out;
 }
 
-int bench_attention(const AttentionFlags& f) {
-  if (f.out.empty()) throw std::invalid_argument("attention: --out is required");
+void write_csv(const std::string& path, const std::vector<std::string>& rows) {
+  combiner::util::write_file_atomic(path, [&](std::ostream& out) {
+    for (const auto& row : rows) out << row << "\n";
+  });
+  std::printf("results: %s\n", path.c_str());
+}
+
+int bench_attention(AttentionFlags f) {
   const auto variants = chosen_variants(f.variants);
+  for (int64_t L : f.lengths)
+    if (L <= 0)
+      throw std::invalid_argument("--lengths: every L must be > 0, got " + std::to_string(L));
+  if (f.out.empty()) throw std::invalid_argument("attention: --out is required");
+  f.shape.threads = combiner::util::set_threads(f.shape.threads);
+  f.shape.max_mib = f.max_mib >= 0 ? f.max_mib : att::available_mib();
   const std::string program = self_path();
   std::vector<std::string> rows = {att::csv_header()};
   std::map<int64_t, att::BenchResult> full;  // per L, for the ratios
@@ -64,8 +90,12 @@ int bench_attention(const AttentionFlags& f) {
       att::BenchCase c = f.shape;
       c.variant = variant;
       c.length = L;
+      c = att::resolve_layout(c);
       att::BenchResult r;
-      if (error > 1e-5) {
+      r.detail = att::invalid_reason(c);
+      if (!r.detail.empty()) {
+        r.status = "invalid";  // no child: the layout cannot run at this L
+      } else if (error > 1e-5) {
         r.status = "mismatch";
       } else {
         r = att::run_child({program, "attention", "--child", att::encode_case(c)}, f.timeout_s);
@@ -73,9 +103,14 @@ int bench_attention(const AttentionFlags& f) {
       if (variant == "full") full[L] = r;
       const auto it = full.find(L);
       const bool ratio = r.status == "ok" && it != full.end() && it->second.status == "ok";
-      spdlog::info("{} L={}: {} {:.1f} ms, {:.0f} MiB{}{}",
+      spdlog::info("{} L={}{} {} {}: {} {:.1f} ms, {:.0f} MiB{}{}",
                    variant,
                    L,
+                   att::uses_block(variant)     ? fmt::format(" s={}", c.block)
+                   : att::uses_row_len(variant) ? fmt::format(" W={}", c.row_len)
+                                                : "",
+                   c.dtype,
+                   att::pass_name(c),
                    r.status,
                    r.ms,
                    r.peak_mib,
@@ -87,38 +122,95 @@ int bench_attention(const AttentionFlags& f) {
       rows.push_back(att::csv_row(c, r));
     }
   }
-  combiner::util::write_file_atomic(f.out, [&](std::ostream& out) {
-    for (const auto& row : rows) out << row << "\n";
-  });
-  std::printf("results: %s\n", f.out.c_str());
+  write_csv(f.out, rows);
   return 0;
+}
+
+int bench_train(const TrainFlags& f) {
+  const auto config = combiner::config::load_config_with_overrides(f.config, f.overrides);
+  const auto r = combiner::train::run_train_bench(config, f.options);
+  std::printf("%s\n", combiner::train::summary_line(r).c_str());
+  if (!f.out.empty())
+    write_csv(f.out, {combiner::train::train_csv_header(), combiner::train::train_csv_row(r)});
+  return 0;
+}
+
+void add_attention_flags(CLI::App& app, AttentionFlags& f) {
+  auto& s = f.shape;
+  s.block = s.row_len = 0;  // auto unless given
+  const std::string auto_rule = std::string("0 = ") + att::kDefaultLayoutRule +
+                                "; the CSV's layout column says " + att::kAutoLayout + " or given";
+  app.add_option("--lengths", f.lengths, "sequence lengths L")
+      ->delimiter(',')
+      ->capture_default_str();
+  app.add_option("--variants", f.variants, "all, or comma-separated variant names")
+      ->capture_default_str();
+  app.add_option("--batch", s.batch, "batch size B")->capture_default_str();
+  app.add_option("--heads", s.heads, "heads H")->capture_default_str();
+  app.add_option("--dim", s.dim, "head dim D (= Dv)")->capture_default_str();
+  app.add_option("--block", s.block, "block s of the fixed layouts; " + auto_rule)
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  app.add_option("--row-len", s.row_len, "row length W of the axial layouts; " + auto_rule)
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  app.add_option("--dtype", s.dtype, "input dtype (scores and softmax are fp32 for bfloat16)")
+      ->check(CLI::IsMember({"float32", "bfloat16", "float64"}))
+      ->capture_default_str();
+  app.add_flag("--backward", s.backward, "time forward + backward (pass column)");
+  app.add_option("--repeats", s.repeats, "timed runs after one warm-up (median)")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  app.add_option("--threads", s.threads, "LibTorch threads per case (0 = every core)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  app.add_option("--timeout", f.timeout_s, "seconds per case before it is killed (timeout row)")
+      ->capture_default_str();
+  app.add_option("--max-mib",
+                 f.max_mib,
+                 "MiB a case may map beyond its start before allocations fail (oom row); "
+                 "-1 = the machine's MemAvailable at start, 0 = no limit")
+      ->capture_default_str();
+  app.add_option("--out", f.out, "results .csv (required)");
+  app.add_option("--child", f.child)->group("");  // hidden: run one case here
+}
+
+void add_train_flags(CLI::App& app, TrainFlags& f) {
+  auto& o = f.options;
+  app.add_option("--config", f.config, "YAML config file (see configs/)")->required();
+  app.add_option("--set", f.overrides, "override a config key: --set train.batch_size=8");
+  app.add_option("--steps", o.steps, "timed training steps (median)")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  app.add_option("--warmup", o.warmup, "untimed steps first")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  app.add_option("--threads", o.threads, "LibTorch threads; -1 = train.threads of the config")
+      ->capture_default_str();
+  app.add_option("--matmul-size", o.matmul_size, "n of the n x n fp32 matmul peak")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  app.add_option("--out", f.out, "also write a one-row .csv");
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
   return combiner::util::guarded_main("combiner-bench", [&] {
-    CLI::App app{"Benchmarks: attention variants."};
+    CLI::App app{"Benchmarks: attention variants, training steps."};
     app.require_subcommand(1);
-    AttentionFlags f;
-    auto& s = f.shape;
-    auto* attention = app.add_subcommand("attention", "time and peak memory per variant");
-    attention->add_option("--lengths", f.lengths, "sequence lengths L")->delimiter(',');
-    attention->add_option("--variants", f.variants, "all, or comma-separated variant names");
-    attention->add_option("--batch", s.batch, "batch size B");
-    attention->add_option("--heads", s.heads, "heads H");
-    attention->add_option("--dim", s.dim, "head dim D (= Dv)");
-    attention->add_option("--block", s.block, "block s of the fixed layouts");
-    attention->add_option("--row-len", s.row_len, "row length W of the axial layouts");
-    attention->add_option("--dtype", s.dtype, "input dtype")
-        ->check(CLI::IsMember({"float32", "float64"}));
-    attention->add_flag("--backward", s.backward, "time forward + backward");
-    attention->add_option("--repeats", s.repeats, "timed runs after one warm-up (median)")
-        ->check(CLI::PositiveNumber);
-    attention->add_option("--threads", s.threads, "LibTorch threads per case (0 = every core)");
-    attention->add_option("--timeout", f.timeout_s, "seconds per case before it is killed");
-    attention->add_option("--out", f.out, "results .csv");
-    attention->add_option("--child", f.child)->group("");  // hidden: run one case here
+    AttentionFlags attention_flags;
+    TrainFlags train_flags;
+    auto* attention = app.add_subcommand(
+        "attention", "time and peak memory per variant and length, one child process per case");
+    add_attention_flags(*attention, attention_flags);
+    auto* train = app.add_subcommand(
+        "train",
+        std::string("ms/step, tokens/s and MFU of full training steps on random tokens. ") +
+            combiner::train::kFlopRule +
+            " MFU = FLOPs/step / step time / the fp32 matmul peak measured in the same run "
+            "with the same threads.");
+    add_train_flags(*train, train_flags);
     try {
       app.parse(argc, argv);
     } catch (const CLI::CallForHelp& e) {
@@ -126,11 +218,12 @@ int main(int argc, char** argv) {
     } catch (const CLI::ParseError& e) {
       throw std::invalid_argument(e.what());
     }
-    if (!f.child.empty()) {
-      std::printf("%s\n", att::encode_result(att::time_case(att::decode_case(f.child))).c_str());
+    if (train->parsed()) return bench_train(train_flags);
+    if (!attention_flags.child.empty()) {
+      const auto c = att::decode_case(attention_flags.child);
+      std::printf("%s\n", att::encode_result(att::time_case(c)).c_str());
       return 0;
     }
-    combiner::util::set_threads(s.threads);
-    return bench_attention(f);
+    return bench_attention(attention_flags);
   });
 }

@@ -44,7 +44,17 @@ struct TrainConfig {
   bool final_test = true;       // evaluate test bits/dim after the last step
   int64_t sample_every = 0;     // steps between sample grids in out_dir; 0 = never
   int64_t sample_count = 16;    // images in each sample grid
+  // Scale-out: recompute each block's activations in backward (memory for time); the math
+  // precision of the blocks (bfloat16 = autocast, fp32 master weights, attention softmax and
+  // logits in fp32); the device; how long a collective waits for the other ranks.
+  bool activation_checkpointing = false;
+  std::string precision = "float32";  // float32 | bfloat16
+  std::string device = "auto";        // auto | cpu | cuda | cuda:N
+  int64_t dist_timeout_s = 300;       // seconds; a rank that dies stops the others after this
 };
+
+// The names train.precision accepts.
+const std::vector<std::string>& precision_names();
 
 struct Config {
   data::DataOptions data;

@@ -115,6 +115,16 @@ std::vector<Field> build_table() {
          "steps between sample grids in out_dir; 0 = never").at_least(0),
     make("train.sample_count", [](auto& c) -> auto& { return c.train.sample_count; },
          "images in each sample grid").above(0),
+    make("train.activation_checkpointing",
+         [](auto& c) -> auto& { return c.train.activation_checkpointing; },
+         "recompute each block's activations in backward: less memory, ~1.3x compute"),
+    make("train.precision", [](auto& c) -> auto& { return c.train.precision; },
+         "block math: float32, or bfloat16 autocast (fp32 weights, softmax, logits)")
+        .one_of(&precision_names),
+    make("train.device", [](auto& c) -> auto& { return c.train.device; },
+         "auto (cuda if LibTorch sees a GPU, else cpu), cpu, cuda or cuda:N").required(),
+    make("train.dist_timeout_s", [](auto& c) -> auto& { return c.train.dist_timeout_s; },
+         "seconds a collective waits for the other ranks before the run stops").above(0),
   };
   // clang-format on
 }
@@ -211,6 +221,11 @@ void check_field(const Field& field, const Config& config) {
     if (!in_range(field, v))
       throw std::invalid_argument(field.path + ": must be " + range_text(field) + got);
   }
+}
+
+const std::vector<std::string>& precision_names() {
+  static const std::vector<std::string> names = {"float32", "bfloat16"};
+  return names;
 }
 
 }  // namespace combiner::config

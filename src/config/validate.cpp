@@ -26,6 +26,11 @@ void check_relations(const Config& config) {
   if (t.min_lr > t.lr)
     throw std::invalid_argument("train.min_lr: must be <= train.lr (" + format_double(t.lr) +
                                 "), got " + format_double(t.min_lr));
+  const bool cuda_index = t.device.rfind("cuda:", 0) == 0 && t.device.size() > 5 &&
+                          t.device.find_first_not_of("0123456789", 5) == std::string::npos;
+  if (t.device != "auto" && t.device != "cpu" && t.device != "cuda" && !cuda_index)
+    throw std::invalid_argument("train.device: must be auto, cpu, cuda or cuda:N, got '" +
+                                t.device + "'");
   if (t.warmup_steps > t.steps)
     throw std::invalid_argument("train.warmup_steps: must be <= train.steps (" +
                                 std::to_string(t.steps) + "), got " +

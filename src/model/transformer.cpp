@@ -4,6 +4,8 @@
 
 #include "attention/decode.h"
 #include "data/dataset.h"
+#include "model/checkpointing.h"
+#include "model/precision.h"
 
 namespace combiner::model {
 
@@ -14,6 +16,8 @@ TransformerOptions TransformerOptions::from_config(const config::Config& config)
   o.heads = config.model.heads;
   o.mlp_ratio = config.model.mlp_ratio;
   o.dropout = config.model.dropout;
+  o.activation_checkpointing = config.train.activation_checkpointing;
+  o.bfloat16 = config.train.precision == "bfloat16";
   o.attention = config.model.attention;
   o.image = data::dataset_shape(config.data.dataset);
   return o;
@@ -36,7 +40,11 @@ torch::Tensor BlockImpl::forward(const torch::Tensor& x) {
   const int64_t B = x.size(0), L = x.size(1), W = x.size(2), H = heads_;
   // [B, L, 3W] -> three [B, H, L, W/H] head tensors.
   auto qkv = qkv_(ln_attn_(x)).view({B, L, 3, H, W / H}).permute({2, 0, 3, 1, 4});
-  auto heads_out = attention_->forward(qkv[0], qkv[1], qkv[2]);
+  torch::Tensor heads_out;
+  {
+    AutocastGuard fp32_attention(false, x.device());  // scores and softmax in fp32 (or fp64)
+    heads_out = attention_->forward(qkv[0], qkv[1], qkv[2]);
+  }
   auto merged = heads_out.transpose(1, 2).reshape({B, L, W});
   auto h = x + dropout_(attn_out_(merged));
   return h + dropout_(mlp_out_(torch::gelu(mlp_in_(ln_mlp_(h)))));
@@ -110,8 +118,15 @@ torch::Tensor ImageTransformerImpl::forward(const torch::Tensor& x) {
               options_.length(),
               "]");
   auto h = embed(input_tokens(x), 0);
-  for (const auto& block : *blocks_) h = block->as<Block>()->forward(h);
-  return head_(ln_final_(h)).to(torch::kFloat);
+  {
+    AutocastGuard autocast(options_.bfloat16, h.device());
+    const bool recompute = options_.activation_checkpointing && torch::GradMode::is_enabled();
+    for (const auto& module : *blocks_) {
+      auto& block = *module->as<Block>();
+      h = recompute ? checkpointed_forward(block, h) : block.forward(h);
+    }
+  }
+  return head_(ln_final_(h.to(torch::kFloat))).to(torch::kFloat);  // logits from fp32
 }
 
 int64_t parameter_count(const torch::nn::Module& module) {

@@ -17,6 +17,8 @@ struct TransformerOptions {
   int64_t heads = 4;
   int64_t mlp_ratio = 4;
   double dropout = 0.0;
+  bool activation_checkpointing = false;  // recompute block activations in backward
+  bool bfloat16 = false;                  // bf16 autocast in the blocks (attention stays fp32)
   attention::AttentionOptions attention;
   data::ImageShape image;  // sets L and the factorised (row, column, channel) position tables
 

@@ -194,8 +194,7 @@ RunResult run_training(const config::Config& config, const RunOptions& options) 
       sample::SampleOptions s;
       s.count = t.sample_count;
       s.seed = t.seed;
-      const auto path =
-          (fs::path(t.out_dir) / ("samples-" + std::to_string(step) + ".png")).string();
+      const auto path = (fs::path(t.out_dir) / fmt::format("samples-{:08d}.png", step)).string();
       util::write_image_grid(path, sample::sample_images(model, s), 2);
       spdlog::info("step {:>6} | samples written to {}", step, path);
     }

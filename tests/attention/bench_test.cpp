@@ -67,10 +67,19 @@ TEST(Bench, CsvRowsLeaveUnusedLayoutEmpty) {
   BenchCase c;
   c.variant = "full";
   BenchResult r{1.0, 2.0, "ok", ""};
-  EXPECT_EQ(csv_header(), "variant,L,block,row_len,dtype,ms,peak_mib,status");
-  EXPECT_EQ(csv_row(c, r), "full,3072,,,float32,1.000,2.0,ok");
+  EXPECT_EQ(csv_header(),
+            "variant,L,block,row_len,layout,dtype,pass,batch,heads,dim,threads,ms,peak_mib,status,"
+            "detail");
+  EXPECT_EQ(csv_row(c, r), "full,3072,,,,float32,forward,1,8,64,0,1.000,2.0,ok,");
   c.variant = "combiner-mixture";
-  EXPECT_EQ(csv_row(c, r), "combiner-mixture,3072,,96,float32,1.000,2.0,ok");
+  EXPECT_EQ(csv_row(c, r),
+            "combiner-mixture,3072,,96,given,float32,forward,1,8,64,0,1.000,2.0,ok,");
+  r.status = "oom";
+  r.detail = "out of memory, tried 8 GiB";
+  c.backward = true;
+  EXPECT_EQ(csv_row(c, r),
+            "combiner-mixture,3072,,96,given,float32,forward+backward,1,8,64,0,,,oom,"
+            "out of memory; tried 8 GiB");
 }
 
 }  // namespace

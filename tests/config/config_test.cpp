@@ -42,6 +42,10 @@ void expect_equal(const Config& a, const Config& b) {
   EXPECT_EQ(s.beta2, t.beta2);
   EXPECT_EQ(s.grad_clip, t.grad_clip);
   EXPECT_EQ(s.ema_decay, t.ema_decay);
+  EXPECT_EQ(s.activation_checkpointing, t.activation_checkpointing);
+  EXPECT_EQ(s.precision, t.precision);
+  EXPECT_EQ(s.device, t.device);
+  EXPECT_EQ(s.dist_timeout_s, t.dist_timeout_s);
   EXPECT_EQ(s.seed, t.seed);
   EXPECT_EQ(s.threads, t.threads);
   EXPECT_EQ(s.out_dir, t.out_dir);
@@ -82,6 +86,10 @@ Config unusual_config() {
   t.beta2 = 0.999;
   t.grad_clip = 2.5;
   t.ema_decay = 0.9995;
+  t.activation_checkpointing = true;
+  t.precision = "bfloat16";
+  t.device = "cuda:1";
+  t.dist_timeout_s = 60;
   t.seed = 42;
   t.threads = 3;
   t.out_dir = "null";  // a string that YAML would read as null if unquoted
@@ -130,7 +138,11 @@ TEST(ConfigKeys, KeyPathsListEveryFieldOnceInFileOrder) {
                                              "train.log_every",
                                              "train.final_test",
                                              "train.sample_every",
-                                             "train.sample_count"};
+                                             "train.sample_count",
+                                             "train.activation_checkpointing",
+                                             "train.precision",
+                                             "train.device",
+                                             "train.dist_timeout_s"};
   const std::vector<std::string> paths = key_paths();
   EXPECT_EQ(paths, expected);
   EXPECT_EQ(std::set<std::string>(paths.begin(), paths.end()).size(), paths.size());

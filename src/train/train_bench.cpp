@@ -1,0 +1,205 @@
+// Training-step throughput and model FLOP utilisation. The step is the trainer's (same loss,
+// clipping and AdamW grouping) minus data loading and logging; the FLOP count is a formula over
+// the model's Linear weights and the attention plans, so it can be checked by hand. Helpers live
+// in a named namespace because this folder builds as unity batches.
+#include "train/train_bench.h"
+
+#include <torch/torch.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <limits>
+#include <stdexcept>
+#include <vector>
+
+#include "attention/plan.h"
+#include "train/bits.h"
+#include "util/runtime.h"
+
+namespace combiner::train {
+
+namespace train_bench_detail {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+// The trainer's grouping (trainer.cpp): weight decay on parameters of rank >= 2 only.
+std::unique_ptr<torch::optim::AdamW> make_optimizer(model::ImageTransformer& model,
+                                                    const config::TrainConfig& t) {
+  std::vector<torch::Tensor> decay, no_decay;
+  for (auto& p : model->parameters()) (p.dim() >= 2 ? decay : no_decay).push_back(p);
+  auto options = [&](double wd) {
+    return std::make_unique<torch::optim::AdamWOptions>(
+        torch::optim::AdamWOptions(t.lr).betas({t.beta1, t.beta2}).weight_decay(wd));
+  };
+  std::vector<torch::optim::OptimizerParamGroup> groups;
+  groups.emplace_back(decay, options(t.weight_decay));
+  groups.emplace_back(no_decay, options(0.0));
+  return std::make_unique<torch::optim::AdamW>(groups, torch::optim::AdamWOptions(t.lr));
+}
+
+bool inside_attention(const std::string& name) {
+  return name == "attention" || name.rfind("attention.", 0) == 0 ||
+         name.find(".attention.") != std::string::npos ||
+         (name.size() >= 10 && name.compare(name.size() - 10, 10, ".attention") == 0);
+}
+
+}  // namespace train_bench_detail
+
+int64_t linear_weight_count(model::ImageTransformerImpl& model) {
+  int64_t n = 0;
+  for (const auto& item : model.named_modules()) {
+    if (train_bench_detail::inside_attention(item.key())) continue;
+    if (auto* linear = item.value()->as<torch::nn::Linear>()) n += linear->weight.numel();
+  }
+  return n;
+}
+
+int64_t attended_terms(const attention::AttentionOptions& options, int64_t length) {
+  attention::validate(options, length);
+  int64_t terms = 0;
+  // One position at a time: make_plans would hold every plan at once (O(L^2) for full).
+  for (const auto& name : attention::plan_names(options.type)) {
+    for (int64_t i = 0; i < length; ++i) {
+      const auto plan = attention::plan_position(name, i, length, options.block, options.row_len);
+      terms += int64_t(plan.direct.size() + plan.spans.size());
+    }
+  }
+  return terms;
+}
+
+FlopCount count_step_flops(model::ImageTransformerImpl& model, int64_t batch) {
+  const auto& o = model.options();
+  const double tokens = double(batch) * double(o.length());
+  const int64_t head_dim = o.width / o.heads;
+  FlopCount f;
+  f.linear_weights = linear_weight_count(model);
+  f.attended_terms = attended_terms(o.attention, o.length());
+  f.dense = 6.0 * double(f.linear_weights) * tokens;
+  // Per term: q.k (2 D) and weight x value (2 D) forward; backward is twice forward.
+  f.attention = 2.0 * 2.0 * double(head_dim) * double(f.attended_terms) * double(o.heads) *
+                double(batch) * 3.0 * double(o.layers);
+  return f;
+}
+
+double matmul_peak_gflops(int64_t n, int64_t repeats) {
+  if (n < 1 || repeats < 1)
+    throw std::invalid_argument("matmul peak: size and repeats must be >= 1, got " +
+                                std::to_string(n) + " and " + std::to_string(repeats));
+  torch::NoGradGuard no_grad;
+  auto a = torch::randn({n, n}), b = torch::randn({n, n});
+  auto c = torch::matmul(a, b);  // untimed: pages in BLAS and starts its threads
+  double best = std::numeric_limits<double>::infinity();
+  for (int64_t r = 0; r < repeats; ++r) {
+    const auto start = train_bench_detail::Clock::now();
+    c = torch::matmul(a, b);
+    best = std::min(best, train_bench_detail::seconds_since(start));
+  }
+  return 2.0 * double(n) * double(n) * double(n) / best / 1e9;
+}
+
+TrainBenchResult run_train_bench(const config::Config& config, const TrainBenchOptions& options) {
+  if (options.steps < 1)
+    throw std::invalid_argument("--steps must be >= 1, got " + std::to_string(options.steps));
+  if (options.warmup < 0)
+    throw std::invalid_argument("--warmup must be >= 0, got " + std::to_string(options.warmup));
+  const auto& t = config.train;
+  TrainBenchResult r;
+  r.threads = util::set_threads(options.threads >= 0 ? options.threads : t.threads);
+  r.matmul_gflops = matmul_peak_gflops(options.matmul_size, options.matmul_repeats);
+
+  torch::manual_seed(static_cast<uint64_t>(t.seed));
+  model::ImageTransformer model(model::TransformerOptions::from_config(config));
+  model->train();
+  auto optimizer = train_bench_detail::make_optimizer(model, t);
+  const int64_t L = model->options().length();
+  const int64_t micro = t.batch_size / t.grad_accum;
+  std::vector<torch::Tensor> batches;  // drawn once: the step times the model, not the RNG
+  for (int64_t m = 0; m < t.grad_accum; ++m)
+    batches.push_back(torch::randint(0, model::kVocab, {micro, L}, torch::kByte));
+  const double max_norm = t.grad_clip > 0 ? t.grad_clip : std::numeric_limits<double>::infinity();
+
+  std::vector<double> ms;
+  for (int64_t step = 0; step < options.warmup + options.steps; ++step) {
+    const auto start = train_bench_detail::Clock::now();
+    optimizer->zero_grad();
+    for (const auto& x : batches) {
+      auto loss = mean_bits(model->forward(x), x);
+      (loss / double(t.grad_accum)).backward();
+      loss.item<double>();  // the trainer reads the loss every micro-batch
+    }
+    torch::nn::utils::clip_grad_norm_(model->parameters(), max_norm);
+    optimizer->step();
+    if (step >= options.warmup) ms.push_back(1e3 * train_bench_detail::seconds_since(start));
+  }
+  std::sort(ms.begin(), ms.end());
+  const size_t n = ms.size();
+  r.ms_per_step = n % 2 == 1 ? ms[n / 2] : 0.5 * (ms[n / 2 - 1] + ms[n / 2]);
+
+  r.dataset = config.data.dataset;
+  r.attention = config.model.attention.type;
+  r.length = L;
+  r.batch = t.batch_size;
+  r.layers = config.model.layers;
+  r.width = config.model.width;
+  r.heads = config.model.heads;
+  r.parameters = model::parameter_count(*model);
+  r.steps = options.steps;
+  r.tokens_per_s = double(r.batch * L) / (r.ms_per_step / 1e3);
+  r.flops = count_step_flops(*model, r.batch);
+  r.mfu = r.flops.total() / (r.ms_per_step / 1e3) / (r.matmul_gflops * 1e9);
+  return r;
+}
+
+std::string summary_line(const TrainBenchResult& r) {
+  char line[512];
+  std::snprintf(line,
+                sizeof line,
+                "train bench: %s L=%lld, %lld layers x %lld wide, %lld heads, %s, batch %lld, "
+                "%lld threads: %.1f ms/step (median of %lld), %.0f tokens/s, %.3f GFLOP/step, "
+                "matmul peak %.1f GFLOP/s, MFU %.1f%%",
+                r.dataset.c_str(),
+                static_cast<long long>(r.length),
+                static_cast<long long>(r.layers),
+                static_cast<long long>(r.width),
+                static_cast<long long>(r.heads),
+                r.attention.c_str(),
+                static_cast<long long>(r.batch),
+                static_cast<long long>(r.threads),
+                r.ms_per_step,
+                static_cast<long long>(r.steps),
+                r.tokens_per_s,
+                r.flops.total() / 1e9,
+                r.matmul_gflops,
+                100.0 * r.mfu);
+  return line;
+}
+
+std::string train_csv_header() {
+  return "dataset,attention,L,batch,layers,width,heads,parameters,threads,steps,ms_per_step,"
+         "tokens_per_s,gflop_per_step,dense_gflop,attention_gflop,matmul_gflops,mfu";
+}
+
+std::string train_csv_row(const TrainBenchResult& r) {
+  char numbers[256];
+  std::snprintf(numbers,
+                sizeof numbers,
+                "%.3f,%.1f,%.6f,%.6f,%.6f,%.2f,%.5f",
+                r.ms_per_step,
+                r.tokens_per_s,
+                r.flops.total() / 1e9,
+                r.flops.dense / 1e9,
+                r.flops.attention / 1e9,
+                r.matmul_gflops,
+                r.mfu);
+  return r.dataset + "," + r.attention + "," + std::to_string(r.length) + "," +
+         std::to_string(r.batch) + "," + std::to_string(r.layers) + "," + std::to_string(r.width) +
+         "," + std::to_string(r.heads) + "," + std::to_string(r.parameters) + "," +
+         std::to_string(r.threads) + "," + std::to_string(r.steps) + "," + numbers;
+}
+
+}  // namespace combiner::train

@@ -1,0 +1,77 @@
+// What `combiner-bench train` measures: full training steps (forward, bits/dim loss, backward,
+// clipping, AdamW) of a config's model on random tokens of its dataset's shape, so no dataset
+// files are needed, and model FLOP utilisation against the fp32 matmul peak of the same run.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "config/config.h"
+#include "model/transformer.h"
+
+namespace combiner::train {
+
+// The FLOP counting rule, as --help states it. Counted work is the useful work: `full`'s masked
+// upper triangle and padding inside the fast paths are not counted.
+constexpr const char* kFlopRule =
+    "FLOPs/step = 6 x (weights of every Linear: qkv, attn_out, mlp_in, mlp_out per layer, and "
+    "the output head) x tokens, plus per layer 2 x 2 x D x (attended terms: direct positions + "
+    "spans, summed over positions and plans) x heads x batch x 3; tokens = batch x L; 2 FLOPs "
+    "per multiply-add, and 3 = forward (1) + backward (2), so 6 = 2 x 3. Embeddings, "
+    "LayerNorm, softmax, GELU, span summaries and the optimizer are not counted.";
+
+struct FlopCount {
+  int64_t linear_weights = 0;  // matmul parameters of the dense layers and the head
+  int64_t attended_terms = 0;  // per layer, head and image: direct + span terms over positions
+  double dense = 0;            // 6 x linear_weights x tokens
+  double attention = 0;        // 12 x D x attended_terms x heads x batch x layers
+  double total() const { return dense + attention; }
+};
+
+// Weights of every torch::nn::Linear in the model outside its attention modules (the DeepSets
+// maps there are D x D per head and left out, as the span summaries are).
+int64_t linear_weight_count(model::ImageTransformerImpl& model);
+
+// Sum over positions i < length of |direct(i)| + |spans(i)|, over every plan of the variant
+// (combiner-mixture computes two). `options` must be resolved and valid for `length`.
+int64_t attended_terms(const attention::AttentionOptions& options, int64_t length);
+
+// FLOPs of one training step of `batch` images, by kFlopRule.
+FlopCount count_step_flops(model::ImageTransformerImpl& model, int64_t batch);
+
+// Best of `repeats` timings of an n x n by n x n float32 torch::matmul (after one untimed run),
+// in GFLOP/s (2 n^3 per product), on LibTorch's current thread count.
+double matmul_peak_gflops(int64_t n, int64_t repeats);
+
+struct TrainBenchOptions {
+  int64_t steps = 10;          // timed steps; the median is reported
+  int64_t warmup = 2;          // untimed steps first
+  int64_t threads = -1;        // LibTorch threads; -1 = the config's train.threads (0 = all cores)
+  int64_t matmul_size = 2048;  // n of the peak measurement
+  int64_t matmul_repeats = 5;
+};
+
+struct TrainBenchResult {
+  std::string dataset, attention;
+  int64_t length = 0, batch = 0, layers = 0, width = 0, heads = 0, parameters = 0;
+  int64_t threads = 0, steps = 0;
+  double ms_per_step = 0;    // median over the timed steps
+  double tokens_per_s = 0;   // batch x L / median step time
+  FlopCount flops;           // per step
+  double matmul_gflops = 0;  // measured peak
+  double mfu = 0;            // flops.total() / median step time / peak
+};
+
+// Builds the model of a validated config and runs warmup + steps training steps on random
+// uint8 images, batch = train.batch_size in train.grad_accum micro-batches, at a constant
+// learning rate train.lr. Throws std::invalid_argument for bad options.
+TrainBenchResult run_train_bench(const config::Config& config, const TrainBenchOptions& options);
+
+// One human line: ms/step, tokens/s, GFLOP/step, the peak and MFU.
+std::string summary_line(const TrainBenchResult& r);
+
+// The --out table: a header and one row per result.
+std::string train_csv_header();
+std::string train_csv_row(const TrainBenchResult& r);
+
+}  // namespace combiner::train

@@ -1,0 +1,110 @@
+// combiner-bench end to end: bad input is one error line naming the flag or file and writes
+// nothing; a tiny attention run gives ok and invalid rows; a tiny training benchmark prints its
+// throughput without any dataset files.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "cli/run_binary.h"
+#include "test_utils.h"
+
+namespace combiner {
+namespace {
+
+using combiner::testing::run_binary;
+using combiner::testing::TempDir;
+
+std::vector<std::string> read_lines(const std::string& path) {
+  std::ifstream in(path);
+  std::vector<std::string> lines;
+  for (std::string line; std::getline(in, line);) lines.push_back(line);
+  return lines;
+}
+
+const std::string kQuickConfig = std::string(COMBINER_SOURCE_DIR) + "/configs/fashion_mnist.yaml";
+
+TEST(BenchCli, BadInputGivesOneLineErrorsAndNoFile) {
+  TempDir dir;
+  const std::string out = dir.file("out.csv");
+  struct Case {
+    std::string args, expected;
+  };
+  const std::vector<Case> cases = {
+      {"attention --lengths 64 --variants full,nope --out " + out, "unknown variant 'nope'"},
+      {"attention --lengths 64 --dtype float16 --out " + out, "--dtype"},
+      {"attention --lengths 64 --variants full", "--out is required"},
+      {"attention --lengths 0 --variants full --out " + out, "--lengths"},
+      {"train --config /nonexistent/bench.yaml --steps 1", "/nonexistent/bench.yaml"},
+      {"train --config " + kQuickConfig + " --set model.widht=16", "model.widht"},
+      {"train --config " + kQuickConfig + " --steps 0", "--steps"},
+      {"nope", "subcommand"},
+  };
+  for (const auto& c : cases) {
+    auto r = run_binary("combiner-bench", c.args);
+    EXPECT_EQ(r.status, 1) << c.args << "\n" << r.output;
+    EXPECT_NE(r.last_line().find(c.expected), std::string::npos) << c.args << "\n" << r.output;
+    EXPECT_NE(r.last_line().find("combiner-bench: error: "), std::string::npos) << r.output;
+  }
+  EXPECT_FALSE(std::filesystem::exists(out));
+}
+
+TEST(BenchCli, HelpStatesTheLayoutAndFlopRules) {
+  auto attention = run_binary("combiner-bench", "attention --help");
+  EXPECT_EQ(attention.status, 0) << attention.output;
+  EXPECT_NE(attention.output.find("nearest sqrt(L)"), std::string::npos) << attention.output;
+  EXPECT_NE(attention.output.find("bfloat16"), std::string::npos) << attention.output;
+  auto train = run_binary("combiner-bench", "train --help");
+  EXPECT_EQ(train.status, 0) << train.output;
+  EXPECT_NE(train.output.find("FLOPs/step = 6 x"), std::string::npos) << train.output;
+}
+
+TEST(BenchCli, AttentionWritesOkAndInvalidRows) {
+  TempDir dir;
+  const std::string out = dir.file("attention.csv");
+  // axial's W = 7 does not divide 64: an invalid row, no child. combiner-fixed's block is left
+  // to the default rule: 8 = sqrt(64).
+  auto r = run_binary("combiner-bench",
+                      "attention --lengths 64 --variants axial,combiner-fixed --row-len 7 "
+                      "--heads 1 --dim 4 --batch 1 --repeats 1 --threads 1 --backward "
+                      "--dtype bfloat16 --out " +
+                          out);
+  ASSERT_EQ(r.status, 0) << r.output;
+  const auto lines = read_lines(out);
+  ASSERT_EQ(lines.size(), 3u) << r.output;
+  EXPECT_EQ(lines[0],
+            "variant,L,block,row_len,layout,dtype,pass,batch,heads,dim,threads,ms,peak_mib,status,"
+            "detail");
+  EXPECT_EQ(lines[1].rfind("axial,64,,7,given,bfloat16,forward+backward,1,1,4,1,,,invalid,", 0), 0u)
+      << lines[1];
+  EXPECT_EQ(
+      lines[2].rfind(
+          "combiner-fixed,64,8,,auto:divisor-nearest-sqrt(L),bfloat16,forward+backward,1,1,4,1,",
+          0),
+      0u)
+      << lines[2];
+  EXPECT_NE(lines[2].find(",ok,"), std::string::npos) << lines[2] << "\n" << r.output;
+}
+
+TEST(BenchCli, TrainSmokePrintsTokensPerSecond) {
+  TempDir dir;
+  const std::string out = dir.file("train.csv");
+  auto r = run_binary("combiner-bench",
+                      "train --config " + kQuickConfig +
+                          " --steps 2 --warmup 0 --threads 1 --matmul-size 256"
+                          " --set model.layers=1 --set model.width=16 --set model.heads=2"
+                          " --set train.batch_size=2 --set data.dir=/nonexistent --out " +
+                          out);
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find(" tokens/s"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("MFU "), std::string::npos) << r.output;
+  const auto lines = read_lines(out);
+  ASSERT_EQ(lines.size(), 2u);
+  EXPECT_EQ(lines[1].rfind("fashion_mnist,combiner-axial-rowmajor,784,2,1,16,2,", 0), 0u)
+      << lines[1];
+}
+
+}  // namespace
+}  // namespace combiner

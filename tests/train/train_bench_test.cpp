@@ -1,0 +1,111 @@
+// The training benchmark's FLOP count against hand computations on a tiny model (no timing
+// assertions), and one short run of its loop.
+#include <gtest/gtest.h>
+
+#include "attention/plan.h"
+#include "config/config.h"
+#include "model/transformer.h"
+#include "train/train_bench.h"
+
+namespace combiner::train {
+namespace {
+
+// Fashion-MNIST (L = 784 = 28 rows of 28), 1 layer, 16 wide, 2 heads (D = 8), MLP ratio 2.
+config::Config tiny_config(const std::string& attention) {
+  config::Config c;
+  c.data.dataset = "fashion_mnist";
+  c.model.layers = 1;
+  c.model.width = 16;
+  c.model.heads = 2;
+  c.model.mlp_ratio = 2;
+  c.model.attention.type = attention;
+  c.train.batch_size = 2;
+  c.train.threads = 1;
+  config::validate(c);  // block = row_len = 28
+  return c;
+}
+
+model::ImageTransformer tiny_model(const std::string& attention) {
+  return model::ImageTransformer(model::TransformerOptions::from_config(tiny_config(attention)));
+}
+
+TEST(TrainBench, LinearWeightsAreTheBlockMatricesAndTheHead) {
+  auto model = tiny_model("full");
+  // qkv 16 x 48, attn_out 16 x 16, mlp_in 16 x 32, mlp_out 32 x 16, head 16 x 256.
+  EXPECT_EQ(linear_weight_count(*model), 768 + 256 + 512 + 512 + 4096);
+}
+
+TEST(TrainBench, AttendedTermsByHand) {
+  const int64_t L = 784, W = 28, n = 28;
+  attention::AttentionOptions o{"full", 28, 28, "max"};
+  EXPECT_EQ(attended_terms(o, L), L * (L + 1) / 2);  // 307720
+  // rowmajor: (col + 1) direct positions of its own row, plus one span per earlier row.
+  o.type = "combiner-axial-rowmajor";
+  const int64_t rowmajor = n * W * (W + 1) / 2 + W * n * (n - 1) / 2;  // 21952
+  EXPECT_EQ(attended_terms(o, L), rowmajor);
+  o.type = "combiner-fixed";  // s = W: a block is a row, so the same count
+  EXPECT_EQ(attended_terms(o, L), rowmajor);
+  // vertical: own row up to i, own column above, and W - 1 column spans once row > 0.
+  o.type = "combiner-axial-vertical";
+  const int64_t vertical = rowmajor + (n - 1) * W * (W - 1);
+  EXPECT_EQ(attended_terms(o, L), vertical);
+  // horizontal: the axial support plus, per earlier row, 2 spans (1 at the first or last column).
+  o.type = "combiner-axial-horizontal";
+  const int64_t horizontal = rowmajor + W * (n - 1) * n / 2 * 2 - 2 * (n - 1) * n / 2;
+  EXPECT_EQ(attended_terms(o, L), horizontal);
+  o.type = "combiner-mixture";  // both plans are computed
+  EXPECT_EQ(attended_terms(o, L), vertical + horizontal);
+}
+
+TEST(TrainBench, AttendedTermsAgreeWithThePlans) {
+  for (const auto& type : attention::variant_names()) {
+    const attention::AttentionOptions o{type, 8, 8, "max"};
+    int64_t expected = 0;
+    for (const auto& plan : attention::make_plans(o, 64))
+      for (const auto& position : plan)
+        expected += int64_t(position.direct.size() + position.spans.size());
+    EXPECT_EQ(attended_terms(o, 64), expected) << type;
+  }
+}
+
+TEST(TrainBench, StepFlopsByHand) {
+  auto model = tiny_model("full");
+  const auto f = count_step_flops(*model, 2);
+  const double tokens = 2 * 784;
+  EXPECT_DOUBLE_EQ(f.dense, 6.0 * 6144 * tokens);  // 57,802,752
+  // 2 (q.k) + 2 (weights x v) FLOPs per dim per term, D = 8, 2 heads, batch 2, x 3, 1 layer.
+  EXPECT_DOUBLE_EQ(f.attention, 4.0 * 8 * 307720 * 2 * 2 * 3 * 1);  // 118,164,480
+  EXPECT_DOUBLE_EQ(f.total(), 57802752.0 + 118164480.0);
+
+  auto deeper = model::ImageTransformer([] {
+    auto o = model::TransformerOptions::from_config(tiny_config("combiner-axial-rowmajor"));
+    o.layers = 3;
+    return o;
+  }());
+  const auto g = count_step_flops(*deeper, 1);
+  EXPECT_EQ(g.linear_weights, 3 * (768 + 256 + 512 + 512) + 4096);
+  EXPECT_DOUBLE_EQ(g.attention, 4.0 * 8 * 21952 * 2 * 1 * 3 * 3);
+}
+
+TEST(TrainBench, ShortRunReportsConsistentNumbers) {
+  TrainBenchOptions options;
+  options.steps = 1;
+  options.warmup = 0;
+  options.threads = 1;
+  options.matmul_size = 64;
+  const auto r = run_train_bench(tiny_config("combiner-axial-rowmajor"), options);
+  EXPECT_EQ(r.length, 784);
+  EXPECT_EQ(r.batch, 2);
+  EXPECT_EQ(r.threads, 1);
+  EXPECT_GT(r.ms_per_step, 0.0);
+  EXPECT_GT(r.matmul_gflops, 0.0);
+  EXPECT_NEAR(r.tokens_per_s, 2 * 784 / (r.ms_per_step / 1e3), 1e-6 * r.tokens_per_s);
+  EXPECT_NEAR(r.mfu, r.flops.total() / (r.ms_per_step / 1e3) / (r.matmul_gflops * 1e9), 1e-12);
+  EXPECT_NE(summary_line(r).find("tokens/s"), std::string::npos);
+  EXPECT_EQ(train_csv_row(r).rfind("fashion_mnist,combiner-axial-rowmajor,784,2,", 0), 0u);
+  options.steps = 0;
+  EXPECT_THROW(run_train_bench(tiny_config("full"), options), std::invalid_argument);
+}
+
+}  // namespace
+}  // namespace combiner::train
