@@ -8,13 +8,19 @@ namespace combiner::sample {
 
 namespace {
 
-torch::Tensor draw(const torch::Tensor& logits, double temperature, at::Generator& generator) {
+// Draws on the CPU, whatever the model's device: one generator, the same images everywhere.
+torch::Tensor draw(const torch::Tensor& device_logits, double temperature, at::Generator& generator) {
+  auto logits = device_logits.to(torch::kCPU);
   if (temperature == 0.0) return logits.argmax(-1);
   auto probs = torch::softmax(logits.to(torch::kDouble) / temperature, -1);
   return torch::multinomial(probs, 1, /*replacement=*/false, generator).squeeze(-1);
 }
 
-// x: [n, L] filled in place, position by position.
+torch::Device device_of(model::ImageTransformer& model) {
+  return model->parameters().front().device();
+}
+
+// x: [n, L] on the CPU, filled in place, position by position.
 void sample_cached(model::ImageTransformer& model,
                    torch::Tensor& x,
                    double temperature,
@@ -22,7 +28,7 @@ void sample_cached(model::ImageTransformer& model,
   model::Decoder decoder(model);
   auto token = torch::full({x.size(0)}, model::kStartToken, torch::kLong);
   for (int64_t i = 0; i < x.size(1); ++i) {
-    token = draw(decoder.step(token), temperature, generator);
+    token = draw(decoder.step(token.to(device_of(model))), temperature, generator);
     x.select(1, i).copy_(token);
   }
 }
@@ -35,7 +41,7 @@ void sample_plain(model::ImageTransformer& model,
   const int64_t L = x.size(1), row = shape.width * shape.channels;
   for (int64_t i = 0; i < L; ++i) {
     const int64_t prefix = std::min(L, (i / row + 1) * row);
-    auto logits = model->forward(x.narrow(1, 0, prefix)).select(1, i);
+    auto logits = model->forward(x.narrow(1, 0, prefix).to(device_of(model))).select(1, i);
     x.select(1, i).copy_(draw(logits, temperature, generator));
   }
 }
