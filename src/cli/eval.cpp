@@ -1,10 +1,12 @@
-// combiner-eval: bits/dim of a checkpoint on a split. Last line: "<split>_bpd: <value>".
+// combiner-eval: bits/dim of a checkpoint on a split. Last line: "<split>_bpd: <value>". Under
+// torchrun or scripts/launch.sh the processes share the images and rank 0 alone prints.
 #include <spdlog/spdlog.h>
 #include <CLI/CLI.hpp>
 
 #include <cstdio>
 
 #include "data/dataset.h"
+#include "train/distributed.h"
 #include "train/evaluate.h"
 #include "train/model_loading.h"
 #include "util/cli_main.h"
@@ -27,21 +29,30 @@ int main(int argc, char** argv) {
     app.add_option("--dump-bits", dump_bits, "write float32 [N, L] bits per subpixel to this .npy");
     app.add_option("--heatmap", heatmap, "write the mean bits per subpixel as a PNG heatmap");
     app.add_option("--batch-size", batch_size, "images per batch (default: the config's)");
-    app.add_option("--threads", threads, "LibTorch threads (default: every core)");
+    app.add_option("--threads",
+                   threads,
+                   "LibTorch threads (default: every core, shared by the local processes)");
     app.add_flag("--ema", ema, "use the checkpoint's moving average of the weights");
     try {
       app.parse(argc, argv);
     } catch (const CLI::ParseError& e) {
       return app.exit(e);
     }
-    combiner::util::set_threads(threads);
+    const auto launch = combiner::train::read_launch_environment();
+    combiner::util::set_threads(combiner::train::threads_for(threads, launch));
     auto loaded = combiner::train::load_model(checkpoint, overrides, ema);
+    const auto& t = loaded.config.train;
+    const auto device = combiner::train::resolve_device(t.device, launch);
+    const combiner::train::Distributed dist(
+        launch, device, {std::chrono::seconds(t.dist_timeout_s)});
+    if (!dist.is_main()) spdlog::set_level(spdlog::level::err);
+    loaded.model->to(device);
     const auto split = combiner::data::parse_split(split_name);
     const auto images = combiner::data::load_split(loaded.config.data, split);
-    const auto& t = loaded.config.train;
     if (batch_size <= 0) batch_size = t.eval_batch_size > 0 ? t.eval_batch_size : t.batch_size;
     const bool keep = !dump_bits.empty() || !heatmap.empty();
-    const auto result = combiner::train::evaluate(loaded.model, images, batch_size, keep);
+    const auto result = combiner::train::evaluate(loaded.model, images, batch_size, keep, dist);
+    if (!dist.is_main()) return 0;
     if (!dump_bits.empty()) combiner::util::save_npy(dump_bits, result.bits);
     if (!heatmap.empty()) {
       // Mean bits per subpixel, laid out as the image: [H, W * C] with channels side by side.

@@ -1,5 +1,6 @@
 // combiner-train: trains a model from a YAML config. Last lines: "test_bpd: <v>" (when the
-// config asks for a final test evaluation) and "checkpoint: <path>".
+// config asks for a final test evaluation) and "checkpoint: <path>", printed by rank 0 alone
+// when torchrun or scripts/launch.sh starts several processes (RANK, WORLD_SIZE, ...).
 #include <CLI/CLI.hpp>
 
 #include <cstdio>
@@ -23,8 +24,10 @@ int main(int argc, char** argv) {
     } catch (const CLI::ParseError& e) {
       return app.exit(e);
     }
+    options.launch = combiner::train::read_launch_environment();
     const auto config = combiner::config::load_config_with_overrides(config_path, overrides);
     const auto result = combiner::train::run_training(config, options);
+    if (!result.main_process) return 0;
     if (result.test_bits_per_dim) std::printf("test_bpd: %.4f\n", *result.test_bits_per_dim);
     std::printf("checkpoint: %s\n", result.final_checkpoint.c_str());
     return 0;

@@ -60,6 +60,56 @@ std::optional<std::pair<std::string, Checkpoint>> newest_valid_checkpoint(const 
   return std::nullopt;
 }
 
+// The checkpoint to resume from: rank 0 picks the newest that loads and tells the others its
+// step; they read the same file (the run folder is shared).
+std::pair<std::string, Checkpoint> checkpoint_to_resume(const std::string& dir,
+                                                        const Distributed& dist) {
+  std::optional<std::pair<std::string, Checkpoint>> found;
+  if (dist.is_main()) found = newest_valid_checkpoint(dir);
+  auto step_plus_one = torch::tensor({found ? found->second.step + 1 : int64_t{0}}, torch::kLong);
+  dist.all_reduce_sum(step_plus_one);
+  const int64_t step = step_plus_one.item<int64_t>() - 1;
+  if (step < 0) throw std::runtime_error("--resume: no valid checkpoint in " + dir);
+  if (found) return std::move(*found);
+  const auto path = checkpoint_path(dir, step);
+  return {path, load_checkpoint(path)};
+}
+
+// AdamW's moments where the parameters are; checkpoints hold them on the CPU.
+void move_optimizer_state(torch::optim::AdamW& optimizer, const torch::Device& device) {
+  for (auto& entry : optimizer.state()) {
+    auto& s = static_cast<torch::optim::AdamWParamState&>(*entry.second);
+    s.exp_avg(s.exp_avg().to(device));
+    s.exp_avg_sq(s.exp_avg_sq().to(device));
+    if (s.max_exp_avg_sq().defined()) s.max_exp_avg_sq(s.max_exp_avg_sq().to(device));
+  }
+}
+
+std::vector<char> optimizer_bytes(torch::optim::AdamW& optimizer, const torch::Device& device) {
+  if (device.is_cpu()) return capture_optimizer(optimizer);
+  move_optimizer_state(optimizer, torch::kCPU);
+  auto bytes = capture_optimizer(optimizer);
+  move_optimizer_state(optimizer, device);
+  return bytes;
+}
+
+// train.batch_size is the global batch: every rank's micro-batches are the same size.
+void check_batch_split(const config::TrainConfig& t, int64_t world_size) {
+  if (t.batch_size % (world_size * t.grad_accum) != 0)
+    throw std::invalid_argument("train.batch_size: " + std::to_string(t.batch_size) +
+                                " images per step must divide by WORLD_SIZE (" +
+                                std::to_string(world_size) + ") x train.grad_accum (" +
+                                std::to_string(t.grad_accum) +
+                                ") = " + std::to_string(world_size * t.grad_accum));
+}
+
+// Dropout seed of one rank at one step when several processes train: the ranks draw different
+// masks, and a run resumed with as many processes draws the same ones again.
+uint64_t dropout_seed(int64_t seed, int64_t step, int64_t rank) {
+  return static_cast<uint64_t>(seed) * 1000003ULL + static_cast<uint64_t>(step) * 65537ULL +
+         static_cast<uint64_t>(rank) + 1;
+}
+
 void prepare_run_folder(const config::Config& config, bool resume) {
   const auto& dir = config.train.out_dir;
   std::error_code ec;
@@ -79,8 +129,13 @@ void prepare_run_folder(const config::Config& config, bool resume) {
 
 RunResult run_training(const config::Config& config, const RunOptions& options) {
   const auto& t = config.train;
-  const int64_t threads = util::set_threads(t.threads);
-  prepare_run_folder(config, options.resume);
+  check_batch_split(t, options.launch.world_size);
+  const auto device = resolve_device(t.device, options.launch);
+  const Distributed dist(
+      options.launch, device, DistributedOptions{std::chrono::seconds(t.dist_timeout_s)});
+  if (!dist.is_main()) spdlog::set_level(spdlog::level::err);  // rank 0 alone logs
+  const int64_t threads = util::set_threads(threads_for(t.threads, options.launch));
+  if (dist.is_main()) prepare_run_folder(config, options.resume);
 
   const auto train_set = data::load_split(config.data, data::Split::kTrain);
   std::optional<data::ImageSet> val_set;
@@ -90,24 +145,26 @@ RunResult run_training(const config::Config& config, const RunOptions& options) 
 
   torch::manual_seed(static_cast<uint64_t>(t.seed));
   model::ImageTransformer model(model::TransformerOptions::from_config(config));
+  model->to(device);
   auto optimizer = make_optimizer(model, t);
   BatchStream stream(train_set, t.seed);
   int64_t step = 0, samples_seen = 0;
   NamedTensors ema;  // empty unless train.ema_decay > 0
 
   if (options.resume) {
-    auto found = newest_valid_checkpoint(t.out_dir);
-    if (!found) throw std::runtime_error("--resume: no valid checkpoint in " + t.out_dir);
-    auto& [path, ckpt] = *found;
+    auto [path, ckpt] = checkpoint_to_resume(t.out_dir, dist);
     restore_model(*model, ckpt.model, path);
     restore_optimizer(*optimizer, ckpt.optimizer);
+    move_optimizer_state(*optimizer, device);
     auto generator = at::detail::getDefaultCPUGenerator();  // a handle to the global one
     generator.set_state(ckpt.rng_state);
     step = ckpt.step;
     samples_seen = ckpt.samples_seen;
     ema = ckpt.ema;
+    for (auto& entry : ema) entry.second = entry.second.to(device);
     spdlog::info("resumed from {} at step {}", path, step);
   }
+  dist.broadcast_parameters(*model);  // every rank starts from rank 0's weights
   spdlog::info("{}: {} train images, {} val, L = {}; {} layers x {} wide, {} heads, attention {}",
                config.data.dataset,
                train_set.count,
@@ -117,47 +174,60 @@ RunResult run_training(const config::Config& config, const RunOptions& options) 
                config.model.width,
                config.model.heads,
                config.model.attention.type);
-  spdlog::info("{} parameters, {} threads, run folder {}",
+  spdlog::info("{} parameters, {} threads, device {}, run folder {}",
                model::parameter_count(*model),
                threads,
+               device.str(),
                t.out_dir);
+  if (dist.world_size() > 1)
+    spdlog::info("data parallel: {} processes over {}, {} images each per step",
+                 dist.world_size(),
+                 dist.backend(),
+                 t.batch_size / dist.world_size());
 
   if (t.ema_decay > 0 && ema.empty()) ema = start_ema(*model);
-  MetricsLog metrics((fs::path(t.out_dir) / "metrics.jsonl").string());
-  auto save = [&]() {
+  std::optional<MetricsLog> metrics;  // rank 0 alone writes the run folder
+  if (dist.is_main()) metrics.emplace((fs::path(t.out_dir) / "metrics.jsonl").string());
+  auto save = [&] {
     Checkpoint c{config::to_yaml(config),
                  step,
                  samples_seen,
                  capture_model(*model),
-                 capture_optimizer(*optimizer),
+                 optimizer_bytes(*optimizer, device),
                  at::detail::getDefaultCPUGenerator().get_state(),
                  ema};
     const auto path = checkpoint_path(t.out_dir, step);
     save_checkpoint(path, c);
     prune_checkpoints(t.out_dir, t.keep_checkpoints);  // only after the new one is complete
-    return path;
   };
 
   model->train();
-  const int64_t micro = t.batch_size / t.grad_accum;
+  // Rank r's share of the global batch [samples_seen, samples_seen + batch_size) is the
+  // contiguous slice starting at r * per_rank, taken in grad_accum micro-batches.
+  const int64_t per_rank = t.batch_size / dist.world_size();
+  const int64_t micro = per_rank / t.grad_accum;
   const auto start = Clock::now();
   const int64_t first_step = step;
-  std::string last_checkpoint;
   const int64_t last_step =
       options.stop_after > 0 ? std::min(t.steps, step + options.stop_after) : t.steps;
   while (step < last_step) {
     const auto step_start = Clock::now();
     const double lr = learning_rate(t, step);
     set_learning_rate(*optimizer, lr);
+    if (dist.world_size() > 1) torch::manual_seed(dropout_seed(t.seed, step, dist.rank()));
     optimizer->zero_grad();
-    double step_bits = 0.0;
+    const int64_t first = samples_seen + dist.rank() * per_rank;
+    auto step_bits = torch::zeros({1}, torch::kDouble);
     for (int64_t m = 0; m < t.grad_accum; ++m) {
-      auto x = stream.take(samples_seen, micro);
-      samples_seen += micro;
+      auto x = stream.take(first + m * micro, micro).to(device);
       auto loss = mean_bits(model->forward(x), x);
       (loss / double(t.grad_accum)).backward();
       step_bits += loss.item<double>() / double(t.grad_accum);
     }
+    samples_seen += t.batch_size;
+    dist.all_reduce_gradients(*model);  // the mean over ranks: the whole global batch's gradient
+    dist.all_reduce_sum(step_bits);
+    const double train_bits = step_bits.item<double>() / double(dist.world_size());
     const double max_norm = t.grad_clip > 0 ? t.grad_clip : std::numeric_limits<double>::infinity();
     const double grad_norm = torch::nn::utils::clip_grad_norm_(model->parameters(), max_norm);
     optimizer->step();
@@ -166,11 +236,12 @@ RunResult run_training(const config::Config& config, const RunOptions& options) 
 
     const double step_s = std::chrono::duration<double>(Clock::now() - step_start).count();
     const double tokens_per_s = double(t.batch_size * L) / step_s;
-    metrics.write({{"step", double(step)},
-                   {"train_bpd", step_bits},
-                   {"lr", lr},
-                   {"grad_norm", grad_norm},
-                   {"tokens_per_s", tokens_per_s}});
+    if (metrics)
+      metrics->write({{"step", double(step)},
+                      {"train_bpd", train_bits},
+                      {"lr", lr},
+                      {"grad_norm", grad_norm},
+                      {"tokens_per_s", tokens_per_s}});
     if (step % t.log_every == 0 || step == t.steps) {
       const double elapsed = std::chrono::duration<double>(Clock::now() - start).count();
       const double eta = elapsed / double(step - first_step) * double(t.steps - step);
@@ -179,34 +250,38 @@ RunResult run_training(const config::Config& config, const RunOptions& options) 
           "| ETA {:.0f}s",
           step,
           t.steps,
-          step_bits,
+          train_bits,
           lr,
           grad_norm,
           tokens_per_s,
           eta);
     }
     if (val_set && t.eval_every > 0 && step % t.eval_every == 0) {
-      const auto val = evaluate(model, *val_set, eval_batch);
-      metrics.write({{"step", double(step)}, {"val_bpd", val.bits_per_dim}});
+      const auto val = evaluate(model, *val_set, eval_batch, false, dist);  // sharded over ranks
+      if (metrics) metrics->write({{"step", double(step)}, {"val_bpd", val.bits_per_dim}});
       spdlog::info("step {:>6} | val bpd {:.4f} ({} images)", step, val.bits_per_dim, val.images);
     }
-    if (t.sample_every > 0 && step % t.sample_every == 0) {
-      sample::SampleOptions s;
-      s.count = t.sample_count;
-      s.seed = t.seed;
-      const auto path = (fs::path(t.out_dir) / fmt::format("samples-{:08d}.png", step)).string();
-      util::write_image_grid(path, sample::sample_images(model, s), 2);
-      spdlog::info("step {:>6} | samples written to {}", step, path);
-    }
+    // Rank 0's work alone; the others wait for it without the collectives' timeout.
+    if (t.sample_every > 0 && step % t.sample_every == 0)
+      dist.run_on_main([&] {
+        sample::SampleOptions s;
+        s.count = t.sample_count;
+        s.seed = t.seed;
+        const auto path = (fs::path(t.out_dir) / fmt::format("samples-{:08d}.png", step)).string();
+        util::write_image_grid(path, sample::sample_images(model, s), 2);
+        spdlog::info("step {:>6} | samples written to {}", step, path);
+      });
     if (t.checkpoint_every > 0 && step % t.checkpoint_every == 0 && step < t.steps)
-      last_checkpoint = save();
+      dist.run_on_main(save);
   }
   RunResult result;
-  result.final_checkpoint = save();
+  result.main_process = dist.is_main();
+  result.final_checkpoint = checkpoint_path(t.out_dir, step);
+  dist.run_on_main(save);  // no rank returns before the final checkpoint is on disk
   if (t.final_test && step == t.steps) {
     const auto test_set = data::load_split(config.data, data::Split::kTest);
-    const auto test = evaluate(model, test_set, eval_batch);
-    metrics.write({{"step", double(step)}, {"test_bpd", test.bits_per_dim}});
+    const auto test = evaluate(model, test_set, eval_batch, false, dist);
+    if (metrics) metrics->write({{"step", double(step)}, {"test_bpd", test.bits_per_dim}});
     spdlog::info("test bpd {:.4f} over {} images", test.bits_per_dim, test.images);
     result.test_bits_per_dim = test.bits_per_dim;
   }
