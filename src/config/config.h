@@ -32,6 +32,7 @@ struct TrainConfig {
   double beta1 = 0.9;          // AdamW betas
   double beta2 = 0.95;
   double grad_clip = 1.0;                // max global gradient norm; 0 = no clipping
+  int64_t max_nonfinite_steps = 10;      // skipped updates (NaN/inf) in a row before the run stops
   double ema_decay = 0.0;                // EMA of the weights after every update; 0 = none kept
   int64_t seed = 0;                      // parameters, data order and dropout
   int64_t threads = 0;                   // LibTorch intra-op threads; 0 = every core

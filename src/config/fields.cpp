@@ -90,6 +90,10 @@ std::vector<Field> build_table() {
          "AdamW second-moment decay").at_least(0).below(1),
     make("train.grad_clip", [](auto& c) -> auto& { return c.train.grad_clip; },
          "max global gradient norm; 0 = no clipping").at_least(0),
+    make("train.max_nonfinite_steps",
+         [](auto& c) -> auto& { return c.train.max_nonfinite_steps; },
+         "updates with a NaN/inf loss or gradient are skipped; this many in a row stop the run")
+        .above(0),
     make("train.ema_decay", [](auto& c) -> auto& { return c.train.ema_decay; },
          "decay of the weights' exponential moving average (e.g. 0.999); 0 = none")
         .at_least(0).below(1),

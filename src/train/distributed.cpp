@@ -348,6 +348,19 @@ void Distributed::all_reduce_sum(torch::Tensor& tensor) const {
   });
 }
 
+int64_t Distributed::max_over_ranks(int64_t value) const {
+  if (!group_) return value;
+  int64_t result = value;
+  collective(launch_, options_.timeout, "all-reduce", [&] {
+    std::vector<torch::Tensor> buffer{torch::tensor({value}, torch::kLong).to(group_->device)};
+    c10d::AllreduceOptions options;
+    options.reduceOp = c10d::ReduceOp::MAX;
+    group_->backend->allreduce(buffer, options)->wait();
+    result = buffer[0].item<int64_t>();
+  });
+  return result;
+}
+
 void Distributed::barrier() const {
   if (!group_) return;
   // An all-reduce of one number: c10d's NCCL barrier guesses each rank's GPU from its rank.

@@ -80,6 +80,8 @@ class Distributed {
   void all_reduce_gradients(torch::nn::Module& module) const;
   // In place: the element-wise sum of `tensor` over the ranks.
   void all_reduce_sum(torch::Tensor& tensor) const;
+  // The largest of `value` over the ranks (one process: `value`).
+  int64_t max_over_ranks(int64_t value) const;
   void barrier() const;
   // Runs `work` on rank 0 alone (sample grids, checkpoints) while the other ranks wait, however
   // long it takes: unlike a collective this wait has no timeout, but it fails at once when rank

@@ -2,9 +2,13 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <limits>
+#include <stdexcept>
 
 #include "data/dataset.h"
 #include "model/transformer.h"
@@ -18,6 +22,7 @@
 #include "train/schedule.h"
 #include "util/image_io.h"
 #include "util/runtime.h"
+#include "util/stop_signal.h"
 
 namespace combiner::train {
 
@@ -25,22 +30,6 @@ namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
 
 namespace {
-
-// AdamW with decoupled weight decay on matrices only; biases, LayerNorm gains and
-// position/token tables of rank 1 are not decayed (nanoGPT's rule: decay iff dim >= 2).
-std::unique_ptr<torch::optim::AdamW> make_optimizer(model::ImageTransformer& model,
-                                                    const config::TrainConfig& t) {
-  std::vector<torch::Tensor> decay, no_decay;
-  for (auto& p : model->parameters()) (p.dim() >= 2 ? decay : no_decay).push_back(p);
-  auto options = [&](double wd) {
-    return std::make_unique<torch::optim::AdamWOptions>(
-        torch::optim::AdamWOptions(t.lr).betas({t.beta1, t.beta2}).weight_decay(wd));
-  };
-  std::vector<torch::optim::OptimizerParamGroup> groups;
-  groups.emplace_back(decay, options(t.weight_decay));
-  groups.emplace_back(no_decay, options(0.0));
-  return std::make_unique<torch::optim::AdamW>(groups, torch::optim::AdamWOptions(t.lr));
-}
 
 void set_learning_rate(torch::optim::AdamW& optimizer, double lr) {
   for (auto& group : optimizer.param_groups())
@@ -127,6 +116,20 @@ void prepare_run_folder(const config::Config& config, bool resume) {
 
 }  // namespace
 
+std::unique_ptr<torch::optim::AdamW> make_optimizer(model::ImageTransformer& model,
+                                                    const config::TrainConfig& t) {
+  std::vector<torch::Tensor> decay, no_decay;
+  for (auto& p : model->parameters()) (p.dim() >= 2 ? decay : no_decay).push_back(p);
+  auto options = [&](double wd) {
+    return std::make_unique<torch::optim::AdamWOptions>(
+        torch::optim::AdamWOptions(t.lr).betas({t.beta1, t.beta2}).weight_decay(wd));
+  };
+  std::vector<torch::optim::OptimizerParamGroup> groups;
+  groups.emplace_back(decay, options(t.weight_decay));
+  groups.emplace_back(no_decay, options(0.0));
+  return std::make_unique<torch::optim::AdamW>(groups, torch::optim::AdamWOptions(t.lr));
+}
+
 RunResult run_training(const config::Config& config, const RunOptions& options) {
   const auto& t = config.train;
   check_batch_split(t, options.launch.world_size);
@@ -201,6 +204,8 @@ RunResult run_training(const config::Config& config, const RunOptions& options) 
     prune_checkpoints(t.out_dir, t.keep_checkpoints);  // only after the new one is complete
   };
 
+  RunResult result;
+  int64_t nonfinite_in_a_row = 0;
   model->train();
   // Rank r's share of the global batch [samples_seen, samples_seen + batch_size) is the
   // contiguous slice starting at r * per_rank, taken in grad_accum micro-batches.
@@ -218,9 +223,12 @@ RunResult run_training(const config::Config& config, const RunOptions& options) 
     optimizer->zero_grad();
     const int64_t first = samples_seen + dist.rank() * per_rank;
     auto step_bits = torch::zeros({1}, torch::kDouble);
+    const bool poisoned =
+        std::count(options.nan_loss_steps.begin(), options.nan_loss_steps.end(), step);
     for (int64_t m = 0; m < t.grad_accum; ++m) {
       auto x = stream.take(first + m * micro, micro).to(device);
       auto loss = mean_bits(model->forward(x), x);
+      if (poisoned) loss = loss * std::numeric_limits<double>::quiet_NaN();
       (loss / double(t.grad_accum)).backward();
       step_bits += loss.item<double>() / double(t.grad_accum);
     }
@@ -230,8 +238,34 @@ RunResult run_training(const config::Config& config, const RunOptions& options) 
     const double train_bits = step_bits.item<double>() / double(dist.world_size());
     const double max_norm = t.grad_clip > 0 ? t.grad_clip : std::numeric_limits<double>::infinity();
     const double grad_norm = torch::nn::utils::clip_grad_norm_(model->parameters(), max_norm);
-    optimizer->step();
-    if (!ema.empty()) update_ema(ema, *model, t.ema_decay);
+    // Every rank sees the same all-reduced loss and gradients, so all skip together.
+    if (std::isfinite(train_bits) && std::isfinite(grad_norm)) {
+      optimizer->step();
+      if (!ema.empty()) update_ema(ema, *model, t.ema_decay);
+      nonfinite_in_a_row = 0;
+    } else {
+      ++result.skipped_steps;
+      ++nonfinite_in_a_row;
+      spdlog::warn(
+          "step {:>6} | non-finite loss {} or gradient norm {}: update skipped ({} in a row, "
+          "{} in this run)",
+          step + 1,
+          train_bits,
+          grad_norm,
+          nonfinite_in_a_row,
+          result.skipped_steps);
+      if (nonfinite_in_a_row >= t.max_nonfinite_steps)
+        throw std::runtime_error(fmt::format(
+            "train: {} updates in a row had a non-finite loss or gradient (steps {} to {}; "
+            "train.max_nonfinite_steps = {}); stopped without writing a checkpoint, so the last "
+            "one in {} holds the state before them: lower train.lr or train.grad_clip, then "
+            "--resume",
+            nonfinite_in_a_row,
+            step + 2 - nonfinite_in_a_row,
+            step + 1,
+            t.max_nonfinite_steps,
+            t.out_dir));
+    }
     ++step;
 
     const double step_s = std::chrono::duration<double>(Clock::now() - step_start).count();
@@ -273,11 +307,21 @@ RunResult run_training(const config::Config& config, const RunOptions& options) 
       });
     if (t.checkpoint_every > 0 && step % t.checkpoint_every == 0 && step < t.steps)
       dist.run_on_main(save);
+    // A stop request on any rank stops them all after this same step.
+    result.stop_signal = static_cast<int>(dist.max_over_ranks(util::stop_requested()));
+    if (result.stop_signal != 0 && step < last_step) break;
   }
-  RunResult result;
   result.main_process = dist.is_main();
   result.final_checkpoint = checkpoint_path(t.out_dir, step);
   dist.run_on_main(save);  // no rank returns before the final checkpoint is on disk
+  if (result.stop_signal != 0 && step < last_step) {
+    spdlog::warn("stopped by signal {} after step {}: checkpoint {}; continue with --resume",
+                 result.stop_signal,
+                 step,
+                 result.final_checkpoint);
+    return result;
+  }
+  result.stop_signal = 0;
   if (t.final_test && step == t.steps) {
     const auto test_set = data::load_split(config.data, data::Split::kTest);
     const auto test = evaluate(model, test_set, eval_batch, false, dist);

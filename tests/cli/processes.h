@@ -1,4 +1,4 @@
-// Several processes from one test: shell commands with their output, a free loopback port, and
+// Several processes from one test: a free loopback port, and
 // a child started with extra environment variables that the test can signal, wait for with a
 // deadline, and that is killed if the test ends first.
 #pragma once
@@ -25,18 +25,6 @@
 extern char** environ;
 
 namespace combiner::testing {
-
-// Runs `command` through the shell; stdout and stderr together.
-inline BinaryRun run_shell(const std::string& command) {
-  BinaryRun r;
-  FILE* pipe = popen((command + " 2>&1").c_str(), "r");
-  if (!pipe) return r;
-  std::array<char, 4096> buffer{};
-  while (fgets(buffer.data(), buffer.size(), pipe)) r.output += buffer.data();
-  const int status = pclose(pipe);
-  r.status = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return r;
-}
 
 // A loopback port nobody listens on right now (the kernel's pick for port 0).
 inline int free_port() {

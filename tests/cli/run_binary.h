@@ -19,18 +19,21 @@ struct BinaryRun {
   }
 };
 
-// Runs COMBINER_BINARY_DIR/<binary> <args>.
-inline BinaryRun run_binary(const std::string& binary, const std::string& args) {
-  const std::string command =
-      std::string(COMBINER_BINARY_DIR) + "/" + binary + " " + args + " 2>&1";
+// Runs `command` through the shell; stdout and stderr together.
+inline BinaryRun run_shell(const std::string& command) {
   BinaryRun r;
-  FILE* pipe = popen(command.c_str(), "r");
+  FILE* pipe = popen((command + " 2>&1").c_str(), "r");
   if (!pipe) return r;
   std::array<char, 4096> buffer{};
   while (fgets(buffer.data(), buffer.size(), pipe)) r.output += buffer.data();
   const int status = pclose(pipe);
   r.status = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
   return r;
+}
+
+// Runs COMBINER_BINARY_DIR/<binary> <args>.
+inline BinaryRun run_binary(const std::string& binary, const std::string& args) {
+  return run_shell(std::string(COMBINER_BINARY_DIR) + "/" + binary + " " + args);
 }
 
 }  // namespace combiner::testing

@@ -41,6 +41,7 @@ void expect_equal(const Config& a, const Config& b) {
   EXPECT_EQ(s.beta1, t.beta1);
   EXPECT_EQ(s.beta2, t.beta2);
   EXPECT_EQ(s.grad_clip, t.grad_clip);
+  EXPECT_EQ(s.max_nonfinite_steps, t.max_nonfinite_steps);
   EXPECT_EQ(s.ema_decay, t.ema_decay);
   EXPECT_EQ(s.activation_checkpointing, t.activation_checkpointing);
   EXPECT_EQ(s.precision, t.precision);
@@ -85,6 +86,7 @@ Config unusual_config() {
   t.beta1 = 0.8999999999999999;
   t.beta2 = 0.999;
   t.grad_clip = 2.5;
+  t.max_nonfinite_steps = 3;
   t.ema_decay = 0.9995;
   t.activation_checkpointing = true;
   t.precision = "bfloat16";
@@ -127,6 +129,7 @@ TEST(ConfigKeys, KeyPathsListEveryFieldOnceInFileOrder) {
                                              "train.beta1",
                                              "train.beta2",
                                              "train.grad_clip",
+                                             "train.max_nonfinite_steps",
                                              "train.ema_decay",
                                              "train.seed",
                                              "train.threads",

@@ -105,6 +105,7 @@ TEST(ConfigValidate, EveryRangeNamesKeyAllowedRangeAndValue) {
       {{"train.beta1=1"}, "train.beta1: must be in [0, 1), got 1.0"},
       {{"train.beta2=-0.1"}, "train.beta2: must be in [0, 1), got -0.1"},
       {{"train.grad_clip=-1"}, "train.grad_clip: must be >= 0, got -1.0"},
+      {{"train.max_nonfinite_steps=0"}, "train.max_nonfinite_steps: must be > 0, got 0"},
       {{"train.ema_decay=1"}, "train.ema_decay: must be in [0, 1), got 1.0"},
       {{"train.precision=fp16"}, "train.precision: "},
       {{"train.device=gpu"}, "train.device: must be auto, cpu, cuda or cuda:N, got 'gpu'"},

@@ -9,6 +9,7 @@
 #include "model/transformer.h"
 #include "test_utils.h"
 #include "train/checkpoint.h"
+#include "train/tiny_run.h"
 #include "train/trainer.h"
 
 namespace combiner::train {
@@ -123,28 +124,6 @@ TEST(Checkpoint, PruneKeepsTheNewest) {
   EXPECT_EQ(
       list_checkpoints(dir.path()),
       (std::vector<std::string>{checkpoint_path(dir.path(), 30), checkpoint_path(dir.path(), 40)}));
-}
-
-config::Config tiny_run(const std::string& out_dir, int64_t steps) {
-  config::Config c;
-  c.data.dataset = "fashion_mnist";
-  c.data.val_size = 8;
-  c.model.layers = 1;
-  c.model.width = 16;
-  c.model.heads = 2;
-  c.model.mlp_ratio = 2;
-  c.model.dropout = 0.1;  // so the dropout RNG state must be restored too
-  c.train.steps = steps;
-  c.train.batch_size = 4;
-  c.train.grad_accum = 2;
-  c.train.warmup_steps = std::min<int64_t>(2, steps);
-  c.train.lr = 3e-3;
-  c.train.out_dir = out_dir;
-  c.train.final_test = false;
-  c.train.log_every = 1000;
-  c.train.threads = 1;
-  config::validate(c);
-  return c;
 }
 
 std::vector<std::pair<std::string, torch::Tensor>> final_parameters(const std::string& path) {

@@ -1,0 +1,105 @@
+// Non-finite numbers: an update whose loss (hence gradient) is NaN is skipped and counted, and
+// leaves the parameters and optimizer state exactly as they were; train.max_nonfinite_steps of
+// them in a row stop the run with a message, and the checkpoints written so far stay as they were.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+
+#include "model/transformer.h"
+#include "test_utils.h"
+#include "train/checkpoint.h"
+#include "train/tiny_run.h"
+#include "train/trainer.h"
+
+namespace combiner::train {
+namespace {
+
+using combiner::testing::TempDir;
+
+using Tensors = std::vector<std::pair<std::string, torch::Tensor>>;
+
+void expect_same_tensors(const Tensors& a, const Tensors& b) {
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i) {
+    EXPECT_EQ(a[i].first, b[i].first);
+    EXPECT_TRUE(torch::equal(a[i].second, b[i].second)) << a[i].first;
+  }
+}
+
+// AdamW's moments and step counts of two checkpoints (the serialised bytes also hold the
+// learning rate, which the schedule changes every step).
+void expect_same_adam_state(const Checkpoint& a, const Checkpoint& b, const config::Config& c) {
+  auto state_of = [&](const Checkpoint& checkpoint) {
+    model::ImageTransformer model(model::TransformerOptions::from_config(c));
+    auto optimizer = make_optimizer(model, c.train);
+    restore_optimizer(*optimizer, checkpoint.optimizer);
+    std::vector<torch::Tensor> tensors;
+    for (const auto& p : model->parameters()) {
+      auto& s = static_cast<torch::optim::AdamWParamState&>(
+          *optimizer->state().at(c10::guts::to_string(p.unsafeGetTensorImpl())));
+      tensors.push_back(s.exp_avg());
+      tensors.push_back(s.exp_avg_sq());
+      tensors.push_back(torch::tensor(s.step()));
+    }
+    return tensors;
+  };
+  const auto x = state_of(a), y = state_of(b);
+  ASSERT_EQ(x.size(), y.size());
+  for (size_t i = 0; i < x.size(); ++i) EXPECT_TRUE(torch::equal(x[i], y[i])) << i;
+}
+
+TEST(NonFinite, ASkippedUpdateChangesNothing) {
+  TempDir dir;
+  // Two good updates of a 3-step schedule, then stop: the state before step 3.
+  RunOptions two;
+  two.stop_after = 2;
+  const auto before =
+      load_checkpoint(run_training(tiny_run(dir.file("a"), 3), two).final_checkpoint);
+
+  // The same run whose third loss is NaN: the update is skipped, the run ends normally.
+  RunOptions poisoned;
+  poisoned.nan_loss_steps = {2};
+  const auto run = run_training(tiny_run(dir.file("b"), 3), poisoned);
+  EXPECT_EQ(run.skipped_steps, 1);
+  const auto after = load_checkpoint(run.final_checkpoint);
+  EXPECT_EQ(after.step, 3);
+  expect_same_tensors(before.model, after.model);
+  expect_same_adam_state(before, after, tiny_run(dir.file("b"), 3));
+
+  // A good step after a bad one is taken: the run does not stop at one NaN.
+  RunOptions early;
+  early.nan_loss_steps = {0};
+  const auto recovered = run_training(tiny_run(dir.file("c"), 3), early);
+  EXPECT_EQ(recovered.skipped_steps, 1);
+  EXPECT_FALSE(torch::equal(load_checkpoint(recovered.final_checkpoint).model[0].second,
+                            before.model[0].second));
+}
+
+TEST(NonFinite, TooManyInARowStopTheRunAndKeepTheLastCheckpoint) {
+  TempDir dir;
+  auto c = tiny_run(dir.file("run"), 6);
+  c.train.checkpoint_every = 1;
+  c.train.max_nonfinite_steps = 2;
+  RunOptions options;
+  options.nan_loss_steps = {1, 2, 3};  // steps 2, 3 and 4 in the log's 1-based numbering
+  std::string message;
+  try {
+    run_training(c, options);
+  } catch (const std::runtime_error& e) {
+    message = e.what();
+  }
+  EXPECT_NE(message.find("2 updates in a row had a non-finite loss or gradient (steps 2 to 3"),
+            std::string::npos)
+      << message;
+  EXPECT_NE(message.find("train.max_nonfinite_steps = 2"), std::string::npos) << message;
+  // The run stopped inside step 3, before its checkpoint. Step 2's was written after a skipped
+  // update, so it holds step 1's weights, finite and whole.
+  EXPECT_FALSE(std::filesystem::exists(checkpoint_path(c.train.out_dir, 3)));
+  const auto one = load_checkpoint(checkpoint_path(c.train.out_dir, 1));
+  const auto two = load_checkpoint(checkpoint_path(c.train.out_dir, 2));
+  EXPECT_EQ(two.step, 2);
+  expect_same_tensors(one.model, two.model);
+}
+
+}  // namespace
+}  // namespace combiner::train
