@@ -22,6 +22,7 @@
 #include "attention/attention.h"
 #include "attention/plan.h"
 #include "attention/reference.h"
+#include "util/device.h"
 #include "util/runtime.h"
 
 namespace combiner::attention {
@@ -147,13 +148,16 @@ BenchResult time_case(const BenchCase& given) {
       return r;
     }
     const auto dtype = bench_detail::scalar_type(c.dtype);
+    const torch::Device device(c.device);
     torch::manual_seed(0);
     auto module = make_attention(o, c.length, c.dim);
+    module->to(device);
     const std::vector<int64_t> shape = {c.batch, c.heads, c.length, c.dim};
-    auto q = torch::randn(shape, dtype).requires_grad_(c.backward);
-    auto k = torch::randn(shape, dtype).requires_grad_(c.backward);
-    auto v = torch::randn(shape, dtype).requires_grad_(c.backward);
-    auto grad_out = torch::randn(shape, dtype);
+    const auto options = torch::TensorOptions().dtype(dtype).device(device);
+    auto q = torch::randn(shape, options).requires_grad_(c.backward);
+    auto k = torch::randn(shape, options).requires_grad_(c.backward);
+    auto v = torch::randn(shape, options).requires_grad_(c.backward);
+    auto grad_out = torch::randn(shape, options);
     // One run on the first `length` positions (a prefix is a valid input for every variant).
     const auto once = [&](int64_t length) {
       auto part = [&](torch::Tensor& t) { return t.narrow(2, 0, length); };
@@ -164,15 +168,19 @@ BenchResult time_case(const BenchCase& given) {
         torch::NoGradGuard no_grad;
         module->forward(part(q), part(k), part(v));
       }
+      util::synchronize(device);
     };
     // Page the variant's code in and start the thread pool on a short prefix, so that neither
     // counts as memory. The baseline then holds the inputs; the peak is what runs at full length
     // add (activations, saved tensors, and the gradients of q, k, v with --backward).
     once(std::min<int64_t>(c.length, 4 * std::max<int64_t>({c.block, c.row_len, 16})));
     for (auto* t : {&q, &k, &v}) t->mutable_grad().reset();
-    if (c.max_mib > 0) bench_detail::limit_address_space(c.max_mib);
+    // CUDA maps the device's memory into the address space: the cap would fail its start.
+    if (c.max_mib > 0 && device.is_cpu()) bench_detail::limit_address_space(c.max_mib);
     bench_detail::reset_peak_rss();
-    const double base = bench_detail::status_mib("VmRSS");
+    util::reset_peak_memory(device);
+    const double base =
+        device.is_cuda() ? util::device_allocated_mib(device) : bench_detail::status_mib("VmRSS");
     once(c.length);  // warm-up, not timed
     std::vector<double> ms;
     for (int64_t t = 0; t < std::max<int64_t>(1, c.repeats); ++t) {
@@ -184,7 +192,9 @@ BenchResult time_case(const BenchCase& given) {
     }
     std::sort(ms.begin(), ms.end());
     r.ms = ms[ms.size() / 2];
-    r.peak_mib = std::max(0.0, bench_detail::status_mib("VmHWM") - base);
+    const double peak =
+        device.is_cuda() ? util::device_peak_mib(device) : bench_detail::status_mib("VmHWM");
+    r.peak_mib = std::max(0.0, peak - base);
     r.status = "ok";
   } catch (const std::bad_alloc& e) {
     r.status = "oom";
@@ -200,8 +210,9 @@ std::string encode_case(const BenchCase& c) {
   std::ostringstream out;
   out << "variant=" << c.variant << " length=" << c.length << " block=" << c.block
       << " row_len=" << c.row_len << " batch=" << c.batch << " heads=" << c.heads
-      << " dim=" << c.dim << " dtype=" << c.dtype << " backward=" << c.backward
-      << " repeats=" << c.repeats << " threads=" << c.threads << " max_mib=" << c.max_mib;
+      << " dim=" << c.dim << " dtype=" << c.dtype << " device=" << c.device
+      << " backward=" << c.backward << " repeats=" << c.repeats << " threads=" << c.threads
+      << " max_mib=" << c.max_mib;
   return out.str();
 }
 
@@ -228,6 +239,7 @@ BenchCase decode_case(const std::string& text) {
   c.heads = std::stoll(get("heads"));
   c.dim = std::stoll(get("dim"));
   c.dtype = get("dtype");
+  c.device = get("device");
   c.backward = get("backward") == "1";
   c.repeats = std::stoll(get("repeats"));
   c.threads = std::stoll(get("threads"));
@@ -315,7 +327,8 @@ BenchResult run_child(const std::vector<std::string>& argv, double timeout_s) {
 }
 
 std::string csv_header() {
-  return "variant,L,block,row_len,layout,dtype,pass,batch,heads,dim,threads,ms,peak_mib,status,"
+  return "variant,L,block,row_len,layout,dtype,device,pass,batch,heads,dim,threads,ms,peak_mib,"
+         "status,"
          "detail";
 }
 
@@ -328,8 +341,8 @@ std::string csv_row(const BenchCase& c, const BenchResult& r) {
   std::ostringstream out;
   out << c.variant << "," << c.length << "," << (block ? std::to_string(c.block) : "") << ","
       << (row_len ? std::to_string(c.row_len) : "") << "," << layout << "," << c.dtype << ","
-      << pass_name(c) << "," << c.batch << "," << c.heads << "," << c.dim << "," << c.threads << ","
-      << numbers << "," << r.status << "," << bench_detail::csv_safe(r.detail);
+      << c.device << "," << pass_name(c) << "," << c.batch << "," << c.heads << "," << c.dim << ","
+      << c.threads << "," << numbers << "," << r.status << "," << bench_detail::csv_safe(r.detail);
   return out.str();
 }
 

@@ -20,6 +20,7 @@ struct BenchCase {
   int64_t heads = 8;              // H
   int64_t dim = 64;               // D = Dv
   std::string dtype = "float32";  // float32 | bfloat16 | float64 (scores always >= fp32)
+  std::string device = "cpu";     // cpu | cuda | cuda:N
   bool backward = false;          // time forward + backward (gradients of q, k, v)
   int64_t repeats = 5;            // timed runs after one warm-up; the median is reported
   int64_t threads = 0;            // LibTorch threads in the child; 0 = every core
@@ -33,7 +34,7 @@ struct BenchCase {
 // (fast path disagrees with the reference) | invalid (layout does not fit L) | error.
 struct BenchResult {
   double ms = 0;        // median wall time of one run
-  double peak_mib = 0;  // peak RSS during the case minus RSS before it
+  double peak_mib = 0;  // peak RSS (CUDA: allocated device memory) during the case minus before it
   std::string status = "error";
   std::string detail;  // why, when status != ok
 };
@@ -82,7 +83,7 @@ BenchResult run_child(const std::vector<std::string>& argv, double timeout_s);
 // The results table, one row per case. block / row_len / layout are empty for variants that do
 // not use them; layout is kAutoLayout (kDefaultLayoutRule) or "given" (--block / --row-len); ms and
 // peak_mib are empty unless status is ok; detail never holds a comma. Columns:
-// variant,L,block,row_len,layout,dtype,pass,batch,heads,dim,threads,ms,peak_mib,status,detail
+// variant,L,block,row_len,layout,dtype,device,pass,batch,heads,dim,threads,ms,peak_mib,status,detail
 std::string csv_header();
 std::string csv_row(const BenchCase& c, const BenchResult& r);
 

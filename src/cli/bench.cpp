@@ -157,6 +157,8 @@ void add_attention_flags(CLI::App& app, AttentionFlags& f) {
   app.add_option("--dtype", s.dtype, "input dtype (scores and softmax are fp32 for bfloat16)")
       ->check(CLI::IsMember({"float32", "bfloat16", "float64"}))
       ->capture_default_str();
+  app.add_option("--device", s.device, "cpu, cuda or cuda:N (a CUDA build of LibTorch)")
+      ->capture_default_str();
   app.add_flag("--backward", s.backward, "time forward + backward (pass column)");
   app.add_option("--repeats", s.repeats, "timed runs after one warm-up (median)")
       ->check(CLI::PositiveNumber)

@@ -15,6 +15,9 @@
 
 #include "attention/plan.h"
 #include "train/bits.h"
+#include "train/distributed.h"
+#include "train/trainer.h"
+#include "util/device.h"
 #include "util/runtime.h"
 
 namespace combiner::train {
@@ -25,21 +28,6 @@ using Clock = std::chrono::steady_clock;
 
 double seconds_since(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
-}
-
-// The trainer's grouping (trainer.cpp): weight decay on parameters of rank >= 2 only.
-std::unique_ptr<torch::optim::AdamW> make_optimizer(model::ImageTransformer& model,
-                                                    const config::TrainConfig& t) {
-  std::vector<torch::Tensor> decay, no_decay;
-  for (auto& p : model->parameters()) (p.dim() >= 2 ? decay : no_decay).push_back(p);
-  auto options = [&](double wd) {
-    return std::make_unique<torch::optim::AdamWOptions>(
-        torch::optim::AdamWOptions(t.lr).betas({t.beta1, t.beta2}).weight_decay(wd));
-  };
-  std::vector<torch::optim::OptimizerParamGroup> groups;
-  groups.emplace_back(decay, options(t.weight_decay));
-  groups.emplace_back(no_decay, options(0.0));
-  return std::make_unique<torch::optim::AdamW>(groups, torch::optim::AdamWOptions(t.lr));
 }
 
 bool inside_attention(const std::string& name) {
@@ -86,17 +74,23 @@ FlopCount count_step_flops(model::ImageTransformerImpl& model, int64_t batch) {
   return f;
 }
 
-double matmul_peak_gflops(int64_t n, int64_t repeats) {
+double matmul_peak_gflops(int64_t n,
+                          int64_t repeats,
+                          const torch::Device& device,
+                          torch::ScalarType dtype) {
   if (n < 1 || repeats < 1)
     throw std::invalid_argument("matmul peak: size and repeats must be >= 1, got " +
                                 std::to_string(n) + " and " + std::to_string(repeats));
   torch::NoGradGuard no_grad;
-  auto a = torch::randn({n, n}), b = torch::randn({n, n});
+  const auto options = torch::TensorOptions().device(device).dtype(dtype);
+  auto a = torch::randn({n, n}, options), b = torch::randn({n, n}, options);
   auto c = torch::matmul(a, b);  // untimed: pages in BLAS and starts its threads
+  util::synchronize(device);
   double best = std::numeric_limits<double>::infinity();
   for (int64_t r = 0; r < repeats; ++r) {
     const auto start = train_bench_detail::Clock::now();
     c = torch::matmul(a, b);
+    util::synchronize(device);
     best = std::min(best, train_bench_detail::seconds_since(start));
   }
   return 2.0 * double(n) * double(n) * double(n) / best / 1e9;
@@ -110,19 +104,28 @@ TrainBenchResult run_train_bench(const config::Config& config, const TrainBenchO
   const auto& t = config.train;
   TrainBenchResult r;
   r.threads = util::set_threads(options.threads >= 0 ? options.threads : t.threads);
-  r.matmul_gflops = matmul_peak_gflops(options.matmul_size, options.matmul_repeats);
+  const torch::Device device = resolve_device(t.device, LaunchEnvironment{});
+  r.device = device.str();
+  r.precision = t.precision;
+  r.matmul_gflops =
+      matmul_peak_gflops(options.matmul_size,
+                         options.matmul_repeats,
+                         device,
+                         t.precision == "bfloat16" ? torch::kBFloat16 : torch::kFloat32);
 
   torch::manual_seed(static_cast<uint64_t>(t.seed));
   model::ImageTransformer model(model::TransformerOptions::from_config(config));
+  model->to(device);
   model->train();
-  auto optimizer = train_bench_detail::make_optimizer(model, t);
+  auto optimizer = make_optimizer(model, t);
   const int64_t L = model->options().length();
   const int64_t micro = t.batch_size / t.grad_accum;
   std::vector<torch::Tensor> batches;  // drawn once: the step times the model, not the RNG
   for (int64_t m = 0; m < t.grad_accum; ++m)
-    batches.push_back(torch::randint(0, model::kVocab, {micro, L}, torch::kByte));
+    batches.push_back(torch::randint(0, model::kVocab, {micro, L}, torch::kByte).to(device));
   const double max_norm = t.grad_clip > 0 ? t.grad_clip : std::numeric_limits<double>::infinity();
 
+  util::reset_peak_memory(device);
   std::vector<double> ms;
   for (int64_t step = 0; step < options.warmup + options.steps; ++step) {
     const auto start = train_bench_detail::Clock::now();
@@ -134,8 +137,10 @@ TrainBenchResult run_train_bench(const config::Config& config, const TrainBenchO
     }
     torch::nn::utils::clip_grad_norm_(model->parameters(), max_norm);
     optimizer->step();
+    util::synchronize(device);
     if (step >= options.warmup) ms.push_back(1e3 * train_bench_detail::seconds_since(start));
   }
+  r.peak_mib = device.is_cuda() ? util::device_peak_mib(device) : util::process_peak_rss_mib();
   std::sort(ms.begin(), ms.end());
   const size_t n = ms.size();
   r.ms_per_step = n % 2 == 1 ? ms[n / 2] : 0.5 * (ms[n / 2 - 1] + ms[n / 2]);
@@ -157,49 +162,57 @@ TrainBenchResult run_train_bench(const config::Config& config, const TrainBenchO
 
 std::string summary_line(const TrainBenchResult& r) {
   char line[512];
-  std::snprintf(line,
-                sizeof line,
-                "train bench: %s L=%lld, %lld layers x %lld wide, %lld heads, %s, batch %lld, "
-                "%lld threads: %.1f ms/step (median of %lld), %.0f tokens/s, %.3f GFLOP/step, "
-                "matmul peak %.1f GFLOP/s, MFU %.1f%%",
-                r.dataset.c_str(),
-                static_cast<long long>(r.length),
-                static_cast<long long>(r.layers),
-                static_cast<long long>(r.width),
-                static_cast<long long>(r.heads),
-                r.attention.c_str(),
-                static_cast<long long>(r.batch),
-                static_cast<long long>(r.threads),
-                r.ms_per_step,
-                static_cast<long long>(r.steps),
-                r.tokens_per_s,
-                r.flops.total() / 1e9,
-                r.matmul_gflops,
-                100.0 * r.mfu);
+  std::snprintf(
+      line,
+      sizeof line,
+      "train bench: %s L=%lld, %lld layers x %lld wide, %lld heads, %s, batch %lld, "
+      "%s, %s, %lld threads: %.1f ms/step (median of %lld), %.0f tokens/s, %.3f GFLOP/step, "
+      "%s matmul peak %.1f GFLOP/s, MFU %.1f%%, peak memory %.0f MiB",
+      r.dataset.c_str(),
+      static_cast<long long>(r.length),
+      static_cast<long long>(r.layers),
+      static_cast<long long>(r.width),
+      static_cast<long long>(r.heads),
+      r.attention.c_str(),
+      static_cast<long long>(r.batch),
+      r.device.c_str(),
+      r.precision.c_str(),
+      static_cast<long long>(r.threads),
+      r.ms_per_step,
+      static_cast<long long>(r.steps),
+      r.tokens_per_s,
+      r.flops.total() / 1e9,
+      r.precision.c_str(),
+      r.matmul_gflops,
+      100.0 * r.mfu,
+      r.peak_mib);
   return line;
 }
 
 std::string train_csv_header() {
-  return "dataset,attention,L,batch,layers,width,heads,parameters,threads,steps,ms_per_step,"
-         "tokens_per_s,gflop_per_step,dense_gflop,attention_gflop,matmul_gflops,mfu";
+  return "dataset,attention,L,batch,layers,width,heads,parameters,device,precision,threads,steps,"
+         "ms_per_step,"
+         "tokens_per_s,gflop_per_step,dense_gflop,attention_gflop,matmul_gflops,mfu,peak_mib";
 }
 
 std::string train_csv_row(const TrainBenchResult& r) {
   char numbers[256];
   std::snprintf(numbers,
                 sizeof numbers,
-                "%.3f,%.1f,%.6f,%.6f,%.6f,%.2f,%.5f",
+                "%.3f,%.1f,%.6f,%.6f,%.6f,%.2f,%.5f,%.1f",
                 r.ms_per_step,
                 r.tokens_per_s,
                 r.flops.total() / 1e9,
                 r.flops.dense / 1e9,
                 r.flops.attention / 1e9,
                 r.matmul_gflops,
-                r.mfu);
+                r.mfu,
+                r.peak_mib);
   return r.dataset + "," + r.attention + "," + std::to_string(r.length) + "," +
          std::to_string(r.batch) + "," + std::to_string(r.layers) + "," + std::to_string(r.width) +
-         "," + std::to_string(r.heads) + "," + std::to_string(r.parameters) + "," +
-         std::to_string(r.threads) + "," + std::to_string(r.steps) + "," + numbers;
+         "," + std::to_string(r.heads) + "," + std::to_string(r.parameters) + "," + r.device + "," +
+         r.precision + "," + std::to_string(r.threads) + "," + std::to_string(r.steps) + "," +
+         numbers;
 }
 
 }  // namespace combiner::train

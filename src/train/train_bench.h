@@ -41,7 +41,10 @@ FlopCount count_step_flops(model::ImageTransformerImpl& model, int64_t batch);
 
 // Best of `repeats` timings of an n x n by n x n float32 torch::matmul (after one untimed run),
 // in GFLOP/s (2 n^3 per product), on LibTorch's current thread count.
-double matmul_peak_gflops(int64_t n, int64_t repeats);
+double matmul_peak_gflops(int64_t n,
+                          int64_t repeats,
+                          const torch::Device& device = torch::kCPU,
+                          torch::ScalarType dtype = torch::kFloat32);
 
 struct TrainBenchOptions {
   int64_t steps = 10;          // timed steps; the median is reported
@@ -55,11 +58,15 @@ struct TrainBenchResult {
   std::string dataset, attention;
   int64_t length = 0, batch = 0, layers = 0, width = 0, heads = 0, parameters = 0;
   int64_t threads = 0, steps = 0;
-  double ms_per_step = 0;    // median over the timed steps
-  double tokens_per_s = 0;   // batch x L / median step time
-  FlopCount flops;           // per step
-  double matmul_gflops = 0;  // measured peak
-  double mfu = 0;            // flops.total() / median step time / peak
+  std::string device, precision;  // where the step ran; train.precision (the peak's dtype too)
+  double ms_per_step = 0;         // median over the timed steps
+  double tokens_per_s = 0;        // batch x L / median step time
+  FlopCount flops;                // per step
+  double matmul_gflops = 0;       // measured peak, same device and dtype as the step's matmuls
+  double mfu = 0;                 // flops.total() / median step time / peak
+  // CUDA: the caching allocator's peak during the steps; CPU: the process's peak resident set
+  // (model, optimizer state, activations and the runtime, all of it).
+  double peak_mib = 0;
 };
 
 // Builds the model of a validated config and runs warmup + steps training steps on random

@@ -17,7 +17,9 @@ TEST(Bench, CaseAndResultRoundTripThroughText) {
   c.backward = true;
   c.repeats = 7;
   c.threads = 1;
+  c.device = "cuda:1";
   EXPECT_EQ(encode_case(decode_case(encode_case(c))), encode_case(c));
+  EXPECT_EQ(decode_case(encode_case(c)).device, "cuda:1");
   EXPECT_EQ(decode_case(encode_case(c)).backward, true);
   BenchResult r{12.5, 3.25, "ok", ""};
   const auto back = decode_result(encode_result(r));
@@ -67,18 +69,19 @@ TEST(Bench, CsvRowsLeaveUnusedLayoutEmpty) {
   BenchCase c;
   c.variant = "full";
   BenchResult r{1.0, 2.0, "ok", ""};
-  EXPECT_EQ(csv_header(),
-            "variant,L,block,row_len,layout,dtype,pass,batch,heads,dim,threads,ms,peak_mib,status,"
-            "detail");
-  EXPECT_EQ(csv_row(c, r), "full,3072,,,,float32,forward,1,8,64,0,1.000,2.0,ok,");
+  EXPECT_EQ(
+      csv_header(),
+      "variant,L,block,row_len,layout,dtype,device,pass,batch,heads,dim,threads,ms,peak_mib,status,"
+      "detail");
+  EXPECT_EQ(csv_row(c, r), "full,3072,,,,float32,cpu,forward,1,8,64,0,1.000,2.0,ok,");
   c.variant = "combiner-mixture";
   EXPECT_EQ(csv_row(c, r),
-            "combiner-mixture,3072,,96,given,float32,forward,1,8,64,0,1.000,2.0,ok,");
+            "combiner-mixture,3072,,96,given,float32,cpu,forward,1,8,64,0,1.000,2.0,ok,");
   r.status = "oom";
   r.detail = "out of memory, tried 8 GiB";
   c.backward = true;
   EXPECT_EQ(csv_row(c, r),
-            "combiner-mixture,3072,,96,given,float32,forward+backward,1,8,64,0,,,oom,"
+            "combiner-mixture,3072,,96,given,float32,cpu,forward+backward,1,8,64,0,,,oom,"
             "out of memory; tried 8 GiB");
 }
 

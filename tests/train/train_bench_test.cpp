@@ -97,12 +97,15 @@ TEST(TrainBench, ShortRunReportsConsistentNumbers) {
   EXPECT_EQ(r.length, 784);
   EXPECT_EQ(r.batch, 2);
   EXPECT_EQ(r.threads, 1);
+  EXPECT_EQ(r.device, "cpu");
+  EXPECT_EQ(r.precision, "float32");
   EXPECT_GT(r.ms_per_step, 0.0);
   EXPECT_GT(r.matmul_gflops, 0.0);
   EXPECT_NEAR(r.tokens_per_s, 2 * 784 / (r.ms_per_step / 1e3), 1e-6 * r.tokens_per_s);
   EXPECT_NEAR(r.mfu, r.flops.total() / (r.ms_per_step / 1e3) / (r.matmul_gflops * 1e9), 1e-12);
   EXPECT_NE(summary_line(r).find("tokens/s"), std::string::npos);
   EXPECT_EQ(train_csv_row(r).rfind("fashion_mnist,combiner-axial-rowmajor,784,2,", 0), 0u);
+  EXPECT_NE(train_csv_row(r).find(",cpu,float32,1,1,"), std::string::npos);
   options.steps = 0;
   EXPECT_THROW(run_train_bench(tiny_config("full"), options), std::invalid_argument);
 }
