@@ -3,7 +3,7 @@
 # the sequence length L, log-log, one line per variant (and per dtype / pass when the file holds
 # several), in two panels. Rows whose status is not ok (oom, timeout, invalid, ...) are skipped.
 #   usage: scripts/plot-bench.sh results.csv out.png
-# Installs gnuplot-nox from Debian when gnuplot is missing (with sudo when not root).
+# Installs gnuplot-nox from Debian when gnuplot is missing (scripts/install-gnuplot.sh).
 set -euo pipefail
 
 if [ $# -ne 2 ]; then
@@ -14,14 +14,7 @@ csv=$1
 png=$2
 [ -r "$csv" ] || { echo "plot-bench: cannot read $csv" >&2; exit 1; }
 
-if ! command -v gnuplot >/dev/null 2>&1; then
-  echo "plot-bench: installing gnuplot-nox"
-  sudo_cmd=()
-  [ "$(id -u)" -eq 0 ] || sudo_cmd=(sudo)
-  export DEBIAN_FRONTEND=noninteractive
-  "${sudo_cmd[@]}" apt-get update -qq
-  "${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends gnuplot-nox
-fi
+"$(dirname "$0")/install-gnuplot.sh"
 
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT

@@ -20,6 +20,7 @@
 #include "train/evaluate.h"
 #include "train/metrics_log.h"
 #include "train/schedule.h"
+#include "util/device.h"
 #include "util/image_io.h"
 #include "util/runtime.h"
 #include "util/stop_signal.h"
@@ -182,6 +183,10 @@ RunResult run_training(const config::Config& config, const RunOptions& options) 
                threads,
                device.str(),
                t.out_dir);
+  if (device.is_cpu() && t.precision == "bfloat16")
+    spdlog::warn(
+        "train.precision bfloat16 on the CPU: Debian's LibTorch 1.13 multiplies bf16 "
+        "matrices about 30x slower than fp32 here (docs/PERFORMANCE.md); use float32");
   if (dist.world_size() > 1)
     spdlog::info("data parallel: {} processes over {}, {} images each per step",
                  dist.world_size(),
@@ -329,6 +334,7 @@ RunResult run_training(const config::Config& config, const RunOptions& options) 
     spdlog::info("test bpd {:.4f} over {} images", test.bits_per_dim, test.images);
     result.test_bits_per_dim = test.bits_per_dim;
   }
+  spdlog::info("peak resident memory {:.0f} MiB", util::process_peak_rss_mib());
   return result;
 }
 
