@@ -41,7 +41,10 @@ int main(int argc, char** argv) {
     auto* from_config = app.add_option(
         "--config", config, "sample the untrained model of this config (speed measurements)");
     from_checkpoint->excludes(from_config);
-    app.add_option("--set", overrides, "with --config: override a key, e.g. model.layers=2");
+    app.add_option("--set",
+                   overrides,
+                   "override a key of the config (--config's, or the checkpoint's: e.g. "
+                   "train.device=cuda), e.g. model.layers=2");
     app.add_option("--num", options.count, "images to draw");
     app.add_option("--temperature", options.temperature, "softmax temperature; 0 = argmax");
     app.add_option("--seed", options.seed, "sampling seed");
@@ -66,7 +69,7 @@ int main(int argc, char** argv) {
     options.cache = !no_cache;
     cb::util::set_threads(threads);
     auto model = checkpoint.empty() ? untrained_model(config, overrides)
-                                    : cb::train::load_model(checkpoint, {}, ema).model;
+                                    : cb::train::load_model(checkpoint, overrides, ema).model;
     const auto start = std::chrono::steady_clock::now();
     const auto images = cb::sample::sample_images(model, options);
     const double seconds =

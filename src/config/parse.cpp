@@ -1,11 +1,16 @@
 // Reading YAML into Config: a recursive walk over the document that looks every key up in the
 // field table, so unknown keys, wrong types and misplaced maps are all reported with the full key
 // path and the source (file path or "--set") in front.
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <stdexcept>
 #include <system_error>
+
+#include <yaml-cpp/eventhandler.h>
+#include <yaml-cpp/mark.h>
+#include <yaml-cpp/parser.h>
 
 #include "config/config.h"
 #include "config/fields.h"
@@ -81,29 +86,88 @@ std::string read_file(const std::string& path) {
   return text.str();
 }
 
+// Counts the documents of a YAML stream through yaml-cpp's event parser. Not YAML::LoadAll:
+// in yaml-cpp 0.7 (Debian 12) it loops forever, allocating a null document per turn, when the
+// parser stops consuming tokens, e.g. on a lone "," or "{a: 1}," (jbeder/yaml-cpp#1040, fixed
+// upstream in 2024). Here a document that starts where the previous one did means no progress
+// and is reported as invalid YAML at that place.
+class DocumentCounter : public YAML::EventHandler {
+ public:
+  void OnDocumentStart(const YAML::Mark& mark) override {
+    stuck_ = documents_ > 0 && mark.pos == last_start_.pos;
+    last_start_ = mark;
+    ++documents_;
+  }
+  void OnDocumentEnd() override {}
+  void OnNull(const YAML::Mark&, YAML::anchor_t) override {}
+  void OnAlias(const YAML::Mark&, YAML::anchor_t) override {}
+  void OnScalar(const YAML::Mark&,
+                const std::string&,
+                YAML::anchor_t,
+                const std::string&) override {}
+  void OnSequenceStart(const YAML::Mark&,
+                       const std::string&,
+                       YAML::anchor_t,
+                       YAML::EmitterStyle::value) override {}
+  void OnSequenceEnd() override {}
+  void OnMapStart(const YAML::Mark&,
+                  const std::string&,
+                  YAML::anchor_t,
+                  YAML::EmitterStyle::value) override {}
+  void OnMapEnd() override {}
+
+  size_t documents() const { return documents_; }
+  bool stuck() const { return stuck_; }
+  const YAML::Mark& last_start() const { return last_start_; }
+
+ private:
+  size_t documents_ = 0;
+  bool stuck_ = false;
+  YAML::Mark last_start_;
+};
+
+[[noreturn]] void invalid_yaml(const std::string& source,
+                               const YAML::Mark& mark,
+                               const std::string& what) {
+  throw std::invalid_argument(source + ": invalid YAML at line " + std::to_string(mark.line + 1) +
+                              ", column " + std::to_string(mark.column + 1) + ": " + what);
+}
+
+// The one document of yaml_text (a null node if there is none).
+YAML::Node load_one_document(const std::string& yaml_text, const std::string& source) {
+  try {
+    std::istringstream in(yaml_text);
+    YAML::Parser parser(in);
+    DocumentCounter counter;
+    while (parser.HandleNextDocument(counter)) {
+      if (counter.stuck()) {
+        const auto at = static_cast<size_t>(std::max(0, counter.last_start().pos));
+        const std::string token = at < yaml_text.size() ? yaml_text.substr(at, 1) : "";
+        invalid_yaml(source, counter.last_start(), "unexpected '" + token + "' at the top level");
+      }
+    }
+    if (counter.documents() > 1)
+      throw std::invalid_argument(source + ": expected one YAML document, got " +
+                                  std::to_string(counter.documents()));
+    return counter.documents() == 0 ? YAML::Node() : YAML::Load(yaml_text);
+  } catch (const YAML::Exception& e) {
+    invalid_yaml(source, e.mark, e.msg);
+  }
+}
+
 }  // namespace
 
 Config parse_config(const std::string& yaml_text, const std::string& source) {
-  std::vector<YAML::Node> documents;
-  try {
-    documents = YAML::LoadAll(yaml_text);
-  } catch (const YAML::Exception& e) {
-    throw std::invalid_argument(source + ": invalid YAML at line " +
-                                std::to_string(e.mark.line + 1) + ", column " +
-                                std::to_string(e.mark.column + 1) + ": " + e.msg);
-  }
+  const YAML::Node document = load_one_document(yaml_text, source);
   const std::string sections = join(section_keys(""));
-  if (documents.size() > 1)
-    throw std::invalid_argument(source + ": expected one YAML document, got " +
-                                std::to_string(documents.size()));
-  if (documents.empty() || documents[0].IsNull())
+  if (document.IsNull())
     throw std::invalid_argument(source + ": config is empty; expected a map with sections " +
                                 sections);
-  if (!documents[0].IsMap())
+  if (!document.IsMap())
     throw std::invalid_argument(source + ": expected a map with sections " + sections +
-                                " at the top level, got " + describe_node(documents[0]));
+                                " at the top level, got " + describe_node(document));
   Config config;
-  read_section(documents[0], "", source, config);
+  read_section(document, "", source, config);
   return config;
 }
 

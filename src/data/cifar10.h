@@ -3,6 +3,7 @@
 // interleaved here into the sequence order (raster over pixels, R,G,B of a pixel consecutive).
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
 
@@ -15,6 +16,8 @@ constexpr int64_t kCifarRecordsPerFile = 10000;
 // One batch file; std::runtime_error naming the path and expected vs found bytes unless it
 // holds exactly kCifarRecordsPerFile records.
 ImageSet read_cifar10_batch(const std::string& path);
+// The same for a batch file held in memory; name is used in messages.
+ImageSet parse_cifar10_batch(const uint8_t* data, size_t size, const std::string& name);
 
 // data_batch_1.bin .. data_batch_5.bin (train, 50000 images) or test_batch.bin (test) in dir.
 ImageSet load_cifar10(const std::string& dir, OfficialSplit split);

@@ -1,90 +1,164 @@
-// idx3 reading through zlib's gz* interface, which reads gzipped and plain files alike, in
-// chunks of up to 64 MiB straight into the ImageSet's pixel buffer.
+// idx3 reading from memory: a file is read whole (26 MB for the gzipped training set) and, if it
+// starts with the gzip magic, inflated with zlib (concatenated members too, as gzip writes
+// them); plain files are parsed as they are. Pixels are inflated straight into the ImageSet,
+// which grows only as far as the data really goes, so a header claiming billions of images
+// costs nothing before the sizes are compared.
 #include "data/fashion_mnist.h"
 
 #include <zlib.h>
 
 #include <algorithm>
 #include <filesystem>
-#include <memory>
 #include <stdexcept>
+
+#include "data/file_bytes.h"
 
 namespace combiner::data {
 namespace {
 
 constexpr uint32_t kIdx3Magic = 2051;  // 0x00000803: unsigned byte, 3 dimensions
 constexpr int64_t kSide = 28;
-
-struct GzCloser {
-  void operator()(gzFile_s* file) const { gzclose(file); }
-};
-using GzFile = std::unique_ptr<gzFile_s, GzCloser>;
-
-// Reads up to size bytes; fewer only at the end of the data. Throws on a corrupt stream.
-int64_t read_fully(gzFile file, uint8_t* out, int64_t size, const std::string& path) {
-  int64_t done = 0;
-  while (done < size) {
-    const unsigned chunk = static_cast<unsigned>(std::min<int64_t>(size - done, 64 << 20));
-    const int got = gzread(file, out + done, chunk);
-    if (got < 0) {
-      int code = 0;
-      throw std::runtime_error("fashion_mnist: '" + path + "' is corrupt: " + gzerror(file, &code));
-    }
-    if (got == 0) break;
-    done += got;
-  }
-  // gzread reports a stream cut short inside the deflate data as an error after the fact.
-  int code = Z_OK;
-  const char* message = gzerror(file, &code);
-  if (code != Z_OK && code != Z_STREAM_END)
-    throw std::runtime_error("fashion_mnist: '" + path + "' is corrupt: " + message);
-  return done;
-}
+constexpr int64_t kHeaderBytes = 16;
 
 uint32_t big_endian(const uint8_t* p) {
   return (uint32_t{p[0]} << 24) | (uint32_t{p[1]} << 16) | (uint32_t{p[2]} << 8) | p[3];
 }
 
+// Where the decoded bytes of an idx file go: the 16-byte header, then up to `limit` pixel
+// bytes (0 until the header is parsed); bytes beyond are only counted.
+class IdxSink {
+ public:
+  void put(const uint8_t* data, size_t n) {
+    while (n > 0) {
+      size_t take = 0;
+      if (header_.size() < kHeaderBytes) {
+        take = std::min<size_t>(n, kHeaderBytes - header_.size());
+        header_.insert(header_.end(), data, data + take);
+      } else if (static_cast<int64_t>(pixels_.size()) < limit_) {
+        take = std::min<size_t>(n, static_cast<size_t>(limit_ - pixels_.size()));
+        pixels_.insert(pixels_.end(), data, data + take);
+      } else {
+        take = n;
+        extra_ += static_cast<int64_t>(n);
+      }
+      data += take;
+      n -= take;
+    }
+  }
+  void set_limit(int64_t limit) { limit_ = limit; }
+  const std::vector<uint8_t>& header() const { return header_; }
+  std::vector<uint8_t>& pixels() { return pixels_; }
+  int64_t found() const { return static_cast<int64_t>(pixels_.size()) + extra_; }
+
+ private:
+  std::vector<uint8_t> header_;
+  std::vector<uint8_t> pixels_;
+  int64_t limit_ = 0;
+  int64_t extra_ = 0;
+};
+
+// The header: checked as soon as its 16 bytes are in, so the pixel limit is known before any
+// pixel is stored. Returns the image count.
+int64_t check_header(const std::vector<uint8_t>& header, const std::string& name) {
+  if (header.size() != kHeaderBytes)
+    throw std::runtime_error("fashion_mnist: '" + name + "' is too short for an idx3 header: " +
+                             "expected 16 bytes, found " + std::to_string(header.size()));
+  const uint32_t magic = big_endian(header.data());
+  if (magic != kIdx3Magic)
+    throw std::runtime_error("fashion_mnist: '" + name + "' is not an idx3 image file: expected " +
+                             "magic 2051, found " + std::to_string(magic));
+  const int64_t rows = big_endian(header.data() + 8);
+  const int64_t cols = big_endian(header.data() + 12);
+  if (rows != kSide || cols != kSide)
+    throw std::runtime_error("fashion_mnist: '" + name + "' holds " + std::to_string(rows) + "x" +
+                             std::to_string(cols) + " images, expected 28x28");
+  return big_endian(header.data() + 4);
+}
+
+// Feeds data to sink, checking the header once it is complete.
+void feed(IdxSink& sink, const uint8_t* data, size_t n, const std::string& name) {
+  const bool had_header = sink.header().size() == kHeaderBytes;
+  const size_t header_part =
+      had_header ? 0 : std::min<size_t>(n, kHeaderBytes - sink.header().size());
+  sink.put(data, header_part);
+  if (!had_header && sink.header().size() == kHeaderBytes)
+    sink.set_limit(check_header(sink.header(), name) * kSide * kSide);
+  sink.put(data + header_part, n - header_part);
+}
+
+[[noreturn]] void corrupt(const std::string& name, const std::string& what) {
+  throw std::runtime_error("fashion_mnist: '" + name + "' is corrupt: " + what);
+}
+
+// Inflates every gzip member in data into sink.
+void gunzip(const uint8_t* data, size_t size, IdxSink& sink, const std::string& name) {
+  z_stream z{};
+  if (inflateInit2(&z, 16 + MAX_WBITS) != Z_OK) corrupt(name, "inflateInit2 failed");
+  std::vector<uint8_t> out(1 << 20);
+  size_t given = 0;  // bytes handed to zlib so far; given - z.avail_in are consumed
+  std::string problem;
+  for (;;) {
+    if (z.avail_in == 0 && given < size) {
+      const size_t n = std::min<size_t>(size - given, 1u << 30);
+      z.next_in = const_cast<uint8_t*>(data + given);
+      z.avail_in = static_cast<uInt>(n);
+      given += n;
+    }
+    z.next_out = out.data();
+    z.avail_out = static_cast<uInt>(out.size());
+    const int status = inflate(&z, Z_NO_FLUSH);
+    try {
+      feed(sink, out.data(), out.size() - z.avail_out, name);
+    } catch (...) {
+      inflateEnd(&z);
+      throw;
+    }
+    const size_t consumed = given - z.avail_in;
+    if (status == Z_STREAM_END) {
+      if (consumed == size) break;
+      // Another member may follow (gzip concatenates them); anything else is not gzip data.
+      if (size - consumed < 2 || data[consumed] != 0x1f || data[consumed + 1] != 0x8b) {
+        problem = std::to_string(size - consumed) + " bytes of garbage after the gzip data";
+        break;
+      }
+      inflateReset(&z);
+    } else if (status == Z_BUF_ERROR) {
+      // No progress with room to write: the input ran out inside a member.
+      problem = "unexpected end of the gzip data (truncated file?)";
+      break;
+    } else if (status != Z_OK) {
+      problem = z.msg ? z.msg : "zlib error " + std::to_string(status);
+      break;
+    }
+  }
+  inflateEnd(&z);
+  if (!problem.empty()) corrupt(name, problem);
+}
+
 }  // namespace
 
-ImageSet read_idx_images(const std::string& path) {
-  GzFile file(gzopen(path.c_str(), "rb"));
-  if (!file) throw std::runtime_error("fashion_mnist: cannot open '" + path + "'");
-  gzbuffer(file.get(), 1 << 20);
-
-  uint8_t header[16];
-  const int64_t got = read_fully(file.get(), header, 16, path);
-  if (got != 16)
-    throw std::runtime_error("fashion_mnist: '" + path + "' is too short for an idx3 header: " +
-                             "expected 16 bytes, found " + std::to_string(got));
-  const uint32_t magic = big_endian(header);
-  if (magic != kIdx3Magic)
-    throw std::runtime_error("fashion_mnist: '" + path + "' is not an idx3 image file: expected " +
-                             "magic 2051, found " + std::to_string(magic));
-  const int64_t count = big_endian(header + 4);
-  const int64_t rows = big_endian(header + 8);
-  const int64_t cols = big_endian(header + 12);
-  if (rows != kSide || cols != kSide)
-    throw std::runtime_error("fashion_mnist: '" + path + "' holds " + std::to_string(rows) + "x" +
-                             std::to_string(cols) + " images, expected 28x28");
-
+ImageSet parse_idx_images(const uint8_t* data, size_t size, const std::string& name) {
+  IdxSink sink;
+  if (size >= 2 && data[0] == 0x1f && data[1] == 0x8b)
+    gunzip(data, size, sink, name);
+  else
+    feed(sink, data, size, name);
+  const int64_t count = check_header(sink.header(), name);
+  const int64_t expected = count * kSide * kSide;
+  if (sink.found() != expected)
+    throw std::runtime_error("fashion_mnist: '" + name + "' header says " + std::to_string(count) +
+                             " images of 784 bytes: expected " + std::to_string(expected) +
+                             " bytes after the header, found " + std::to_string(sink.found()));
   ImageSet set;
   set.shape = {kSide, kSide, 1};
   set.count = count;
-  const int64_t expected = count * set.shape.length();
-  set.pixels.resize(expected);
-  int64_t found = read_fully(file.get(), set.pixels.data(), expected, path);
-  // Count what is left too, so an oversized file reports its real size.
-  std::vector<uint8_t> rest(1 << 16);
-  for (int64_t extra = 1; extra > 0;) {
-    extra = read_fully(file.get(), rest.data(), static_cast<int64_t>(rest.size()), path);
-    found += extra;
-  }
-  if (found != expected)
-    throw std::runtime_error("fashion_mnist: '" + path + "' header says " + std::to_string(count) +
-                             " images of 784 bytes: expected " + std::to_string(expected) +
-                             " bytes after the header, found " + std::to_string(found));
+  set.pixels = std::move(sink.pixels());
   return set;
+}
+
+ImageSet read_idx_images(const std::string& path) {
+  const std::vector<uint8_t> bytes = read_file_bytes(path, "fashion_mnist");
+  return parse_idx_images(bytes.data(), bytes.size(), path);
 }
 
 ImageSet load_fashion_mnist(const std::string& dir, OfficialSplit split) {

@@ -1,6 +1,7 @@
 // ImageNet 64x64 from a folder of PNGs (decoded in parallel with stb_image into preallocated
 // slots, so the order is the sorted file order whatever the thread count) or from
-// image-net.org's npz batches (data.npy members, channel-planar rows, interleaved here).
+// image-net.org's npz batches (data.npy members, channel-planar rows, interleaved here). Both
+// decoders work on bytes in memory; the file versions read the bytes and call them.
 #include "data/imagenet64.h"
 
 #include <ATen/Parallel.h>
@@ -9,10 +10,12 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <limits>
 #include <memory>
 #include <stdexcept>
 
 #include "data/cifar10.h"
+#include "data/file_bytes.h"
 #include "data/zip.h"
 #include "util/npy.h"
 
@@ -34,36 +37,52 @@ std::vector<std::string> npz_names(OfficialSplit split) {
   return names;
 }
 
-// Checks the data.npy header of an npz batch and returns its image count.
-int64_t npz_count(const util::NpyHeader& header, const std::string& path) {
+// Checks the data.npy header of an npz batch against what it must hold and against the size
+// of the member (so no count is trusted before the bytes are known to be there); returns the
+// image count.
+int64_t npz_count(const util::NpyHeader& header, uint64_t member_size, const std::string& name) {
   if (header.dtype != torch::kUInt8 || header.shape.size() != 2 || header.shape[1] != kImageBytes)
     throw std::runtime_error(
-        "imagenet64: '" + path + "' data.npy must be uint8 [N, 12288], found " + header.descr +
+        "imagenet64: '" + name + "' data.npy must be uint8 [N, 12288], found " + header.descr +
         " with " + std::to_string(header.shape.size()) + " dimensions" +
         (header.shape.size() == 2
              ? " [" + std::to_string(header.shape[0]) + ", " + std::to_string(header.shape[1]) + "]"
              : ""));
+  // parse_npy_header bounds data_bytes() well below 2^63, so the sum cannot overflow.
+  if (header.data_offset + header.data_bytes() != member_size)
+    throw std::runtime_error(
+        "imagenet64: '" + name + "' data.npy: its header says " + std::to_string(header.shape[0]) +
+        " images, expected " + std::to_string(header.data_bytes()) + " data bytes, found " +
+        std::to_string(member_size < header.data_offset ? 0 : member_size - header.data_offset));
   return header.shape[0];
 }
 
 // Image count of an npz batch, from the header of its data.npy alone.
-int64_t npz_batch_count(const std::string& path) {
-  const auto head = read_zip_member(path, kNpzMember, 4096);
-  return npz_count(util::parse_npy_header(head.data(), head.size(), path), path);
+int64_t npz_batch_count(const ZipArchive& archive) {
+  const auto head = archive.read(kNpzMember, 4096);
+  return npz_count(util::parse_npy_header(head.data(), head.size(), archive.name()),
+                   archive.entry(kNpzMember).size,
+                   archive.name());
 }
 
-// Decodes the batch at path into out, which has room for the count images its header holds.
-void read_npz_into(const std::string& path, int64_t count, uint8_t* out) {
-  const auto bytes = read_zip_member(path, kNpzMember);
-  const util::NpyHeader header = util::parse_npy_header(bytes.data(), bytes.size(), path);
-  const size_t found = bytes.size() - header.data_offset;
-  if (npz_count(header, path) != count || found != header.data_bytes())
-    throw std::runtime_error("imagenet64: '" + path + "' data.npy: expected " +
-                             std::to_string(count * kImageBytes) + " data bytes, found " +
-                             std::to_string(found));
+// Decodes the batch into out, which has room for the count images its header holds.
+void read_npz_into(const ZipArchive& archive, int64_t count, uint8_t* out) {
+  const auto bytes = archive.read(kNpzMember);
+  const util::NpyHeader header = util::parse_npy_header(bytes.data(), bytes.size(), archive.name());
+  if (npz_count(header, bytes.size(), archive.name()) != count)
+    throw std::runtime_error("imagenet64: '" + archive.name() + "' data.npy changed while read");
   const uint8_t* data = bytes.data() + header.data_offset;
   for (int64_t n = 0; n < count; ++n)
     planar_to_interleaved(data + n * kImageBytes, kPixels, 3, out + n * kImageBytes);
+}
+
+ImageSet read_npz(const ZipArchive& archive) {
+  ImageSet set;
+  set.shape = {kSide, kSide, 3};
+  set.count = npz_batch_count(archive);
+  set.pixels.resize(set.count * kImageBytes);
+  read_npz_into(archive, set.count, set.pixels.data());
+  return set;
 }
 
 ImageSet load_npz(const std::string& dir, OfficialSplit split) {
@@ -81,17 +100,19 @@ ImageSet load_npz(const std::string& dir, OfficialSplit split) {
       dir);
 
   // Headers first, so the pixel buffer is allocated once at its final size.
+  std::vector<ZipArchive> archives;
   std::vector<int64_t> counts;
   ImageSet set;
   set.shape = {kSide, kSide, 3};
   for (const auto& path : paths) {
-    counts.push_back(npz_batch_count(path));
+    archives.push_back(ZipArchive::open(path));
+    counts.push_back(npz_batch_count(archives.back()));
     set.count += counts.back();
   }
   set.pixels.resize(set.count * kImageBytes);
   int64_t first = 0;
   for (size_t i = 0; i < paths.size(); ++i) {
-    read_npz_into(paths[i], counts[i], set.pixels.data() + first * kImageBytes);
+    read_npz_into(archives[i], counts[i], set.pixels.data() + first * kImageBytes);
     first += counts[i];
   }
   return set;
@@ -111,11 +132,46 @@ Imagenet64Format detect_imagenet64_format(const std::string& dir) {
       "train_data_batch_1..10.npz and val_data.npz (image-net.org version); see data/README.md");
 }
 
+void decode_imagenet64_png(const uint8_t* data,
+                           size_t size,
+                           const std::string& name,
+                           uint8_t* out) {
+  if (size > static_cast<size_t>(std::numeric_limits<int>::max()))
+    throw std::runtime_error("imagenet64: '" + name + "' is " + std::to_string(size) +
+                             " bytes, too large for a 64x64 PNG");
+  const int length = static_cast<int>(size);
+  // The header first: anything but 64x64 RGB is refused before a pixel is decoded, so a PNG
+  // that claims to be huge costs nothing.
+  int width = 0, height = 0, channels = 0;
+  if (!stbi_info_from_memory(data, length, &width, &height, &channels))
+    throw std::runtime_error("imagenet64: cannot decode '" + name + "': " + stbi_failure_reason());
+  auto check = [&] {
+    if (width != kSide || height != kSide || channels != 3)
+      throw std::runtime_error("imagenet64: '" + name + "' is " + std::to_string(width) + "x" +
+                               std::to_string(height) + " with " + std::to_string(channels) +
+                               " channels, expected 64x64 with 3 (RGB)");
+  };
+  check();
+  std::unique_ptr<stbi_uc, void (*)(void*)> image(
+      stbi_load_from_memory(data, length, &width, &height, &channels, 0), stbi_image_free);
+  if (!image)
+    throw std::runtime_error("imagenet64: cannot decode '" + name + "': " + stbi_failure_reason());
+  check();
+  std::copy(image.get(), image.get() + kImageBytes, out);
+}
+
 ImageSet read_png_folder(const std::string& folder) {
-  if (!fs::is_directory(folder))
-    throw std::runtime_error("imagenet64: folder '" + folder + "' does not exist");
+  std::error_code error;
+  if (!fs::is_directory(folder, error))
+    throw std::runtime_error("imagenet64: folder '" + folder + "' does not exist" +
+                             (error && error != std::errc::no_such_file_or_directory
+                                  ? " or cannot be read: " + error.message()
+                                  : ""));
   std::vector<std::string> files;
-  for (const auto& entry : fs::directory_iterator(folder))
+  fs::directory_iterator entries(folder, error);
+  if (error)
+    throw std::runtime_error("imagenet64: cannot list folder '" + folder + "': " + error.message());
+  for (const auto& entry : entries)
     if (entry.is_regular_file() && entry.path().extension() == ".png")
       files.push_back(entry.path().filename().string());
   if (files.empty()) throw std::runtime_error("imagenet64: no .png files in '" + folder + "'");
@@ -131,29 +187,19 @@ ImageSet read_png_folder(const std::string& folder) {
   at::parallel_for(0, set.count, 256, [&](int64_t begin, int64_t end) {
     for (int64_t i = begin; i < end; ++i) {
       const std::string path = (fs::path(folder) / files[i]).string();
-      int width = 0, height = 0, channels = 0;
-      std::unique_ptr<stbi_uc, void (*)(void*)> image(
-          stbi_load(path.c_str(), &width, &height, &channels, 0), stbi_image_free);
-      if (!image)
-        throw std::runtime_error("imagenet64: cannot decode '" + path +
-                                 "': " + stbi_failure_reason());
-      if (width != kSide || height != kSide || channels != 3)
-        throw std::runtime_error("imagenet64: '" + path + "' is " + std::to_string(width) + "x" +
-                                 std::to_string(height) + " with " + std::to_string(channels) +
-                                 " channels, expected 64x64 with 3 (RGB)");
-      std::copy(image.get(), image.get() + kImageBytes, set.pixels.data() + i * kImageBytes);
+      const std::vector<uint8_t> bytes = read_file_bytes(path, "imagenet64");
+      decode_imagenet64_png(bytes.data(), bytes.size(), path, set.pixels.data() + i * kImageBytes);
     }
   });
   return set;
 }
 
 ImageSet read_imagenet64_npz(const std::string& path) {
-  ImageSet set;
-  set.shape = {kSide, kSide, 3};
-  set.count = npz_batch_count(path);
-  set.pixels.resize(set.count * kImageBytes);
-  read_npz_into(path, set.count, set.pixels.data());
-  return set;
+  return read_npz(ZipArchive::open(path));
+}
+
+ImageSet parse_imagenet64_npz(const uint8_t* data, size_t size, const std::string& name) {
+  return read_npz(ZipArchive::in_memory(data, size, name));
 }
 
 ImageSet load_imagenet64(const std::string& dir, OfficialSplit split) {

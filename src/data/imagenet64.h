@@ -5,6 +5,8 @@
 //        whose bits/dim are not comparable to the papers'; loaded but logged as such).
 #pragma once
 
+#include <cstddef>
+#include <cstdint>
 #include <string>
 
 #include "data/image_set.h"
@@ -20,8 +22,14 @@ Imagenet64Format detect_imagenet64_format(const std::string& dir);
 // Every *.png directly in folder, sorted by file name; each must be 64x64 with 3 channels.
 ImageSet read_png_folder(const std::string& folder);
 
+// One PNG held in memory into out (12288 bytes); std::runtime_error naming name unless it
+// decodes to 64x64 RGB. The size is read from the header before anything is decoded.
+void decode_imagenet64_png(const uint8_t* data, size_t size, const std::string& name, uint8_t* out);
+
 // One image-net.org npz batch: its data.npy, uint8 [N, 12288] channel-planar.
 ImageSet read_imagenet64_npz(const std::string& path);
+// The same for an npz archive held in memory; name is used in messages.
+ImageSet parse_imagenet64_npz(const uint8_t* data, size_t size, const std::string& name);
 
 ImageSet load_imagenet64(const std::string& dir, OfficialSplit split);
 

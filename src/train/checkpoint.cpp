@@ -1,14 +1,26 @@
+// Checkpoint files: header (magic, payload size, CRC-32), then the torch::pickle_save archive
+// of a str-keyed dict.
+// Writing goes through util::write_file_atomic (temporary file, fsync, rename, folder fsync).
+// Reading trusts nothing in the file: sizes are checked before allocating, and the state is
+// read by the strict reader of data/torch_archive.h, not by LibTorch's unpickler.
 #include "train/checkpoint.h"
 
 #include <zlib.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <stdexcept>
+
+#include "config/config.h"
+#include "config/fields.h"
+#include "config/scalar.h"
+#include "data/torch_archive.h"
+#include "util/atomic_file.h"
 
 namespace combiner::train {
 
@@ -20,18 +32,33 @@ constexpr char kMagic[8] = {'C', 'M', 'B', 'C', 'K', 'P', 'T', '1'};
 constexpr int64_t kFormatVersion = 1;
 constexpr size_t kHeaderBytes = sizeof(kMagic) + sizeof(uint64_t) + sizeof(uint32_t);
 
-uint32_t crc_of(const std::vector<char>& bytes) {
+uint32_t crc_of(const char* data, size_t size) {
   uLong crc = crc32(0L, Z_NULL, 0);
   // zlib's crc32 takes a uInt length: feed large payloads in chunks.
-  for (size_t at = 0; at < bytes.size(); at += (1u << 30)) {
-    const size_t n = std::min<size_t>(bytes.size() - at, 1u << 30);
-    crc = crc32(crc, reinterpret_cast<const Bytef*>(bytes.data() + at), static_cast<uInt>(n));
+  for (size_t at = 0; at < size; at += (1u << 30)) {
+    const size_t n = std::min<size_t>(size - at, 1u << 30);
+    crc = crc32(crc, reinterpret_cast<const Bytef*>(data + at), static_cast<uInt>(n));
   }
   return static_cast<uint32_t>(crc);
 }
 
 std::runtime_error bad_file(const std::string& path, const std::string& what) {
   return std::runtime_error(path + ": not a valid combiner checkpoint: " + what);
+}
+
+// The magic and the payload size of a checkpoint whose first bytes are data[0, size) and whose
+// whole length is total.
+void check_header(const char* data, size_t size, uint64_t total, const std::string& name) {
+  if (size < kHeaderBytes || std::memcmp(data, kMagic, sizeof(kMagic)) != 0)
+    throw bad_file(name, "bad header (expected the magic 'CMBCKPT1')");
+  uint64_t payload = 0;
+  std::memcpy(&payload, data + sizeof(kMagic), sizeof(payload));
+  if (payload != total - kHeaderBytes)
+    throw bad_file(name,
+                   "truncated or padded: header says " +
+                       (payload > total ? std::to_string(payload) + " payload bytes"
+                                        : std::to_string(kHeaderBytes + payload) + " bytes") +
+                       ", file has " + std::to_string(total));
 }
 
 }  // namespace
@@ -57,74 +84,98 @@ void save_checkpoint(const std::string& path, const Checkpoint& c) {
   const std::vector<char> payload = torch::pickle_save(state);
 
   const fs::path final_path(path);
-  if (final_path.has_parent_path()) fs::create_directories(final_path.parent_path());
-  const std::string tmp = path + ".tmp";
-  {
-    std::FILE* f = std::fopen(tmp.c_str(), "wb");
-    if (!f) throw std::runtime_error(path + ": cannot write checkpoint: " + std::strerror(errno));
-    const uint64_t size = payload.size();
-    const uint32_t crc = crc_of(payload);
-    bool ok = std::fwrite(kMagic, 1, sizeof(kMagic), f) == sizeof(kMagic) &&
-              std::fwrite(&size, sizeof(size), 1, f) == 1 &&
-              std::fwrite(&crc, sizeof(crc), 1, f) == 1 &&
-              std::fwrite(payload.data(), 1, payload.size(), f) == payload.size();
-    ok = (std::fflush(f) == 0) && ok;
-    const int saved_errno = errno;
-    std::fclose(f);
-    if (!ok) {
-      std::remove(tmp.c_str());
-      throw std::runtime_error(path + ": writing checkpoint failed (" + std::strerror(saved_errno) +
-                               "); the previous checkpoints are kept");
-    }
+  if (final_path.has_parent_path()) {
+    std::error_code error;
+    fs::create_directories(final_path.parent_path(), error);
+    if (error)
+      throw std::runtime_error(path + ": cannot create the checkpoint folder '" +
+                               final_path.parent_path().string() + "': " + error.message());
   }
-  fs::rename(tmp, final_path);
+  const uint64_t size = payload.size();
+  const uint32_t crc = crc_of(payload.data(), payload.size());
+  try {
+    util::write_file_atomic(path, [&](std::ostream& out) {
+      out.write(kMagic, sizeof(kMagic));
+      out.write(reinterpret_cast<const char*>(&size), sizeof(size));
+      out.write(reinterpret_cast<const char*>(&crc), sizeof(crc));
+      out.write(payload.data(), static_cast<std::streamsize>(payload.size()));
+    });
+  } catch (const std::runtime_error& e) {
+    throw std::runtime_error(std::string("checkpoint: ") + e.what() +
+                             "; the previous checkpoints are kept");
+  }
 }
 
 Checkpoint load_checkpoint(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
-  if (!in) throw std::runtime_error(path + ": cannot open checkpoint");
-  char magic[sizeof(kMagic)];
-  uint64_t size = 0;
-  uint32_t crc = 0;
-  in.read(magic, sizeof(magic));
-  in.read(reinterpret_cast<char*>(&size), sizeof(size));
-  in.read(reinterpret_cast<char*>(&crc), sizeof(crc));
-  if (!in || std::memcmp(magic, kMagic, sizeof(kMagic)) != 0)
-    throw bad_file(path, "bad header (expected the magic 'CMBCKPT1')");
-  const auto file_size = fs::file_size(path);
-  if (file_size != kHeaderBytes + size)
-    throw bad_file(path,
-                   "truncated or padded: header says " + std::to_string(kHeaderBytes + size) +
-                       " bytes, file has " + std::to_string(file_size));
-  std::vector<char> payload(size);
-  in.read(payload.data(), static_cast<std::streamsize>(size));
-  if (!in) throw bad_file(path, "could not read the payload");
-  if (crc_of(payload) != crc) throw bad_file(path, "checksum mismatch (corrupt file)");
+  if (!in) throw std::runtime_error(path + ": cannot open checkpoint: " + std::strerror(errno));
+  std::error_code error;
+  const uint64_t file_size = fs::file_size(path, error);
+  if (error) throw std::runtime_error(path + ": cannot read checkpoint: " + error.message());
+  // The header alone first: its size field is checked against the file before the payload is
+  // allocated, so a damaged header cannot ask for more memory than the file holds.
+  std::vector<char> bytes(std::min<uint64_t>(file_size, kHeaderBytes));
+  in.read(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  check_header(bytes.data(), bytes.size(), file_size, path);
+  bytes.resize(file_size);
+  in.read(bytes.data() + kHeaderBytes, static_cast<std::streamsize>(file_size - kHeaderBytes));
+  if (static_cast<uint64_t>(in.gcount()) != file_size - kHeaderBytes)
+    throw bad_file(path, "could not read the payload");
+  return parse_checkpoint(bytes.data(), bytes.size(), path);
+}
 
-  Checkpoint c;
+Checkpoint parse_checkpoint(const char* data, size_t size, const std::string& name) {
+  check_header(data, size, size, name);
+  uint32_t crc = 0;
+  std::memcpy(&crc, data + sizeof(kMagic) + sizeof(uint64_t), sizeof(crc));
+  if (crc_of(data + kHeaderBytes, size - kHeaderBytes) != crc)
+    throw bad_file(name, "checksum mismatch (corrupt file)");
+
+  // Read strictly (data/torch_archive.h), not with torch::pickle_load: a crafted state would
+  // crash LibTorch 1.13's unpickler.
+  std::shared_ptr<const data::PickleValue> state;
   try {
-    auto state = torch::pickle_load(payload).toGenericDict();
-    const int64_t version = state.at("format_version").toInt();
-    if (version != kFormatVersion)
-      throw bad_file(path,
-                     "format version " + std::to_string(version) + ", this build reads " +
-                         std::to_string(kFormatVersion));
-    c.config_yaml = state.at("config_yaml").toStringRef();
-    c.step = state.at("step").toInt();
-    c.samples_seen = state.at("samples_seen").toInt();
-    for (const auto& entry : state.at("model").toGenericDict())
-      c.model.emplace_back(entry.key().toStringRef(), entry.value().toTensor());
-    std::sort(c.model.begin(), c.model.end(), [](auto& a, auto& b) { return a.first < b.first; });
-    if (state.contains("ema"))
-      for (const auto& entry : state.at("ema").toGenericDict())
-        c.ema.emplace_back(entry.key().toStringRef(), entry.value().toTensor());
-    auto optimizer = state.at("optimizer").toTensor().contiguous();
-    c.optimizer.assign(optimizer.data_ptr<uint8_t>(),
-                       optimizer.data_ptr<uint8_t>() + optimizer.numel());
-    c.rng_state = state.at("rng_state").toTensor();
-  } catch (const c10::Error& e) {
-    throw bad_file(path, std::string("unreadable state: ") + e.what_without_backtrace());
+    state = data::read_torch_archive(
+        reinterpret_cast<const uint8_t*>(data) + kHeaderBytes, size - kHeaderBytes, "state");
+  } catch (const std::runtime_error& e) {
+    throw bad_file(name, e.what());
   }
+  using Value = data::PickleValue;
+  auto field = [&](const char* key, Value::Kind kind, const char* what) -> const Value& {
+    const auto v = data::dict_entry(*state, key);
+    if (!v || v->kind != kind)
+      throw bad_file(name, std::string("'") + key + "' is missing or not " + what);
+    return *v;
+  };
+  // In the order saved; the model's are sorted by name, as they always were.
+  auto tensors = [&](const char* key) {
+    std::vector<std::pair<std::string, torch::Tensor>> out;
+    const auto& items = field(key, Value::kDict, "a dict").items;
+    for (size_t i = 0; i < items.size(); i += 2) {
+      if (items[i + 1]->kind != Value::kTensor)
+        throw bad_file(name, std::string("'") + key + "." + items[i]->text + "' is not a tensor");
+      out.emplace_back(items[i]->text, items[i + 1]->tensor);
+    }
+    return out;
+  };
+  const int64_t version = field("format_version", Value::kInt, "an integer").number;
+  if (version != kFormatVersion)
+    throw bad_file(name,
+                   "format version " + std::to_string(version) + ", this build reads " +
+                       std::to_string(kFormatVersion));
+  Checkpoint c;
+  c.config_yaml = field("config_yaml", Value::kStr, "a string").text;
+  c.step = field("step", Value::kInt, "an integer").number;
+  c.samples_seen = field("samples_seen", Value::kInt, "an integer").number;
+  c.model = tensors("model");
+  std::sort(c.model.begin(), c.model.end(), [](auto& a, auto& b) { return a.first < b.first; });
+  if (data::dict_entry(*state, "ema")) c.ema = tensors("ema");
+  const torch::Tensor optimizer = field("optimizer", Value::kTensor, "a tensor").tensor;
+  if (optimizer.scalar_type() != torch::kUInt8 || optimizer.dim() != 1)
+    throw bad_file(name, "'optimizer' is not a 1-d uint8 tensor");
+  const torch::Tensor bytes = optimizer.contiguous();
+  c.optimizer.assign(bytes.data_ptr<uint8_t>(), bytes.data_ptr<uint8_t>() + bytes.numel());
+  c.rng_state = field("rng_state", Value::kTensor, "a tensor").tensor;
   return c;
 }
 
@@ -167,6 +218,34 @@ void restore_model(torch::nn::Module& model,
   }
   torch::NoGradGuard no_grad;
   for (auto& [target, value] : copies) target.copy_(value);
+}
+
+void check_same_architecture(const Checkpoint& checkpoint,
+                             const config::Config& config,
+                             const std::string& source) {
+  config::Config saved;
+  try {
+    saved = config::parse_config(checkpoint.config_yaml, source + " (config)");
+    config::validate(saved);
+  } catch (const std::invalid_argument& e) {
+    throw std::runtime_error(source + ": the checkpoint's config does not read: " + e.what());
+  }
+  std::string differences;
+  for (const auto& field : config::fields()) {
+    const bool architecture = field.path == "data.dataset" ||
+                              (field.path.rfind("model.", 0) == 0 && field.path != "model.dropout");
+    if (!architecture) continue;
+    const std::string was = config::format_value(field.get(saved));
+    const std::string is = config::format_value(field.get(config));
+    if (was != is)
+      differences += (differences.empty() ? "" : "; ") + field.path + " is " + was +
+                     " in the checkpoint, " + is + " here";
+  }
+  if (!differences.empty())
+    throw std::runtime_error(source +
+                             ": checkpoint is from another architecture or attention "
+                             "variant: " +
+                             differences);
 }
 
 std::vector<char> capture_optimizer(torch::optim::Optimizer& optimizer) {

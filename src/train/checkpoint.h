@@ -1,7 +1,8 @@
 // Checkpoints hold the whole run: the model's tensors, the optimizer's state, the step, the data
 // position, the dropout RNG and the resolved config, so --resume continues the same curve.
 // File: 8-byte magic, payload size, CRC-32, then a torch pickle of the state. Written to a
-// temporary file, flushed and renamed, so a crash never leaves a half checkpoint under the name.
+// temporary file, fsynced, renamed and the folder fsynced, so neither a crash nor a full disk
+// leaves a half checkpoint under the final name.
 #pragma once
 
 #include <torch/torch.h>
@@ -9,6 +10,10 @@
 #include <cstdint>
 #include <string>
 #include <vector>
+
+namespace combiner::config {
+struct Config;
+}
 
 namespace combiner::train {
 
@@ -22,10 +27,14 @@ struct Checkpoint {
   std::vector<std::pair<std::string, torch::Tensor>> ema;  // empty unless train.ema_decay > 0
 };
 
+// std::runtime_error "checkpoint: cannot write '<path>': <reason>; the previous checkpoints are
+// kept" if the folder is not writable or the disk fills up; nothing is left under path then.
 void save_checkpoint(const std::string& path, const Checkpoint& checkpoint);
 
 // Throws std::runtime_error naming the file if it is missing, truncated, corrupt or not ours.
 Checkpoint load_checkpoint(const std::string& path);
+// The same for a whole checkpoint file held in memory; name is used in messages.
+Checkpoint parse_checkpoint(const char* data, size_t size, const std::string& name);
 
 // Captures and restores a module's named parameters and buffers. restore_model throws
 // std::runtime_error listing every missing, unexpected or mis-shaped tensor by name.
@@ -33,6 +42,14 @@ std::vector<std::pair<std::string, torch::Tensor>> capture_model(const torch::nn
 void restore_model(torch::nn::Module& model,
                    const std::vector<std::pair<std::string, torch::Tensor>>& tensors,
                    const std::string& source);
+
+// Throws std::runtime_error naming source and every architecture key (data.dataset and the
+// model.* keys but dropout) whose value differs between the checkpoint's config and config,
+// which must be validated. restore_model cannot see these differences when the tensors still
+// fit: the attention variants without learned maps, model.heads, block and row_len.
+void check_same_architecture(const Checkpoint& checkpoint,
+                             const config::Config& config,
+                             const std::string& source);
 
 std::vector<char> capture_optimizer(torch::optim::Optimizer& optimizer);
 void restore_optimizer(torch::optim::Optimizer& optimizer, const std::vector<char>& bytes);

@@ -18,6 +18,9 @@ LoadedModel load_model(const std::string& checkpoint_path,
                              ": --ema: this checkpoint holds no EMA weights (trained with "
                              "train.ema_decay = 0)");
   restore_model(*loaded.model, ema ? checkpoint.ema : checkpoint.model, checkpoint_path);
+  // After the tensors, whose message names them: what the tensors cannot show (the variant of a
+  // parameter-free attention, heads, block, row_len) is compared key by key.
+  check_same_architecture(checkpoint, loaded.config, checkpoint_path);
   loaded.weights = ema ? "ema" : "model";
   loaded.model->eval();
   loaded.step = checkpoint.step;

@@ -158,6 +158,7 @@ RunResult run_training(const config::Config& config, const RunOptions& options) 
   if (options.resume) {
     auto [path, ckpt] = checkpoint_to_resume(t.out_dir, dist);
     restore_model(*model, ckpt.model, path);
+    check_same_architecture(ckpt, config, path);
     restore_optimizer(*optimizer, ckpt.optimizer);
     move_optimizer_state(*optimizer, device);
     auto generator = at::detail::getDefaultCPUGenerator();  // a handle to the global one

@@ -4,6 +4,7 @@
 #include "util/npy.h"
 
 #include <cctype>
+#include <cerrno>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -16,6 +17,7 @@ namespace {
 
 constexpr char kMagic[] = "\x93NUMPY";
 constexpr size_t kMagicSize = 6;
+constexpr int64_t kMaxBytes = int64_t{1} << 56;  // 64 PiB: larger than any real .npy
 
 struct DtypeEntry {
   const char* descr;
@@ -83,12 +85,31 @@ NpyHeader parse_dict(const std::string& header, const std::string& name) {
     int64_t value = 0;
     while (i < tuple.size() && std::isdigit(static_cast<unsigned char>(tuple[i]))) {
       value = value * 10 + (tuple[i] - '0');
-      if (value > (int64_t{1} << 48)) fail(name, "absurd dimension in shape '(" + tuple + ")'");
+      if (value > kMaxBytes) fail(name, "absurd dimension in shape '(" + tuple + ")'");
       ++i;
     }
     result.shape.push_back(value);
   }
+  // The element count and byte size must fit comfortably in int64 (no file is that big), so
+  // numel() and data_bytes() never overflow and a tensor of this shape can be asked for.
+  int64_t bytes = static_cast<int64_t>(c10::elementSize(result.dtype));
+  for (int64_t d : result.shape) {
+    if (d != 0 && bytes > kMaxBytes / d)
+      fail(name, "shape '(" + tuple + ")' of " + result.descr + " is larger than any file");
+    bytes *= d;
+  }
   return result;
+}
+
+// Header length and prefix size from the fixed part at the start of an .npy (its first 12
+// bytes, or fewer if the file is shorter); 0, 0 if the magic or version is wrong.
+std::pair<size_t, size_t> header_extent(const uint8_t* data, size_t size) {
+  if (size < kMagicSize + 4 || std::memcmp(data, kMagic, kMagicSize) != 0) return {0, 0};
+  if (data[6] == 1) return {data[8] | (size_t{data[9]} << 8), 10};
+  if ((data[6] == 2 || data[6] == 3) && size >= 12)
+    return {data[8] | (size_t{data[9]} << 8) | (size_t{data[10]} << 16) | (size_t{data[11]} << 24),
+            12};
+  return {0, 0};
 }
 
 }  // namespace
@@ -107,19 +128,10 @@ NpyHeader parse_npy_header(const uint8_t* data, size_t size, const std::string& 
   if (size < kMagicSize + 4 || std::memcmp(data, kMagic, kMagicSize) != 0)
     fail(name, "not an .npy file (expected the magic \\x93NUMPY at the start)");
   const int major = data[6];
-  size_t header_len = 0;
-  size_t prefix = 0;
-  if (major == 1) {
-    header_len = data[8] | (size_t{data[9]} << 8);
-    prefix = 10;
-  } else if (major == 2 || major == 3) {
-    if (size < 12) fail(name, "truncated header");
-    header_len =
-        data[8] | (size_t{data[9]} << 8) | (size_t{data[10]} << 16) | (size_t{data[11]} << 24);
-    prefix = 12;
-  } else {
+  if (major < 1 || major > 3)
     fail(name, "unsupported format version " + std::to_string(major) + ", expected 1, 2 or 3");
-  }
+  const auto [header_len, prefix] = header_extent(data, size);
+  if (prefix == 0) fail(name, "truncated header");
   if (size < prefix + header_len)
     fail(name,
          "truncated header: expected " + std::to_string(prefix + header_len) + " bytes, found " +
@@ -144,27 +156,24 @@ torch::Tensor npy_from_bytes(const uint8_t* data, size_t size, const std::string
 
 torch::Tensor load_npy(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
-  if (!in) fail(path, "cannot open file");
+  if (!in) fail(path, std::string("cannot open file: ") + std::strerror(errno));
   std::error_code error;
   const auto file_size = std::filesystem::file_size(path, error);
   if (error) fail(path, "cannot read file size: " + error.message());
 
-  // The fixed prefix gives the header length; then read the header itself.
+  // The fixed prefix gives the header length; then read the header itself (no more of it than
+  // the file holds, whatever the prefix claims).
   std::vector<uint8_t> head(std::min<uint64_t>(file_size, 12));
-  in.read(reinterpret_cast<char*>(head.data()), head.size());
-  NpyHeader header;
-  {
-    size_t needed = head.size();
-    if (head.size() >= 10 && std::memcmp(head.data(), kMagic, kMagicSize) == 0)
-      needed = head[6] == 1 ? 10 + (head[8] | (size_t{head[9]} << 8))
-                            : 12 + (head[8] | (size_t{head[9]} << 8) | (size_t{head[10]} << 16) |
-                                    (size_t{head[11]} << 24));
-    needed = std::min<uint64_t>(needed, file_size);
-    const size_t have = head.size();
-    head.resize(std::max(needed, have));
-    if (needed > have) in.read(reinterpret_cast<char*>(head.data()) + have, needed - have);
-    header = parse_npy_header(head.data(), head.size(), path);
+  in.read(reinterpret_cast<char*>(head.data()), static_cast<std::streamsize>(head.size()));
+  const auto [header_len, prefix] = header_extent(head.data(), head.size());
+  const size_t have = head.size();
+  const size_t needed = std::min<uint64_t>(prefix + header_len, file_size);
+  if (needed > have) {
+    head.resize(needed);
+    in.read(reinterpret_cast<char*>(head.data()) + have,
+            static_cast<std::streamsize>(needed - have));
   }
+  const NpyHeader header = parse_npy_header(head.data(), head.size(), path);
   const uint64_t found = file_size - header.data_offset;
   if (found != header.data_bytes())
     fail(path,

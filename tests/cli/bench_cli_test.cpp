@@ -75,15 +75,15 @@ TEST(BenchCli, AttentionWritesOkAndInvalidRows) {
   const auto lines = read_lines(out);
   ASSERT_EQ(lines.size(), 3u) << r.output;
   EXPECT_EQ(lines[0],
-            "variant,L,block,row_len,layout,dtype,pass,batch,heads,dim,threads,ms,peak_mib,status,"
-            "detail");
-  EXPECT_EQ(lines[1].rfind("axial,64,,7,given,bfloat16,forward+backward,1,1,4,1,,,invalid,", 0), 0u)
+            "variant,L,block,row_len,layout,dtype,device,pass,batch,heads,dim,threads,ms,peak_mib,"
+            "status,detail");
+  EXPECT_EQ(lines[1].rfind("axial,64,,7,given,bfloat16,cpu,forward+backward,1,1,4,1,,,invalid,", 0),
+            0u)
       << lines[1];
-  EXPECT_EQ(
-      lines[2].rfind(
-          "combiner-fixed,64,8,,auto:divisor-nearest-sqrt(L),bfloat16,forward+backward,1,1,4,1,",
-          0),
-      0u)
+  EXPECT_EQ(lines[2].rfind("combiner-fixed,64,8,,auto:divisor-nearest-sqrt(L),bfloat16,cpu,forward+"
+                           "backward,1,1,4,1,",
+                           0),
+            0u)
       << lines[2];
   EXPECT_NE(lines[2].find(",ok,"), std::string::npos) << lines[2] << "\n" << r.output;
 }

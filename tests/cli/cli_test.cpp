@@ -151,6 +151,13 @@ TEST_F(Cli, BadArgumentsGiveOneLineErrors) {
       {"combiner-sample", "--config /nonexistent.yaml", "/nonexistent.yaml"},
       {"combiner-eval", "--checkpoint " + checkpoint_ + " --ema", "no EMA weights"},
       {"combiner-eval", "--checkpoint /nonexistent/x.ckpt", "/nonexistent/x.ckpt"},
+      // Same tensors, other attention: refused by the config keys the checkpoint holds.
+      {"combiner-eval",
+       "--checkpoint " + checkpoint_ + " --set model.attention.type=axial",
+       "model.attention.type is 'combiner-axial-rowmajor' in the checkpoint, 'axial' here"},
+      {"combiner-sample",
+       "--checkpoint " + checkpoint_ + " --set model.heads=4",
+       "model.heads is 2 in the checkpoint, 4 here"},
       {"combiner-eval",
        "--checkpoint " + checkpoint_ + " --set data.dir=/nonexistent",
        "/nonexistent"},
