@@ -1,12 +1,11 @@
 // Config files that cannot be read (docs/RELIABILITY.md): permission denied, which root's
 // chmod 000 does not cause, so the read runs in a child dropped to uid 65534 when the tests run
 // as root; the sub-case is skipped with a message if that is impossible.
-#include <grp.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <filesystem>
 
+#include "child_process.h"
 #include "config/config.h"
 #include "config/test_util.h"
 
@@ -31,27 +30,12 @@ std::string unprivileged_load_message(const std::string& path) {
     return "NO ERROR";
   };
   if (::geteuid() != 0) return load();
-  int fds[2];
-  if (::pipe(fds) != 0) return "SKIP: pipe failed";
-  const pid_t pid = ::fork();
-  if (pid == 0) {
-    ::close(fds[0]);
-    ::alarm(30);
-    const std::string out =
-        ::setgroups(0, nullptr) != 0 || ::setgid(65534) != 0 || ::setuid(65534) != 0
-            ? "SKIP: running as root and cannot drop to uid 65534 to make chmod 000 apply"
-            : load();
-    const ssize_t written = ::write(fds[1], out.data(), out.size());
-    ::_exit(written == static_cast<ssize_t>(out.size()) ? 0 : 1);
-  }
-  ::close(fds[1]);
-  std::string out;
-  char buffer[4096];
-  for (ssize_t n; (n = ::read(fds[0], buffer, sizeof(buffer))) > 0;) out.append(buffer, n);
-  ::close(fds[0]);
-  int status = 0;
-  ::waitpid(pid, &status, 0);
-  return WIFEXITED(status) ? out : "CHILD DIED: " + out;
+  return combiner::testing::text_from_child(
+      [&]() -> std::string {
+        const std::string skip = combiner::testing::drop_root("make chmod 000 apply");
+        return skip.empty() ? load() : skip;
+      },
+      30);
 }
 
 TEST(ConfigBadInput, UnreadableConfigFileIsNamed) {

@@ -5,14 +5,11 @@
 // until memory runs out; parse_config used it, so a config with a stray top-level comma hung
 // combiner-train. Each case runs in a child process with an alarm, so a regression fails the
 // test instead of hanging the suite.
-#include <sys/wait.h>
-#include <unistd.h>
-
-#include <csignal>
 #include <fstream>
 #include <sstream>
 #include <string>
 
+#include "child_process.h"
 #include "config/config.h"
 #include "config/test_util.h"
 
@@ -21,32 +18,18 @@ namespace {
 
 // The message parse_config throws on text, from a child killed after 20 s. "TIMEOUT" if it hung.
 std::string parse_message_in_child(const std::string& text, const std::string& source) {
-  int fds[2];
-  if (::pipe(fds) != 0) return "pipe failed";
-  const pid_t pid = ::fork();
-  if (pid == 0) {
-    ::close(fds[0]);
-    ::alarm(20);
-    std::string out = "NO ERROR";
-    try {
-      parse_config(text, source);
-    } catch (const std::invalid_argument& e) {
-      out = e.what();
-    } catch (const std::exception& e) {
-      out = std::string("WRONG TYPE: ") + e.what();
-    }
-    const ssize_t written = ::write(fds[1], out.data(), out.size());
-    ::_exit(written == static_cast<ssize_t>(out.size()) ? 0 : 1);
-  }
-  ::close(fds[1]);
-  std::string out;
-  char buffer[4096];
-  for (ssize_t n; (n = ::read(fds[0], buffer, sizeof(buffer))) > 0;) out.append(buffer, n);
-  ::close(fds[0]);
-  int status = 0;
-  ::waitpid(pid, &status, 0);
-  if (WIFSIGNALED(status) && WTERMSIG(status) == SIGALRM) return "TIMEOUT";
-  return out;
+  return combiner::testing::text_from_child(
+      [&]() -> std::string {
+        try {
+          parse_config(text, source);
+        } catch (const std::invalid_argument& e) {
+          return e.what();
+        } catch (const std::exception& e) {
+          return std::string("WRONG TYPE: ") + e.what();
+        }
+        return "NO ERROR";
+      },
+      20);
 }
 
 TEST(ConfigFuzzRegression, StrayTopLevelCommaIsAnErrorNotAHang) {

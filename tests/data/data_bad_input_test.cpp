@@ -5,9 +5,7 @@
 // Permission denied: tests often run as root, which chmod 000 does not stop. Then the read
 // happens in a child process that drops to the unprivileged uid 65534 (nobody) first; if that
 // is impossible the sub-case is skipped with a message saying so.
-#include <grp.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <stb/stb_image_write.h>
@@ -15,6 +13,7 @@
 #include <filesystem>
 #include <functional>
 
+#include "child_process.h"
 #include "data/cifar10.h"
 #include "data/dataset.h"
 #include "data/fashion_mnist.h"
@@ -47,29 +46,12 @@ std::string message_as_unprivileged(const std::string& file, const std::function
     return "NO ERROR";
   };
   if (::geteuid() != 0) return run();
-  int fds[2];
-  if (::pipe(fds) != 0) return "SKIP: pipe failed";
-  const pid_t pid = ::fork();
-  if (pid == 0) {
-    ::close(fds[0]);
-    ::alarm(60);
-    std::string out;
-    if (::setgroups(0, nullptr) != 0 || ::setgid(65534) != 0 || ::setuid(65534) != 0)
-      out = "SKIP: running as root and cannot drop to uid 65534 to make chmod 000 apply";
-    else
-      out = run();
-    const ssize_t written = ::write(fds[1], out.data(), out.size());
-    ::_exit(written == static_cast<ssize_t>(out.size()) ? 0 : 1);
-  }
-  ::close(fds[1]);
-  std::string out;
-  char buffer[4096];
-  for (ssize_t n; (n = ::read(fds[0], buffer, sizeof(buffer))) > 0;) out.append(buffer, n);
-  ::close(fds[0]);
-  int status = 0;
-  ::waitpid(pid, &status, 0);
-  if (!WIFEXITED(status)) return "CHILD DIED";
-  return out;
+  return combiner::testing::text_from_child(
+      [&]() -> std::string {
+        const std::string skip = combiner::testing::drop_root("make chmod 000 apply");
+        return skip.empty() ? run() : skip;
+      },
+      60);
 }
 
 // A folder that uid 65534 can enter, holding `name` with mode 000.

@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <functional>
 
+#include "child_process.h"
 #include "util/atomic_file.h"
 #include "util/npy.h"
 #include "util/test_support.h"
@@ -18,65 +19,13 @@
 namespace combiner::util {
 namespace {
 
+using combiner::testing::file_size_limit;
+using combiner::testing::message_in_child;
 using combiner::testing::read_bytes;
 using combiner::testing::TempDir;
+using combiner::testing::unprivileged;
 
 namespace fs = std::filesystem;
-
-// Runs call in a forked child (one thread, LibTorch's pool unused) after `prepare`, and returns
-// the message of the exception it threw, "NO ERROR", or "SKIP: why" if prepare says so.
-std::string message_in_child(const std::function<std::string()>& prepare,
-                             const std::function<void()>& call) {
-  int fds[2];
-  if (::pipe(fds) != 0) return "SKIP: pipe failed";
-  const pid_t pid = ::fork();
-  if (pid == 0) {
-    ::close(fds[0]);
-    ::alarm(60);
-    at::set_num_threads(1);
-    std::string out = prepare();
-    if (out.empty()) {
-      out = "NO ERROR";
-      try {
-        call();
-      } catch (const std::runtime_error& e) {
-        out = e.what();
-      } catch (const std::exception& e) {
-        out = std::string("WRONG TYPE: ") + e.what();
-      }
-    }
-    const ssize_t written = ::write(fds[1], out.data(), out.size());
-    ::_exit(written == static_cast<ssize_t>(out.size()) ? 0 : 1);
-  }
-  ::close(fds[1]);
-  std::string out;
-  char buffer[4096];
-  for (ssize_t n; (n = ::read(fds[0], buffer, sizeof(buffer))) > 0;) out.append(buffer, n);
-  ::close(fds[0]);
-  int status = 0;
-  ::waitpid(pid, &status, 0);
-  return WIFEXITED(status) ? out : "CHILD DIED: " + out;
-}
-
-// The child may write files of at most `bytes` bytes; past that write() fails with EFBIG.
-std::function<std::string()> file_size_limit(rlim_t bytes) {
-  return [bytes]() -> std::string {
-    ::signal(SIGXFSZ, SIG_IGN);
-    const rlimit limit{bytes, bytes};
-    return ::setrlimit(RLIMIT_FSIZE, &limit) == 0 ? "" : "SKIP: setrlimit failed";
-  };
-}
-
-// The child runs as uid 65534 when this process is root, so that folder permissions apply.
-std::function<std::string()> unprivileged(const std::string& folder) {
-  return [folder]() -> std::string {
-    if (::geteuid() == 0 &&
-        (::setgroups(0, nullptr) != 0 || ::setgid(65534) != 0 || ::setuid(65534) != 0))
-      return "SKIP: running as root and cannot drop to uid 65534 to make the folder read-only";
-    if (::access(folder.c_str(), W_OK) == 0) return "SKIP: '" + folder + "' is still writable";
-    return "";
-  };
-}
 
 std::vector<uint8_t> text(const std::string& s) {
   return {s.begin(), s.end()};
