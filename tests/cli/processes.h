@@ -21,23 +21,11 @@
 #include <vector>
 
 #include "cli/run_binary.h"
+#include "free_port.h"
 
 extern char** environ;
 
 namespace combiner::testing {
-
-// A loopback port nobody listens on right now (the kernel's pick for port 0).
-inline int free_port() {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in address{};
-  address.sin_family = AF_INET;
-  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t size = sizeof(address);
-  bind(fd, reinterpret_cast<sockaddr*>(&address), size);
-  getsockname(fd, reinterpret_cast<sockaddr*>(&address), &size);
-  close(fd);
-  return ntohs(address.sin_port);
-}
 
 class ChildProcess {
  public:

@@ -31,26 +31,19 @@ using combiner::testing::write_bytes;
 
 namespace fs = std::filesystem;
 
-// What a call throws, run as an unprivileged user: in this process when not root, else in a
-// child that drops to uid/gid 65534. "SKIP: ..." if permissions cannot be made to apply.
+// What a call throws, run in a forked child as an unprivileged user (one that drops to uid/gid
+// 65534 when this process is root). "SKIP: ..." if permissions cannot be made to apply.
 std::string message_as_unprivileged(const std::string& file, const std::function<void()>& call) {
-  auto run = [&]() -> std::string {
-    if (::access(file.c_str(), R_OK) == 0) return "SKIP: '" + file + "' is still readable";
-    try {
-      call();
-    } catch (const std::runtime_error& e) {
-      return e.what();
-    } catch (const std::exception& e) {
-      return std::string("WRONG TYPE: ") + e.what();
-    }
-    return "NO ERROR";
-  };
-  if (::geteuid() != 0) return run();
-  return combiner::testing::text_from_child(
+  return combiner::testing::message_in_child(
       [&]() -> std::string {
-        const std::string skip = combiner::testing::drop_root("make chmod 000 apply");
-        return skip.empty() ? run() : skip;
+        if (::geteuid() == 0) {
+          const std::string skip = combiner::testing::drop_root("make chmod 000 apply");
+          if (!skip.empty()) return skip;
+        }
+        if (::access(file.c_str(), R_OK) == 0) return "SKIP: '" + file + "' is still readable";
+        return "";
       },
+      call,
       60);
 }
 

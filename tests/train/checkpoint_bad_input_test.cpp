@@ -20,6 +20,7 @@
 #include "model/transformer.h"
 #include "test_utils.h"
 #include "train/checkpoint.h"
+#include "train/tiny_run.h"
 #include "train/trainer.h"
 
 namespace combiner::train {
@@ -101,28 +102,10 @@ TEST(CheckpointBadInput, ReadOnlyCheckpointFolderIsNamed) {
   EXPECT_EQ(load_checkpoint(previous).step, 1);
 }
 
-config::Config tiny_run(const std::string& out_dir) {
-  config::Config c;
-  c.data.dataset = "fashion_mnist";
-  c.data.val_size = 8;
-  c.model.layers = 1;
-  c.model.width = 16;
-  c.model.heads = 2;
-  c.model.mlp_ratio = 2;
-  c.train.steps = 1;
-  c.train.batch_size = 2;
-  c.train.warmup_steps = 1;
-  c.train.out_dir = out_dir;
-  c.train.final_test = false;
-  c.train.threads = 1;
-  config::validate(c);
-  return c;
-}
-
 TEST(CheckpointBadInput, RunFolderUnderAFileCannotBeCreated) {
   TempDir dir;
   std::ofstream(dir.file("taken")) << "a file, not a folder";
-  const auto config = tiny_run(dir.file("taken/run"));
+  const auto config = tiny_run(dir.file("taken/run"), 1);
   try {
     run_training(config, {});
     ADD_FAILURE() << "expected an exception";
@@ -138,7 +121,7 @@ TEST(CheckpointBadInput, ReadOnlyRunFolderIsRefusedBeforeTraining) {
   const std::string run = dir.file("run");
   fs::create_directory(run);
   read_only(run);
-  const auto config = tiny_run(run);
+  const auto config = tiny_run(run, 1);
   const std::string message =
       message_in_child(unprivileged(run), [&] { run_training(config, {}); });
   fs::permissions(run, fs::perms::owner_all);
@@ -189,7 +172,7 @@ TEST(CheckpointBadInput, AnotherAttentionVariantNamesTheTensors) {
 }
 
 TEST(CheckpointBadInput, ArchitectureKeysThatTheTensorsCannotShowAreCompared) {
-  auto saved = tiny_run("runs/a");
+  auto saved = tiny_run("runs/a", 1);
   saved.model.attention.type = "combiner-axial-rowmajor";
   Checkpoint c;
   c.config_yaml = config::to_yaml(saved);

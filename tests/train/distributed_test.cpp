@@ -3,8 +3,6 @@
 // (averaged gradients over several buckets, broadcast, sharded evaluation, rank 0's work alone,
 // the timeout).
 #include <gtest/gtest.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -12,6 +10,7 @@
 #include <future>
 #include <thread>
 
+#include "free_port.h"
 #include "model/transformer.h"
 #include "train/distributed.h"
 #include "train/evaluate.h"
@@ -28,18 +27,7 @@ std::string message_of(const std::function<void()>& f) {
   return "";
 }
 
-// A loopback port nobody listens on right now (the kernel's pick for port 0).
-int64_t free_port() {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in address{};
-  address.sin_family = AF_INET;
-  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t size = sizeof(address);
-  bind(fd, reinterpret_cast<sockaddr*>(&address), size);
-  getsockname(fd, reinterpret_cast<sockaddr*>(&address), &size);
-  close(fd);
-  return ntohs(address.sin_port);
-}
+using combiner::testing::free_port;
 
 TEST(LaunchEnvironment, NoVariablesMeanOneProcess) {
   const auto env = parse_launch_environment({});
