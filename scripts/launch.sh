@@ -86,6 +86,9 @@ for ((left = nproc_arg; left > 0; left--)); do
   if [ "$rc" -ne 0 ]; then
     status=$rc
     echo "launch.sh: rank $rank exited with status $rc; stopping the other ranks" >&2
+    # A bad config or environment fails every rank: give them 2 s to exit and say why themselves
+    # before they are stopped (rank 0's message is the one without a prefix).
+    for _ in $(seq 20); do running || break; sleep 0.1; done
     stop_all
     wait
     break
