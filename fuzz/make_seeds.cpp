@@ -16,6 +16,7 @@
 #include "attention/attention.h"
 #include "config/config.h"
 #include "data/dataset.h"
+#include "data/packed.h"
 #include "train/checkpoint.h"
 #include "util/npy.h"
 #include "zip_writer.h"
@@ -136,6 +137,24 @@ void cifar_seeds(const fs::path& dir) {
   write(dir / "tiled_short", {'T', 9, 200, 17});
 }
 
+// ---------------------------------------------------------------- packed
+void packed_seeds(const fs::path& dir) {
+  data::PackedHeader header;
+  header.dataset = "fashion_mnist";
+  header.shape = {28, 28, 1};
+  header.count = 2;
+  const Bytes payload = pattern(2 * 784, 5);
+  header.payload_crc = data::payload_crc(payload.data(), payload.size(), 1);
+  const auto head = data::encode_packed_header(header);
+  Bytes file(head.begin(), head.end());
+  file.insert(file.end(), payload.begin(), payload.end());
+  write(dir / "two.pack", file);
+  write(dir / "header_only", Bytes(head.begin(), head.end()));
+  Bytes valid = {'V'};
+  valid.insert(valid.end(), payload.begin(), payload.end());
+  write(dir / "valid_mode", valid);
+}
+
 // ---------------------------------------------------------------- npz
 Bytes npy_file(const fs::path& scratch, const torch::Tensor& t) {
   util::save_npy(scratch.string(), t);
@@ -246,6 +265,7 @@ int main(int argc, char** argv) {
     config_seeds(out / "config");
     fashion_seeds(out / "fashion_mnist");
     cifar_seeds(out / "cifar10");
+    packed_seeds(out / "packed");
     npz_seeds(out / "imagenet64_npz", scratch);
     png_seeds(out / "imagenet64_png");
     npy_seeds(out / "npy", scratch);

@@ -4,7 +4,7 @@
 #
 #   scripts/fuzz.sh [--seconds N] [target...]
 #
-# Targets (default: all): config fashion_mnist cifar10 imagenet64_npz imagenet64_png npy
+# Targets (default: all): config fashion_mnist cifar10 packed imagenet64_npz imagenet64_png npy
 # checkpoint. Each runs N seconds (default 60). The corpus of each target grows across runs in
 # build-fuzz/corpus/<target>; a crash, leak, timeout or sanitizer report leaves the input in
 # build-fuzz/artifacts/ and makes the script exit non-zero. Reproduce one with
@@ -14,7 +14,7 @@ cd "$(dirname "$0")/.."
 root=$(pwd)
 
 seconds=60
-all_targets=(config fashion_mnist cifar10 imagenet64_npz imagenet64_png npy checkpoint)
+all_targets=(config fashion_mnist cifar10 packed imagenet64_npz imagenet64_png npy checkpoint)
 targets=()
 while [ $# -gt 0 ]; do
   case "$1" in

@@ -3,6 +3,8 @@
 // train and val never overlap and the official test set stays untouched.
 #include "data/dataset.h"
 
+#include <spdlog/spdlog.h>
+
 #include <filesystem>
 #include <stdexcept>
 
@@ -22,10 +24,38 @@ void check_known(const std::string& dataset) {
                               known);
 }
 
-ImageSet load_official(const std::string& dataset, const std::string& dir, OfficialSplit split) {
+ImageSet load_packed(const std::string& dataset,
+                     const std::string& dir,
+                     OfficialSplit split,
+                     PackedFile::Verify verify) {
+  const std::string path = (std::filesystem::path(dir) / packed_file_name(split)).string();
+  if (!std::filesystem::exists(path))
+    throw std::runtime_error("data: '" + dir + "' holds packed files but not " +
+                             packed_file_name(split) +
+                             "; pack both splits with combiner-data pack");
+  const auto file = PackedFile::open(path, verify);
+  if (file->header().dataset != dataset)
+    throw std::runtime_error(path + ": holds " + file->header().dataset +
+                             " images, but data.dataset is " + dataset);
+  ImageSet set = file->image_set();
+  spdlog::info("data: mapped {} ({} images{})",
+               path,
+               set.count,
+               file->header().payload_bytes() > PackedFile::kBackgroundAbove &&
+                       verify == PackedFile::Verify::kBackground
+                   ? ", checksum being verified in the background"
+                   : ", checksum verified");
+  return set;
+}
+
+ImageSet load_official(const std::string& dataset,
+                       const std::string& dir,
+                       OfficialSplit split,
+                       PackedFile::Verify verify) {
   if (!std::filesystem::is_directory(dir))
     throw std::runtime_error("data: folder '" + dir + "' for dataset " + dataset +
                              " does not exist; see data/README.md for the expected files");
+  if (holds_packed_files(dir)) return load_packed(dataset, dir, split, verify);
   if (dataset == "fashion_mnist") return load_fashion_mnist(dir, split);
   if (dataset == "cifar10") return load_cifar10(dir, split);
   return load_imagenet64(dir, split);
@@ -53,44 +83,82 @@ std::string default_dir(const std::string& dataset) {
   return "data/imagenet64";
 }
 
-ImageSet load_split(const DataOptions& options, Split split) {
+namespace {
+
+std::string data_dir(const DataOptions& options) {
   check_known(options.dataset);
   if (options.val_size < 0)
     throw std::invalid_argument("data.val_size: expected >= 0, found " +
                                 std::to_string(options.val_size));
-  const std::string dir = options.dir.empty() ? default_dir(options.dataset) : options.dir;
-  const OfficialSplit official =
-      split == Split::kTest ? OfficialSplit::kTest : OfficialSplit::kTrain;
-  ImageSet set = load_official(options.dataset, dir, official);
+  return options.dir.empty() ? default_dir(options.dataset) : options.dir;
+}
+
+ImageSet load_checked(const DataOptions& options,
+                      const std::string& dir,
+                      OfficialSplit official,
+                      PackedFile::Verify verify) {
+  ImageSet set = load_official(options.dataset, dir, official, verify);
   const ImageShape expected = dataset_shape(options.dataset);
   if (!(set.shape == expected) ||
-      static_cast<int64_t>(set.pixels.size()) != set.count * expected.length())
+      (!set.storage && static_cast<int64_t>(set.pixels.size()) != set.count * expected.length()))
     throw std::runtime_error("data: reader for " + options.dataset + " in '" + dir +
                              "' returned images of the wrong shape or size");
+  return set;
+}
 
-  if (split != Split::kTest) {
-    if (options.val_size >= set.count)
-      throw std::invalid_argument("data.val_size: " + std::to_string(options.val_size) +
-                                  " leaves no training images; the " + options.dataset +
-                                  " training set in '" + dir + "' holds " +
-                                  std::to_string(set.count));
-    const int64_t L = expected.length();
-    const int64_t train_count = set.count - options.val_size;
-    if (split == Split::kTrain) {
-      // No shrink_to_fit: for ImageNet it would copy 15 GB to free a few MB.
-      set.pixels.resize(train_count * L);
-      set.count = train_count;
-    } else {
-      std::vector<uint8_t> val(set.pixels.begin() + train_count * L, set.pixels.end());
-      set.pixels = std::move(val);
-      set.count = options.val_size;
-    }
-  }
+void check_not_empty(const ImageSet& set,
+                     Split split,
+                     const DataOptions& options,
+                     const std::string& dir) {
   if (set.count == 0)
     throw std::runtime_error("data: the " + std::string(split_name(split)) + " split of " +
                              options.dataset + " in '" + dir + "' is empty" +
                              (split == Split::kVal ? " (data.val_size is 0)" : ""));
-  return set;
+}
+
+// The official training set as train and val, val being its last val_size images. A mapped set
+// is sliced; an in-memory one copies val out and keeps the rest in place (no shrink_to_fit: for
+// ImageNet it would copy 15 GB to free a few MB).
+TrainVal carve_val(ImageSet set, const DataOptions& options, const std::string& dir) {
+  if (options.val_size >= set.count)
+    throw std::invalid_argument(
+        "data.val_size: " + std::to_string(options.val_size) + " leaves no training images; the " +
+        options.dataset + " training set in '" + dir + "' holds " + std::to_string(set.count));
+  const int64_t L = set.shape.length();
+  const int64_t train_count = set.count - options.val_size;
+  ImageSet val;
+  val.shape = set.shape;
+  val.count = options.val_size;
+  if (set.storage) {
+    val.storage = set.storage;
+    val.first = set.first + train_count;
+  } else {
+    val.pixels.assign(set.pixels.begin() + train_count * L, set.pixels.end());
+    set.pixels.resize(train_count * L);
+  }
+  set.count = train_count;
+  return {std::move(set), std::move(val)};
+}
+
+}  // namespace
+
+ImageSet load_split(const DataOptions& options, Split split, PackedFile::Verify verify) {
+  const std::string dir = data_dir(options);
+  if (split == Split::kTest) {
+    ImageSet test = load_checked(options, dir, OfficialSplit::kTest, verify);
+    check_not_empty(test, split, options, dir);
+    return test;
+  }
+  TrainVal sets =
+      carve_val(load_checked(options, dir, OfficialSplit::kTrain, verify), options, dir);
+  ImageSet& set = split == Split::kTrain ? sets.train : sets.val;
+  check_not_empty(set, split, options, dir);
+  return std::move(set);
+}
+
+TrainVal load_train_val(const DataOptions& options, PackedFile::Verify verify) {
+  const std::string dir = data_dir(options);
+  return carve_val(load_checked(options, dir, OfficialSplit::kTrain, verify), options, dir);
 }
 
 }  // namespace combiner::data

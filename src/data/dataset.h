@@ -6,6 +6,7 @@
 
 #include "data/image_set.h"
 #include "data/options.h"
+#include "data/packed.h"
 
 namespace combiner::data {
 
@@ -16,6 +17,21 @@ std::string default_dir(const std::string& dataset);   // where the dataset live
 // train: the official training set minus its last val_size images; val: those last val_size
 // images; test: the official test set. Throws std::runtime_error naming the file and what is
 // wrong for missing, short or corrupt files, and for an empty split.
-ImageSet load_split(const DataOptions& options, Split split);
+// A folder holding packed files (train.pack, test.pack: data/packed.h) is read by memory map and
+// val is a slice of the mapped training file; `verify` says when a large file's payload
+// checksum is checked (small ones always at once). Any other folder is read in the dataset's
+// published format, into memory.
+ImageSet load_split(const DataOptions& options,
+                    Split split,
+                    PackedFile::Verify verify = PackedFile::Verify::kNow);
+
+// Both halves of the official training set from one read (or one mapping): what training uses.
+// val is empty (count 0) when data.val_size is 0.
+struct TrainVal {
+  ImageSet train;
+  ImageSet val;
+};
+TrainVal load_train_val(const DataOptions& options,
+                        PackedFile::Verify verify = PackedFile::Verify::kNow);
 
 }  // namespace combiner::data

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -19,11 +20,31 @@ struct ImageShape {
   }
 };
 
+// Where a set's images live when they are not in ImageSet::pixels: a memory-mapped packed file
+// (data/packed.h), shared by every set sliced from it and by every process that maps it.
+class ImageStorage {
+ public:
+  virtual ~ImageStorage() = default;
+  virtual const uint8_t* images() const = 0;  // image 0 of the file
+  // Throws std::runtime_error if the storage failed its integrity check (a payload checksum);
+  // with wait, blocks until the check has finished, else returns if it is still running.
+  virtual void check_integrity(bool wait) const = 0;
+};
+
 struct ImageSet {
   ImageShape shape;
   int64_t count = 0;
-  std::vector<uint8_t> pixels;  // count * shape.length() values, image n at n * L
-  const uint8_t* image(int64_t n) const { return pixels.data() + n * shape.length(); }
+  std::vector<uint8_t> pixels;  // in memory: count * L values, image n at n * L; or empty and
+  std::shared_ptr<const ImageStorage> storage;  // mapped: images first .. first + count of it
+  int64_t first = 0;
+
+  const uint8_t* data() const {
+    return storage ? storage->images() + first * shape.length() : pixels.data();
+  }
+  const uint8_t* image(int64_t n) const { return data() + n * shape.length(); }
+  void check_integrity(bool wait) const {
+    if (storage) storage->check_integrity(wait);
+  }
 };
 
 enum class Split { kTrain, kVal, kTest };

@@ -85,7 +85,7 @@ ImageSet read_npz(const ZipArchive& archive) {
   return set;
 }
 
-ImageSet load_npz(const std::string& dir, OfficialSplit split) {
+std::vector<std::string> npz_paths(const std::string& dir, OfficialSplit split) {
   std::vector<std::string> paths;
   std::string missing;
   for (const auto& name : npz_names(split)) {
@@ -98,24 +98,44 @@ ImageSet load_npz(const std::string& dir, OfficialSplit split) {
       "imagenet64: '{}' holds image-net.org's npz version (box-resized); its bits/dim are NOT "
       "comparable to published ImageNet-64 figures, which use van den Oord et al.'s version",
       dir);
+  return paths;
+}
 
-  // Headers first, so the pixel buffer is allocated once at its final size.
-  std::vector<ZipArchive> archives;
-  std::vector<int64_t> counts;
-  ImageSet set;
-  set.shape = {kSide, kSide, 3};
-  for (const auto& path : paths) {
-    archives.push_back(ZipArchive::open(path));
-    counts.push_back(npz_batch_count(archives.back()));
-    set.count += counts.back();
-  }
-  set.pixels.resize(set.count * kImageBytes);
-  int64_t first = 0;
-  for (size_t i = 0; i < paths.size(); ++i) {
-    read_npz_into(archives[i], counts[i], set.pixels.data() + first * kImageBytes);
-    first += counts[i];
-  }
-  return set;
+// The *.png files directly in folder, sorted by name.
+std::vector<std::string> list_pngs(const std::string& folder) {
+  std::error_code error;
+  if (!fs::is_directory(folder, error))
+    throw std::runtime_error("imagenet64: folder '" + folder + "' does not exist" +
+                             (error && error != std::errc::no_such_file_or_directory
+                                  ? " or cannot be read: " + error.message()
+                                  : ""));
+  std::vector<std::string> files;
+  fs::directory_iterator entries(folder, error);
+  if (error)
+    throw std::runtime_error("imagenet64: cannot list folder '" + folder + "': " + error.message());
+  for (const auto& entry : entries)
+    if (entry.is_regular_file() && entry.path().extension() == ".png")
+      files.push_back(entry.path().filename().string());
+  if (files.empty()) throw std::runtime_error("imagenet64: no .png files in '" + folder + "'");
+  std::sort(files.begin(), files.end());
+  return files;
+}
+
+// Decodes files [begin, end) of folder into out, on every core; each to its own slot, so the
+// order is the file order whatever the thread count.
+void decode_pngs(const std::string& folder,
+                 const std::vector<std::string>& files,
+                 int64_t begin,
+                 int64_t end,
+                 uint8_t* out) {
+  // at::parallel_for rethrows the first exception a worker throws.
+  at::parallel_for(begin, end, 64, [&](int64_t first, int64_t last) {
+    for (int64_t i = first; i < last; ++i) {
+      const std::string path = (fs::path(folder) / files[i]).string();
+      const std::vector<uint8_t> bytes = read_file_bytes(path, "imagenet64");
+      decode_imagenet64_png(bytes.data(), bytes.size(), path, out + (i - begin) * kImageBytes);
+    }
+  });
 }
 
 }  // namespace
@@ -161,36 +181,14 @@ void decode_imagenet64_png(const uint8_t* data,
 }
 
 ImageSet read_png_folder(const std::string& folder) {
-  std::error_code error;
-  if (!fs::is_directory(folder, error))
-    throw std::runtime_error("imagenet64: folder '" + folder + "' does not exist" +
-                             (error && error != std::errc::no_such_file_or_directory
-                                  ? " or cannot be read: " + error.message()
-                                  : ""));
-  std::vector<std::string> files;
-  fs::directory_iterator entries(folder, error);
-  if (error)
-    throw std::runtime_error("imagenet64: cannot list folder '" + folder + "': " + error.message());
-  for (const auto& entry : entries)
-    if (entry.is_regular_file() && entry.path().extension() == ".png")
-      files.push_back(entry.path().filename().string());
-  if (files.empty()) throw std::runtime_error("imagenet64: no .png files in '" + folder + "'");
-  std::sort(files.begin(), files.end());
+  const auto files = list_pngs(folder);
   if (files.size() > 1000)
     spdlog::info("imagenet64: decoding {} PNGs from '{}'", files.size(), folder);
-
   ImageSet set;
   set.shape = {kSide, kSide, 3};
   set.count = static_cast<int64_t>(files.size());
   set.pixels.resize(set.count * kImageBytes);
-  // at::parallel_for rethrows the first exception a worker throws.
-  at::parallel_for(0, set.count, 256, [&](int64_t begin, int64_t end) {
-    for (int64_t i = begin; i < end; ++i) {
-      const std::string path = (fs::path(folder) / files[i]).string();
-      const std::vector<uint8_t> bytes = read_file_bytes(path, "imagenet64");
-      decode_imagenet64_png(bytes.data(), bytes.size(), path, set.pixels.data() + i * kImageBytes);
-    }
-  });
+  decode_pngs(folder, files, 0, set.count, set.pixels.data());
   return set;
 }
 
@@ -202,10 +200,90 @@ ImageSet parse_imagenet64_npz(const uint8_t* data, size_t size, const std::strin
   return read_npz(ZipArchive::in_memory(data, size, name));
 }
 
+// ---------------------------------------------------------------------------------------------
+// Imagenet64Reader: one npz batch in memory at a time, or PNGs decoded a chunk at a time.
+
+struct Imagenet64Reader::State {
+  // png
+  std::string folder;
+  std::vector<std::string> files;
+  // npz
+  std::vector<ZipArchive> archives;
+  std::vector<int64_t> counts;
+  size_t next_archive = 0;
+  std::vector<uint8_t> batch;  // the current npz batch, interleaved
+  int64_t batch_count = 0, batch_used = 0;
+
+  int64_t count = 0, done = 0;
+};
+
+Imagenet64Reader::Imagenet64Reader(const std::string& dir, OfficialSplit split)
+    : state_(std::make_unique<State>()) {
+  auto& s = *state_;
+  if (detect_imagenet64_format(dir) == Imagenet64Format::kNpz) {
+    // Headers first, so the count is known before any image is decoded.
+    for (const auto& path : npz_paths(dir, split)) {
+      s.archives.push_back(ZipArchive::open(path));
+      s.counts.push_back(npz_batch_count(s.archives.back()));
+      s.count += s.counts.back();
+    }
+  } else {
+    s.folder = (fs::path(dir) / (split == OfficialSplit::kTrain ? "train" : "valid")).string();
+    s.files = list_pngs(s.folder);
+    s.count = static_cast<int64_t>(s.files.size());
+  }
+}
+
+Imagenet64Reader::~Imagenet64Reader() = default;
+
+int64_t Imagenet64Reader::count() const {
+  return state_->count;
+}
+
+int64_t Imagenet64Reader::read(uint8_t* out, int64_t n) {
+  auto& s = *state_;
+  n = std::min(n, s.count - s.done);
+  if (n <= 0) return 0;
+  if (s.archives.empty()) {
+    decode_pngs(s.folder, s.files, s.done, s.done + n, out);
+  } else {
+    for (int64_t copied = 0; copied < n;) {
+      if (s.batch_used == s.batch_count && n - copied >= s.counts[s.next_archive]) {
+        // A whole batch fits: straight into out, no copy (load_imagenet64's case).
+        const size_t a = s.next_archive++;
+        read_npz_into(s.archives[a], s.counts[a], out + copied * kImageBytes);
+        copied += s.counts[a];
+        continue;
+      }
+      if (s.batch_used == s.batch_count) {
+        const size_t a = s.next_archive++;
+        s.batch_count = s.counts[a];
+        s.batch_used = 0;
+        s.batch.assign(static_cast<size_t>(s.batch_count * kImageBytes), 0);
+        read_npz_into(s.archives[a], s.batch_count, s.batch.data());
+      }
+      const int64_t take = std::min(n - copied, s.batch_count - s.batch_used);
+      std::copy_n(s.batch.data() + s.batch_used * kImageBytes,
+                  take * kImageBytes,
+                  out + copied * kImageBytes);
+      s.batch_used += take;
+      copied += take;
+    }
+  }
+  s.done += n;
+  return n;
+}
+
 ImageSet load_imagenet64(const std::string& dir, OfficialSplit split) {
-  if (detect_imagenet64_format(dir) == Imagenet64Format::kNpz) return load_npz(dir, split);
-  return read_png_folder(
-      (fs::path(dir) / (split == OfficialSplit::kTrain ? "train" : "valid")).string());
+  Imagenet64Reader reader(dir, split);
+  if (reader.count() > 1000)
+    spdlog::info("imagenet64: decoding {} images from '{}'", reader.count(), dir);
+  ImageSet set;
+  set.shape = {kSide, kSide, 3};
+  set.count = reader.count();
+  set.pixels.resize(set.count * kImageBytes);
+  reader.read(set.pixels.data(), set.count);
+  return set;
 }
 
 }  // namespace combiner::data

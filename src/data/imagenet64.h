@@ -7,6 +7,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
 
 #include "data/image_set.h"
@@ -32,5 +33,21 @@ ImageSet read_imagenet64_npz(const std::string& path);
 ImageSet parse_imagenet64_npz(const uint8_t* data, size_t size, const std::string& name);
 
 ImageSet load_imagenet64(const std::string& dir, OfficialSplit split);
+
+// A split read in order, a chunk at a time (PNGs decoded on every core, npz batches one at a
+// time), so combiner-data pack never holds the whole set in memory. The count is known on
+// construction, from the file list or the npz headers; errors as load_imagenet64's.
+class Imagenet64Reader {
+ public:
+  Imagenet64Reader(const std::string& dir, OfficialSplit split);
+  ~Imagenet64Reader();
+  int64_t count() const;
+  // Decodes the next min(n, images left) images into out; returns how many (0 at the end).
+  int64_t read(uint8_t* out, int64_t n);
+
+ private:
+  struct State;
+  std::unique_ptr<State> state_;
+};
 
 }  // namespace combiner::data

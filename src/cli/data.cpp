@@ -1,0 +1,100 @@
+// combiner-data: packed dataset files (data/packed.h).
+//   pack --dataset NAME --from DIR --out DIR [--force]   published files -> train.pack, test.pack
+//   info FILE                                            the header, and the payload checksum
+//   show FILE --index N --out x.png                      one image as a PNG
+#include <spdlog/spdlog.h>
+#include <CLI/CLI.hpp>
+
+#include <cstdio>
+#include <stdexcept>
+
+#include "data/pack.h"
+#include "data/packed.h"
+#include "util/cli_main.h"
+#include "util/image_io.h"
+#include "util/runtime.h"
+
+namespace {
+
+namespace data = combiner::data;
+
+int run_info(const std::string& path) {
+  // The header is printed before the payload's check ends, so a corrupt payload still shows it.
+  const auto file = data::PackedFile::open(path, data::PackedFile::Verify::kBackground, 0);
+  const auto& h = file->header();
+  std::printf("file: %s\nformat: packed dataset, version %u\ndataset: %s\n",
+              path.c_str(),
+              h.version,
+              h.dataset.c_str());
+  std::printf("images: %lld of %lldx%lldx%lld (L = %lld)\npayload: %lld bytes\n",
+              static_cast<long long>(h.count),
+              static_cast<long long>(h.shape.height),
+              static_cast<long long>(h.shape.width),
+              static_cast<long long>(h.shape.channels),
+              static_cast<long long>(h.shape.length()),
+              static_cast<long long>(h.payload_bytes()));
+  std::fflush(stdout);
+  file->check_integrity(/*wait=*/true);
+  std::printf("checksum: CRC-32 %08x, verified\n", h.payload_crc);
+  return 0;
+}
+
+int run_show(const std::string& path, int64_t index, const std::string& out) {
+  const auto file = data::PackedFile::open(path, data::PackedFile::Verify::kBackground);
+  const auto& h = file->header();
+  if (index < 0 || index >= h.count)
+    throw std::invalid_argument("--index " + std::to_string(index) + ": " + path + " holds " +
+                                std::to_string(h.count) + " images (0.." +
+                                std::to_string(h.count - 1) + ")");
+  auto image = torch::from_blob(const_cast<uint8_t*>(file->images() + index * h.shape.length()),
+                                {h.shape.height, h.shape.width, h.shape.channels},
+                                torch::kUInt8);
+  combiner::util::write_png(out, image);
+  std::printf("%s: image %lld of %s -> %s\n",
+              h.dataset.c_str(),
+              static_cast<long long>(index),
+              path.c_str(),
+              out.c_str());
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  return combiner::util::guarded_main("combiner-data", [&] {
+    CLI::App app{"Packed dataset files: pack a published dataset, inspect and show packed files."};
+    app.require_subcommand(1);
+    data::PackOptions pack;
+    auto* pack_cmd = app.add_subcommand("pack", "write train.pack and test.pack from a dataset");
+    pack_cmd->add_option("--dataset", pack.dataset, "fashion_mnist | cifar10 | imagenet64")
+        ->required();
+    pack_cmd->add_option("--from",
+                         pack.from,
+                         "folder of the published files (default: the "
+                         "dataset's default folder)");
+    pack_cmd->add_option("--out", pack.out, "folder for the packed files")->required();
+    pack_cmd->add_flag("--force", pack.force, "replace packed files already in --out");
+    int64_t threads = 0;
+    pack_cmd->add_option("--threads", threads, "decoding threads (default: every core)");
+
+    std::string file, out;
+    int64_t index = 0;
+    auto* info_cmd =
+        app.add_subcommand("info", "print a packed file's header, verify its checksum");
+    info_cmd->add_option("file", file, "packed file")->required();
+    auto* show_cmd = app.add_subcommand("show", "write one image of a packed file as a PNG");
+    show_cmd->add_option("file", file, "packed file")->required();
+    show_cmd->add_option("--index", index, "image number, from 0")->required();
+    show_cmd->add_option("--out", out, "PNG to write")->required();
+    try {
+      app.parse(argc, argv);
+    } catch (const CLI::ParseError& e) {
+      return app.exit(e);
+    }
+    if (*info_cmd) return run_info(file);
+    if (*show_cmd) return run_show(file, index, out);
+    spdlog::info("pack: {} on {} threads", pack.dataset, combiner::util::set_threads(threads));
+    for (const auto& path : data::pack_dataset(pack)) std::printf("packed: %s\n", path.c_str());
+    return 0;
+  });
+}

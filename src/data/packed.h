@@ -1,0 +1,123 @@
+// Packed dataset files: one file per official split, a 64-byte header and then every image's
+// raw uint8 subpixels in sequence order, so training maps the file and reads images in place.
+// The page cache holds one copy for every process on the machine, start-up reads 64 bytes, and
+// resident memory does not grow with the dataset.
+//
+// Header (little-endian):
+//   0  char[8]  magic "CMBPACK\n"        32 u32 height      48 u64 image count
+//   8  u32      format version (1)       36 u32 width       56 u32 CRC-32 (zlib) of the payload
+//   12 u32      header bytes (64)        40 u32 channels    60 u32 CRC-32 of header bytes 0..59
+//   16 char[16] dataset name, NUL-padded 44 u32 reserved (0)
+// The payload is count * height * width * channels bytes; the file is exactly header + payload.
+#pragma once
+
+#include <array>
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "data/image_set.h"
+
+namespace combiner::data {
+
+constexpr uint32_t kPackedVersion = 1;
+constexpr size_t kPackedHeaderBytes = 64;
+
+struct PackedHeader {
+  std::string dataset;  // fashion_mnist | cifar10 | imagenet64 (at most 15 characters)
+  ImageShape shape;
+  int64_t count = 0;
+  uint32_t payload_crc = 0;
+  uint32_t version = kPackedVersion;
+  int64_t payload_bytes() const { return count * shape.length(); }
+};
+
+// "train.pack" or "test.pack": the file of an official split in a packed folder.
+std::string packed_file_name(OfficialSplit split);
+// Whether dir holds a packed file of either split (by name; the header is checked on opening).
+bool holds_packed_files(const std::string& dir);
+
+std::array<uint8_t, kPackedHeaderBytes> encode_packed_header(const PackedHeader& header);
+// Parses the first bytes of a file of file_size bytes and checks it: magic, version, header CRC,
+// a known shape, and that the file holds exactly the header's payload. std::runtime_error
+// "<name>: <what is wrong>" otherwise (a truncated file, another format, a newer version).
+PackedHeader parse_packed_header(const uint8_t* data,
+                                 size_t size,
+                                 uint64_t file_size,
+                                 const std::string& name);
+
+// A whole packed file held in memory, checked as PackedFile::open(kNow) checks a file: its
+// header, size and payload checksum (the fuzz target's entry). Errors name `name`.
+PackedHeader check_packed_bytes(const uint8_t* data, size_t size, const std::string& name);
+
+// CRC-32 of a payload in memory, computed on `threads` threads (zlib's crc32, combined).
+uint32_t payload_crc(const uint8_t* data, size_t size, int threads);
+
+// A packed file mapped read-only. Opening checks the header and the file's size; the payload's
+// checksum is verified at once (kNow) or, for large files, on a low-priority thread while the
+// caller goes on (kBackground: check_integrity(true) waits for it, false only reports failures
+// already found). Images are paged in on first touch and shared through the page cache.
+class PackedFile : public ImageStorage, public std::enable_shared_from_this<PackedFile> {
+ public:
+  enum class Verify { kNow, kBackground };
+  // Payloads up to background_above bytes are verified at once even when kBackground is asked:
+  // under a second's work, and the caller may rely on the check being done.
+  static constexpr int64_t kBackgroundAbove = int64_t{1} << 30;
+
+  static std::shared_ptr<PackedFile> open(const std::string& path,
+                                          Verify verify,
+                                          int64_t background_above = kBackgroundAbove);
+  ~PackedFile() override;
+  PackedFile(const PackedFile&) = delete;
+  PackedFile& operator=(const PackedFile&) = delete;
+
+  const PackedHeader& header() const { return header_; }
+  const std::string& path() const { return path_; }
+  const uint8_t* images() const override { return base_ + kPackedHeaderBytes; }
+  void check_integrity(bool wait) const override;
+  // The whole file as one ImageSet that keeps the mapping alive.
+  ImageSet image_set() const;
+
+ private:
+  PackedFile(std::string path, const uint8_t* base, size_t size, PackedHeader header);
+  void verify(int threads) const;  // throws on a mismatch
+
+  std::string path_;
+  const uint8_t* base_;
+  size_t size_;
+  PackedHeader header_;
+  struct Check;  // the background verification's thread and outcome
+  std::unique_ptr<Check> check_;
+};
+
+// Writes a packed file the way every output of this project is written: to path + ".tmp",
+// then (commit) the header, fsync, rename over path, fsync of the folder. A failure at any point
+// (a full disk, a short count) removes the temporary file and leaves path untouched.
+class PackedWriter {
+ public:
+  PackedWriter(std::string path, std::string dataset, ImageShape shape, int64_t count);
+  ~PackedWriter();  // removes the temporary file unless committed
+  PackedWriter(const PackedWriter&) = delete;
+  PackedWriter& operator=(const PackedWriter&) = delete;
+
+  void write(const uint8_t* images, int64_t n);  // the next n images
+  // Completes the temporary file (header with the payload CRC, fsync). rename_into_place()
+  // then moves it over path; packing several files completes them all before renaming any.
+  void complete();
+  void rename_into_place();
+  const std::string& path() const { return path_; }
+
+ private:
+  [[noreturn]] void fail(const std::string& why);
+  void write_all(const uint8_t* data, size_t size);
+
+  std::string path_, tmp_;
+  PackedHeader header_;
+  int fd_ = -1;
+  int64_t written_ = 0;
+  bool completed_ = false, renamed_ = false;
+};
+
+}  // namespace combiner::data
