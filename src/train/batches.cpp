@@ -20,9 +20,9 @@ const torch::Tensor& BatchStream::permutation(int64_t epoch) {
   return cached_permutation_;
 }
 
-torch::Tensor BatchStream::take(int64_t position, int64_t count) {
+torch::Tensor BatchStream::take(int64_t position, int64_t count, bool pinned) {
   const int64_t L = images_.shape.length();
-  auto out = torch::empty({count, L}, torch::kUInt8);
+  auto out = torch::empty({count, L}, torch::TensorOptions(torch::kUInt8).pinned_memory(pinned));
   auto* dst = out.data_ptr<uint8_t>();
   for (int64_t n = 0; n < count; ++n) {
     const int64_t index = position + n;

@@ -15,8 +15,9 @@ class BatchStream {
  public:
   BatchStream(const data::ImageSet& images, int64_t seed);
 
-  // Images [position, position + count) of the stream as uint8 [count, L].
-  torch::Tensor take(int64_t position, int64_t count);
+  // Images [position, position + count) of the stream as uint8 [count, L], in page-locked
+  // memory when pinned (for a non-blocking copy to a GPU).
+  torch::Tensor take(int64_t position, int64_t count, bool pinned = false);
 
  private:
   const torch::Tensor& permutation(int64_t epoch);

@@ -13,7 +13,7 @@
 #include "data/dataset.h"
 #include "model/transformer.h"
 #include "sample/sampler.h"
-#include "train/batches.h"
+#include "train/batch_loader.h"
 #include "train/bits.h"
 #include "train/checkpoint.h"
 #include "train/ema.h"
@@ -141,9 +141,13 @@ RunResult run_training(const config::Config& config, const RunOptions& options) 
   const int64_t threads = util::set_threads(threads_for(t.threads, options.launch));
   if (dist.is_main()) prepare_run_folder(config, options.resume);
 
-  const auto train_set = data::load_split(config.data, data::Split::kTrain);
+  // A packed ImageNet-64 file is mapped at once and its checksum verified in the background;
+  // no checkpoint is written before that check has passed.
+  const auto data_start = Clock::now();
+  data::TrainVal sets = data::load_train_val(config.data, data::PackedFile::Verify::kBackground);
+  const data::ImageSet& train_set = sets.train;
   std::optional<data::ImageSet> val_set;
-  if (config.data.val_size > 0) val_set = data::load_split(config.data, data::Split::kVal);
+  if (sets.val.count > 0) val_set = std::move(sets.val);
   const int64_t L = train_set.shape.length();
   const int64_t eval_batch = t.eval_batch_size > 0 ? t.eval_batch_size : t.batch_size;
 
@@ -151,7 +155,7 @@ RunResult run_training(const config::Config& config, const RunOptions& options) 
   model::ImageTransformer model(model::TransformerOptions::from_config(config));
   model->to(device);
   auto optimizer = make_optimizer(model, t);
-  BatchStream stream(train_set, t.seed);
+  BatchLoader loader(train_set, t.seed, device);
   int64_t step = 0, samples_seen = 0;
   NamedTensors ema;  // empty unless train.ema_decay > 0
 
@@ -170,15 +174,18 @@ RunResult run_training(const config::Config& config, const RunOptions& options) 
     spdlog::info("resumed from {} at step {}", path, step);
   }
   dist.broadcast_parameters(*model);  // every rank starts from rank 0's weights
-  spdlog::info("{}: {} train images, {} val, L = {}; {} layers x {} wide, {} heads, attention {}",
-               config.data.dataset,
-               train_set.count,
-               val_set ? val_set->count : 0,
-               L,
-               config.model.layers,
-               config.model.width,
-               config.model.heads,
-               config.model.attention.type);
+  spdlog::info(
+      "{}: {} train images, {} val, L = {}, ready in {:.2f}s; {} layers x {} wide, {} heads, "
+      "attention {}",
+      config.data.dataset,
+      train_set.count,
+      val_set ? val_set->count : 0,
+      L,
+      std::chrono::duration<double>(Clock::now() - data_start).count(),
+      config.model.layers,
+      config.model.width,
+      config.model.heads,
+      config.model.attention.type);
   spdlog::info("{} parameters, {} threads, device {}, run folder {}",
                model::parameter_count(*model),
                threads,
@@ -198,6 +205,7 @@ RunResult run_training(const config::Config& config, const RunOptions& options) 
   std::optional<MetricsLog> metrics;  // rank 0 alone writes the run folder
   if (dist.is_main()) metrics.emplace((fs::path(t.out_dir) / "metrics.jsonl").string());
   auto save = [&] {
+    train_set.check_integrity(/*wait=*/true);  // never a checkpoint trained on a corrupt file
     Checkpoint c{config::to_yaml(config),
                  step,
                  samples_seen,
@@ -217,6 +225,9 @@ RunResult run_training(const config::Config& config, const RunOptions& options) 
   // contiguous slice starting at r * per_rank, taken in grad_accum micro-batches.
   const int64_t per_rank = t.batch_size / dist.world_size();
   const int64_t micro = per_rank / t.grad_accum;
+  auto position = [&](int64_t seen, int64_t m) {
+    return seen + dist.rank() * per_rank + m * micro;
+  };
   const auto start = Clock::now();
   const int64_t first_step = step;
   const int64_t last_step =
@@ -227,12 +238,16 @@ RunResult run_training(const config::Config& config, const RunOptions& options) 
     set_learning_rate(*optimizer, lr);
     if (dist.world_size() > 1) torch::manual_seed(dropout_seed(t.seed, step, dist.rank()));
     optimizer->zero_grad();
-    const int64_t first = samples_seen + dist.rank() * per_rank;
     auto step_bits = torch::zeros({1}, torch::kDouble);
     const bool poisoned =
         std::count(options.nan_loss_steps.begin(), options.nan_loss_steps.end(), step);
     for (int64_t m = 0; m < t.grad_accum; ++m) {
-      auto x = stream.take(first + m * micro, micro).to(device);
+      // The loader gathers the next micro-batch (this step's next, or the next step's first)
+      // while this one runs.
+      const int64_t next = m + 1 < t.grad_accum   ? position(samples_seen, m + 1)
+                           : step + 1 < last_step ? position(samples_seen + t.batch_size, 0)
+                                                  : -1;
+      auto x = loader.take(position(samples_seen, m), micro, next);
       auto loss = mean_bits(model->forward(x), x);
       if (poisoned) loss = loss * std::numeric_limits<double>::quiet_NaN();
       (loss / double(t.grad_accum)).backward();
@@ -273,6 +288,7 @@ RunResult run_training(const config::Config& config, const RunOptions& options) 
             t.out_dir));
     }
     ++step;
+    train_set.check_integrity(/*wait=*/false);  // stops the run once a background check fails
 
     const double step_s = std::chrono::duration<double>(Clock::now() - step_start).count();
     const double tokens_per_s = double(t.batch_size * L) / step_s;
