@@ -37,7 +37,7 @@ done
   --matmul-size 8192 --set train.device=cuda --set train.precision=bfloat16 \
   --out "$rows/2-6x512-full.csv" || echo "6x512 full: failed"
 for checkpointing in true false; do
-  "$bench" train --config configs/cifar10_main_128layer.yaml --steps 3 --warmup 1 \
+  "$bench" train --config configs/cifar_axial.yaml --steps 3 --warmup 1 \
     --matmul-size 8192 --set train.device=cuda --set train.precision=bfloat16 \
     --set train.activation_checkpointing=$checkpointing \
     --out "$rows/3-128layer-ckpt-$checkpointing.csv" ||

@@ -44,6 +44,6 @@ for precision in float32 bfloat16; do
     --matmul-size 1024 --set train.precision=$precision \
     --out docs/perf/train-fashion-mnist-$precision.csv
 done
-"$bench" train --config configs/cifar10_main_128layer.yaml --steps 1 --warmup 0 \
+"$bench" train --config configs/cifar_axial.yaml --steps 1 --warmup 0 \
   --threads "$threads" --set train.activation_checkpointing=true \
   --out docs/perf/train-cifar10-128layer-float32.csv

@@ -9,8 +9,14 @@
 
 namespace combiner::config {
 
-// Reads `path`, applies each "key.path=value" in order, validates. Throws std::invalid_argument
-// prefixed with the path ("--set" for a bad override); a validation error after overrides reads
+// The config file a binary's --config names: path itself if it exists, else configs/<path>
+// (so `combiner-train --config cifar_axial.yaml` finds the preset from the project folder).
+// std::invalid_argument naming both when neither exists.
+std::string find_config(const std::string& path);
+
+// Reads find_config(path), applies each "key.path=value" in order, validates. Throws
+// std::invalid_argument prefixed with the path ("--set" for a bad override); a validation error
+// after overrides reads
 // "<path> with --set overrides: <key>: ...".
 Config load_config_with_overrides(const std::string& path,
                                   const std::vector<std::string>& overrides);

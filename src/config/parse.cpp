@@ -204,8 +204,19 @@ Config load_config(const std::string& path) {
   return load_config_with_overrides(path, {});
 }
 
-Config load_config_with_overrides(const std::string& path,
+std::string find_config(const std::string& path) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (fs::exists(path, ec) || fs::path(path).is_absolute()) return path;
+  const fs::path preset = fs::path("configs") / path;
+  if (fs::is_regular_file(preset, ec)) return preset.string();
+  throw std::invalid_argument(path + ": cannot read config file (no such file here, nor " +
+                              preset.string() + ")");
+}
+
+Config load_config_with_overrides(const std::string& given_path,
                                   const std::vector<std::string>& overrides) {
+  const std::string path = find_config(given_path);
   Config config = parse_config(read_file(path), path);
   for (const auto& assignment : overrides) apply_override(config, assignment);
   try {
