@@ -14,8 +14,8 @@
 #include <set>
 
 #ifdef COMBINER_WITH_CUDA_KERNELS
-#include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
 #endif
 
 namespace combiner::attention {
@@ -118,7 +118,7 @@ fused::Pass make_pass(const FusedPass& fp,
 
 #ifdef COMBINER_WITH_CUDA_KERNELS
 void* stream_of(const torch::Tensor& x) {
-  return at::cuda::getCurrentCUDAStream(x.device().index()).stream();
+  return c10::cuda::getCurrentCUDAStream(x.device().index()).stream();
 }
 #endif
 
@@ -326,6 +326,12 @@ std::vector<FusedPass> fixed_joint_passes(int64_t length, int64_t block) {
   return {joint};
 }
 
+// rowmajor's span part lives in a per-column pass because its span value u[(r, c)] depends on the
+// query's column: column c is a causal attention of its n queries over the n - 1 row summaries
+// (ks[r], u[(r, c)]): W * n^2 / 2 terms = L n / 2 per head, each D x 2 products x 2 FLOP, the
+// same work as combiner-fixed's summary part, reading u once per column (L x D per head). Had
+// each row's query tile gathered the u of its own columns instead, it would read R x W x D values
+// per row R: L n D / 2 per head, n / 2 = 64 times more at L = 12288, W = 96, and no tensor core.
 std::vector<FusedPass> rowmajor_joint_passes(int64_t length, int64_t row_len) {
   const int64_t W = row_len, n = (length + W - 1) / W, spans = n - 1;
   std::vector<FusedPass> passes(1);
