@@ -2,7 +2,9 @@
 # Builds combiner against the CUDA LibTorch inside pip's torch (python3 -c 'import torch'), into
 # build-cuda/ (Release, Ninja, no tests: the test suite runs on the CPU build). Arguments go to
 # cmake, e.g. -DZLIB_LIBRARY=...; COMBINER_DEPS_PREFIX adds a prefix that holds yaml-cpp, spdlog,
-# fmt, stb and CLI11 when the system lacks them. LibTorch from 2.12 on needs C++20.
+# fmt, stb and CLI11 when the system lacks them. LibTorch from 2.12 on needs C++20. The fused
+# attention kernels (src/attention/*.cu) build with nvcc into combiner_attention_cuda, for
+# -DCOMBINER_CUDA_ARCHITECTURES (default 90); scripts/check-cuda.sh compile-checks them without a GPU.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 read -r torch_version torch_prefix < <(python3 -c \

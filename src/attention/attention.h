@@ -42,6 +42,22 @@ class AttentionImpl : public torch::nn::Module {
   // equals forward()'s output at i. It reads this module's learned maps, so it must not
   // outlive the module.
   virtual std::unique_ptr<DecodeState> start_decoding(int64_t length) const = 0;
+
+  // Which implementation forward() runs, for the variants with fused kernels (attention/fused.h,
+  // has_fused_kernel()): kAuto takes them for CUDA inputs they support and the LibTorch
+  // composition otherwise; kComposed and kFused force one (tests, kernel-check; kFused on CPU
+  // tensors runs the kernels' CPU model). Other variants ignore it.
+  enum class Path { kAuto, kComposed, kFused };
+  void set_path(Path path) { path_ = path; }
+  Path path() const { return path_; }
+  virtual bool has_fused_kernel() const { return false; }
+
+ protected:
+  // Whether forward() takes the fused path for these inputs; logs the choice once per process.
+  bool use_fused(const std::string& variant, const torch::Tensor& q, const torch::Tensor& v) const;
+
+ private:
+  Path path_ = Path::kAuto;
 };
 
 // The single place that maps a variant name to a concrete class. `length` is L, `head_dim` is D.

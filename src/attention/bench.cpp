@@ -152,6 +152,7 @@ BenchResult time_case(const BenchCase& given) {
     torch::manual_seed(0);
     auto module = make_attention(o, c.length, c.dim);
     module->to(device);
+    if (c.path == "composed") module->set_path(AttentionImpl::Path::kComposed);
     const std::vector<int64_t> shape = {c.batch, c.heads, c.length, c.dim};
     const auto options = torch::TensorOptions().dtype(dtype).device(device);
     auto q = torch::randn(shape, options).requires_grad_(c.backward);
@@ -212,7 +213,7 @@ std::string encode_case(const BenchCase& c) {
       << " row_len=" << c.row_len << " batch=" << c.batch << " heads=" << c.heads
       << " dim=" << c.dim << " dtype=" << c.dtype << " device=" << c.device
       << " backward=" << c.backward << " repeats=" << c.repeats << " threads=" << c.threads
-      << " max_mib=" << c.max_mib;
+      << " max_mib=" << c.max_mib << " path=" << c.path;
   return out.str();
 }
 
@@ -244,6 +245,7 @@ BenchCase decode_case(const std::string& text) {
   c.repeats = std::stoll(get("repeats"));
   c.threads = std::stoll(get("threads"));
   c.max_mib = std::stoll(get("max_mib"));
+  if (fields.count("path")) c.path = fields["path"];
   return c;
 }
 

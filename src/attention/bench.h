@@ -25,6 +25,7 @@ struct BenchCase {
   int64_t repeats = 5;            // timed runs after one warm-up; the median is reported
   int64_t threads = 0;            // LibTorch threads in the child; 0 = every core
   int64_t max_mib = 0;            // address-space allowance of the child beyond its start; 0 = none
+  std::string path = "auto";      // auto | composed: fused kernels where they apply, or LibTorch
   // Where block / row_len came from (the CSV's layout column); not sent to the child.
   bool block_auto = false;
   bool row_len_auto = false;

@@ -4,6 +4,7 @@
 
 #include "attention/axial_common.h"
 #include "attention/decode.h"
+#include "attention/fused.h"
 #include "attention/span_ops.h"
 
 namespace combiner::attention {
@@ -22,6 +23,8 @@ torch::Tensor CombinerAxialAttentionImpl::forward(const torch::Tensor& q,
                                                   const torch::Tensor& k,
                                                   const torch::Tensor& v) {
   check_inputs(q, k, v);
+  if (plan_ == Plan::kRowMajor && use_fused("combiner-axial-rowmajor", q, v))
+    return fused_combiner_rowmajor(q, k, v, summary_, row_len_);
   // Any L works: the tail is zero-padded to whole rows, and since every output depends only on
   // earlier positions, the padding never reaches the L outputs kept (prefixes while sampling).
   const int64_t L = q.size(2), rows = (L + row_len_ - 1) / row_len_, padded = rows * row_len_;

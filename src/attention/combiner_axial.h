@@ -48,6 +48,7 @@ class CombinerAxialAttentionImpl : public AttentionImpl {
                         const torch::Tensor& k,
                         const torch::Tensor& v) override;
   std::unique_ptr<DecodeState> start_decoding(int64_t length) const override;
+  bool has_fused_kernel() const override { return plan_ == Plan::kRowMajor; }
 
  private:
   enum class Plan { kVertical, kHorizontal, kRowMajor, kMixture };

@@ -3,6 +3,7 @@
 #include "attention/combiner_fixed.h"
 
 #include "attention/decode.h"
+#include "attention/fused.h"
 #include "attention/span_ops.h"
 
 #include <cmath>
@@ -13,6 +14,13 @@ torch::Tensor CombinerFixedAttentionImpl::forward(const torch::Tensor& q,
                                                   const torch::Tensor& k,
                                                   const torch::Tensor& v) {
   check_inputs(q, k, v);
+  if (use_fused("combiner-fixed", q, v)) return fused_combiner_fixed(q, k, v, summary_, block_);
+  return composed(q, k, v);
+}
+
+torch::Tensor CombinerFixedAttentionImpl::composed(const torch::Tensor& q,
+                                                   const torch::Tensor& k,
+                                                   const torch::Tensor& v) {
   const auto dtype = compute_dtype(q);
   const int64_t B = q.size(0), H = q.size(1), L = q.size(2), D = q.size(3), Dv = v.size(3);
   const int64_t s = block_, n = (L + s - 1) / s;

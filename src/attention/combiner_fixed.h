@@ -15,8 +15,11 @@ class CombinerFixedAttentionImpl : public AttentionImpl {
                         const torch::Tensor& k,
                         const torch::Tensor& v) override;
   std::unique_ptr<DecodeState> start_decoding(int64_t length) const override;
+  bool has_fused_kernel() const override { return true; }
 
  private:
+  torch::Tensor composed(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v);
+
   int64_t block_;
   SpanSummary summary_;
 };

@@ -4,6 +4,8 @@
 //   hidden --child flag), after checking each variant against the dense reference.
 //   train: full training steps of a config's model on random tokens; ms/step, tokens/s and
 //   model FLOP utilisation against a matmul peak measured in the same run.
+//   kernel-check: the fused attention kernels (CUDA, or their CPU model on the CPU) against the
+//   LibTorch composition and the float64 dense reference; exits 1 if any case fails.
 #include <spdlog/spdlog.h>
 #include <CLI/CLI.hpp>
 
@@ -17,6 +19,7 @@
 
 #include "attention/attention.h"
 #include "attention/bench.h"
+#include "attention/kernel_check.h"
 #include "config/load.h"
 #include "train/train_bench.h"
 #include "util/atomic_file.h"
@@ -35,6 +38,12 @@ struct AttentionFlags {
   int64_t max_mib = -1;          // per case; -1 = MemAvailable at start, 0 = no limit
   std::string out;
   std::string child;  // hidden: an encoded case to run in this process
+};
+
+struct KernelCheckFlags {
+  std::string device = "cpu";
+  std::vector<int64_t> dims = {32, 64, 128};
+  std::string variants = "all";  // all | comma-separated names with fused kernels
 };
 
 struct TrainFlags {
@@ -86,6 +95,13 @@ int bench_attention(AttentionFlags f) {
   for (const auto& variant : variants) {
     const double error = att::reference_error(variant);
     spdlog::info("{}: fast vs reference max abs error {:.2e} (L = 36, float32)", variant, error);
+    // The fused CUDA kernels are checked too before they are timed (kernel-check's cases).
+    const std::string fused_error =
+        f.shape.path == "auto"
+            ? att::fused_mismatch(variant, f.shape.device, f.shape.dtype, f.shape.dim)
+            : "";
+    if (!fused_error.empty())
+      spdlog::error("{}: fused kernel check failed: {}", variant, fused_error);
     for (int64_t L : f.lengths) {
       att::BenchCase c = f.shape;
       c.variant = variant;
@@ -95,8 +111,9 @@ int bench_attention(AttentionFlags f) {
       r.detail = att::invalid_reason(c);
       if (!r.detail.empty()) {
         r.status = "invalid";  // no child: the layout cannot run at this L
-      } else if (error > 1e-5) {
+      } else if (error > 1e-5 || !fused_error.empty()) {
         r.status = "mismatch";
+        if (!fused_error.empty()) r.detail = "fused kernel check failed (see the log)";
       } else {
         r = att::run_child({program, "attention", "--child", att::encode_case(c)}, f.timeout_s);
       }
@@ -124,6 +141,40 @@ int bench_attention(AttentionFlags f) {
   }
   write_csv(f.out, rows);
   return 0;
+}
+
+int bench_kernel_check(const KernelCheckFlags& f) {
+  const torch::Device device(f.device);
+  if (device.is_cuda() && !torch::cuda::is_available())
+    throw std::invalid_argument("--device " + f.device +
+                                ": this LibTorch has no CUDA, or no device is visible");
+  for (int64_t d : f.dims)
+    if (d <= 0)
+      throw std::invalid_argument("--dims: every D must be > 0, got " + std::to_string(d));
+  std::vector<std::string> variants;
+  for (const auto& v : chosen_variants(f.variants)) {
+    const bool fused = v == "combiner-fixed" || v == "combiner-axial-rowmajor";
+    if (fused) variants.push_back(v);
+    if (!fused && f.variants != "all")
+      throw std::invalid_argument(
+          "--variants: '" + v + "' has no fused kernel (combiner-fixed, combiner-axial-rowmajor)");
+  }
+  std::printf("kernel-check on %s: %s; errors are max |diff| / max(1, max |expected|)\n",
+              f.device.c_str(),
+              device.is_cuda() ? "the CUDA kernels" : "the kernels' CPU model");
+  std::printf("%s\n", att::kernel_check_header().c_str());
+  int64_t cases = 0, failed = 0;
+  for (const auto& c : att::kernel_check_cases(f.device, f.dims)) {
+    if (std::find(variants.begin(), variants.end(), c.variant) == variants.end()) continue;
+    const auto r = att::run_kernel_check(c, f.device);
+    std::printf("%s\n", att::kernel_check_line(c, r).c_str());
+    std::fflush(stdout);
+    ++cases;
+    failed += r.pass ? 0 : 1;
+  }
+  std::printf(
+      "kernel-check: %lld of %lld cases pass\n", (long long)(cases - failed), (long long)cases);
+  return failed == 0 ? 0 : 1;
 }
 
 int bench_train(const TrainFlags& f) {
@@ -160,6 +211,12 @@ void add_attention_flags(CLI::App& app, AttentionFlags& f) {
   app.add_option("--device", s.device, "cpu, cuda or cuda:N (a CUDA build of LibTorch)")
       ->capture_default_str();
   app.add_flag("--backward", s.backward, "time forward + backward (pass column)");
+  app.add_option("--path",
+                 s.path,
+                 "auto: the fused CUDA kernels where a variant has them (combiner-fixed, "
+                 "combiner-axial-rowmajor); composed: always the LibTorch composition")
+      ->check(CLI::IsMember({"auto", "composed"}))
+      ->capture_default_str();
   app.add_option("--repeats", s.repeats, "timed runs after one warm-up (median)")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
@@ -199,7 +256,7 @@ void add_train_flags(CLI::App& app, TrainFlags& f) {
 
 int main(int argc, char** argv) {
   return combiner::util::guarded_main("combiner-bench", [&] {
-    CLI::App app{"Benchmarks: attention variants, training steps."};
+    CLI::App app{"Benchmarks: attention variants, training steps; checks of the fused kernels."};
     app.require_subcommand(1);
     AttentionFlags attention_flags;
     TrainFlags train_flags;
@@ -213,6 +270,19 @@ int main(int argc, char** argv) {
             " MFU = FLOPs/step / step time / the fp32 matmul peak measured in the same run "
             "with the same threads.");
     add_train_flags(*train, train_flags);
+    KernelCheckFlags check_flags;
+    auto* check = app.add_subcommand(
+        "kernel-check",
+        "the fused attention kernels against the LibTorch composition and the float64 dense "
+        "reference (outputs; q, k, v, DeepSets and summary gradients; odd lengths); exit status "
+        "1 if any case fails");
+    check->add_option("--device", check_flags.device, "cpu (the kernels' CPU model) or cuda[:N]")
+        ->capture_default_str();
+    check->add_option("--dims", check_flags.dims, "head dims D (= Dv)")
+        ->delimiter(',')
+        ->capture_default_str();
+    check->add_option("--variants", check_flags.variants, "all, or comma-separated variant names")
+        ->capture_default_str();
     try {
       app.parse(argc, argv);
     } catch (const CLI::CallForHelp& e) {
@@ -221,6 +291,7 @@ int main(int argc, char** argv) {
       throw std::invalid_argument(e.what());
     }
     if (train->parsed()) return bench_train(train_flags);
+    if (check->parsed()) return bench_kernel_check(check_flags);
     if (!attention_flags.child.empty()) {
       const auto c = att::decode_case(attention_flags.child);
       std::printf("%s\n", att::encode_result(att::time_case(c)).c_str());

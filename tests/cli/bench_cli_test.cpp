@@ -40,6 +40,10 @@ TEST(BenchCli, BadInputGivesOneLineErrorsAndNoFile) {
       {"train --config /nonexistent/bench.yaml --steps 1", "/nonexistent/bench.yaml"},
       {"train --config " + kQuickConfig + " --set model.widht=16", "model.widht"},
       {"train --config " + kQuickConfig + " --steps 0", "--steps"},
+      {"attention --lengths 64 --path fast --out " + out, "--path"},
+      {"kernel-check --dims 0", "--dims"},
+      {"kernel-check --variants full", "'full' has no fused kernel"},
+      {"kernel-check --variants nope", "unknown variant 'nope'"},
       {"nope", "subcommand"},
   };
   for (const auto& c : cases) {
@@ -104,6 +108,20 @@ TEST(BenchCli, TrainSmokePrintsTokensPerSecond) {
   ASSERT_EQ(lines.size(), 2u);
   EXPECT_EQ(lines[1].rfind("fashion_mnist,combiner-axial-rowmajor,784,2,1,16,2,", 0), 0u)
       << lines[1];
+}
+
+// The CPU build checks the kernels' CPU model: every case of one variant at D = 32 passes, one
+// table line each, and the exit status says so.
+TEST(BenchCli, KernelCheckOnTheCpuModelPasses) {
+  auto r =
+      run_binary("combiner-bench", "kernel-check --device cpu --dims 32 --variants combiner-fixed");
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find("the kernels' CPU model"), std::string::npos) << r.output;
+  size_t pass = 0;
+  for (size_t at = 0; (at = r.output.find(" PASS", at)) != std::string::npos; ++at) ++pass;
+  EXPECT_EQ(pass, 4u) << r.output;
+  EXPECT_EQ(r.output.find("FAIL"), std::string::npos) << r.output;
+  EXPECT_EQ(r.last_line(), "kernel-check: 4 of 4 cases pass") << r.output;
 }
 
 }  // namespace

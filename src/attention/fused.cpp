@@ -1,0 +1,438 @@
+// Glue between torch and the fused kernels: dtype and stride checks, allocation, the autograd
+// Function (saved: q, k, v, ks, u in the kernel dtype, o and lse), the CUDA stream, and the
+// two variants' plans. Gradient buffers: a slot read by one pass as source A whose segments own
+// disjoint rows covering the tensor is stored directly in the kernel dtype; any other is a zeroed
+// Acc buffer the kernels add into (summaries, shared by every later segment).
+#include "attention/fused.h"
+
+#include <spdlog/spdlog.h>
+
+#include "attention/attention.h"
+#include "attention/span_ops.h"
+
+#include <mutex>
+#include <set>
+
+#ifdef COMBINER_WITH_CUDA_KERNELS
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#endif
+
+namespace combiner::attention {
+
+namespace fused_glue {
+
+using fused::GradOut;
+using torch::autograd::AutogradContext;
+using torch::autograd::tensor_list;
+
+fused::Dtype kernel_dtype(torch::ScalarType t) {
+  if (t == torch::kFloat) return fused::Dtype::kFloat32;
+  if (t == torch::kBFloat16) return fused::Dtype::kBFloat16;
+  if (t == torch::kDouble) return fused::Dtype::kFloat64;
+  TORCH_CHECK(false, "fused attention: dtype must be float32, bfloat16 or float64, got ", t);
+}
+
+torch::ScalarType acc_type(torch::ScalarType t) {
+  return t == torch::kDouble ? torch::kDouble : torch::kFloat;
+}
+
+// x in `dtype` with a contiguous last axis and 16-byte aligned rows (what cp.async needs).
+torch::Tensor kernel_ready(const torch::Tensor& x, torch::ScalarType dtype) {
+  if (!x.defined()) return x;
+  auto y = x.to(dtype);
+  const int64_t align = 16 / y.element_size();
+  bool ok = y.stride(3) == 1 && reinterpret_cast<uintptr_t>(y.data_ptr()) % 16 == 0;
+  for (int64_t d = 0; d < 3; ++d) ok = ok && (y.size(d) == 1 || y.stride(d) % align == 0);
+  return ok ? y : y.contiguous();
+}
+
+fused::Operand operand(const torch::Tensor& x) {
+  if (!x.defined()) return {};
+  return {x.data_ptr(), x.stride(0), x.stride(1), x.stride(2)};
+}
+
+// Whether the segments of g own disjoint rows that together are every row 0..rows-1.
+bool covers(const fused::Geometry& g, int64_t rows) {
+  const bool blocks = g.row_stride == 1 && g.seg_stride == g.seg_len;
+  const bool columns = g.seg_stride == 1 && g.row_stride == g.segments;
+  return (blocks || columns) && g.segments * g.seg_len >= rows && g.limit >= rows;
+}
+
+// The plan travels in the context as integers: 5 per geometry, then mask and two flags.
+std::vector<int64_t> encode(const std::vector<FusedPass>& passes) {
+  std::vector<int64_t> out;
+  for (const auto& p : passes) {
+    for (const auto* g : {&p.query, &p.key, &p.value})
+      out.insert(out.end(), {g->segments, g->seg_len, g->seg_stride, g->row_stride, g->limit});
+    out.insert(out.end(), {int64_t(p.mask), int64_t(p.summaries), int64_t(p.a_from_summaries)});
+  }
+  return out;
+}
+
+std::vector<FusedPass> decode(const std::vector<int64_t>& in) {
+  std::vector<FusedPass> out;
+  for (size_t i = 0; i + 18 <= in.size(); i += 18) {
+    FusedPass p;
+    size_t at = i;
+    for (auto* g : {&p.query, &p.key, &p.value}) {
+      *g = {in[at], in[at + 1], in[at + 2], in[at + 3], in[at + 4]};
+      at += 5;
+    }
+    p.mask = fused::Mask(in[at]);
+    p.summaries = in[at + 1] != 0;
+    p.a_from_summaries = in[at + 2] != 0;
+    out.push_back(p);
+  }
+  return out;
+}
+
+fused::Pass make_pass(const FusedPass& fp,
+                      const torch::Tensor& q,
+                      const torch::Tensor& k,
+                      const torch::Tensor& v,
+                      const torch::Tensor& ks,
+                      const torch::Tensor& u,
+                      double scale) {
+  fused::Pass p;
+  p.batch = q.size(0);
+  p.heads = q.size(1);
+  p.dim = q.size(3);
+  p.scale = scale;
+  p.dtype = kernel_dtype(q.scalar_type());
+  p.query = fp.query;
+  p.key = fp.key;
+  p.value = fp.value;
+  p.mask = fp.mask;
+  p.summaries = fp.summaries;
+  p.summary_count = fp.summaries ? ks.size(2) : 0;
+  p.q = operand(q);
+  p.k = operand(fp.a_from_summaries ? ks : k);
+  p.v = operand(fp.a_from_summaries ? u : v);
+  if (fp.summaries) {
+    p.ks = operand(ks);
+    p.u = operand(u);
+  }
+  return p;
+}
+
+#ifdef COMBINER_WITH_CUDA_KERNELS
+void* stream_of(const torch::Tensor& x) {
+  return c10::cuda::getCurrentCUDAStream(x.device().index()).stream();
+}
+#endif
+
+// Runs the kernel on x's device: the CUDA kernels, or the CPU model.
+template <typename Arg>
+void run(const torch::Tensor& x,
+         const Arg& arg,
+         void (*cpu)(const Arg&),
+         void (*cuda)(const Arg&, void*)) {
+  if (!x.is_cuda()) return cpu(arg);
+#ifdef COMBINER_WITH_CUDA_KERNELS
+  const c10::cuda::CUDAGuard guard(x.device());
+  cuda(arg, stream_of(x));
+#else
+  (void)cuda;
+  TORCH_CHECK(false, "fused attention: this build has no CUDA kernels (", x.device(), ")");
+#endif
+}
+
+#ifdef COMBINER_WITH_CUDA_KERNELS
+constexpr auto kForwardCuda = &fused::forward_cuda;
+constexpr auto kDeltaCuda = &fused::delta_cuda;
+constexpr auto kBackwardCuda = &fused::backward_cuda;
+#else
+constexpr void (*kForwardCuda)(const fused::Forward&, void*) = nullptr;
+constexpr void (*kDeltaCuda)(const fused::Delta&, void*) = nullptr;
+constexpr void (*kBackwardCuda)(const fused::Backward&, void*) = nullptr;
+#endif
+
+// A gradient buffer for one input slot and how the kernels write it.
+struct Grad {
+  torch::Tensor buffer;
+  GradOut::Kind kind = GradOut::kNone;
+  GradOut out() const {
+    GradOut g;
+    if (!buffer.defined()) return g;
+    g.data = buffer.data_ptr();
+    g.kind = kind;
+    g.rows = buffer.size(2);
+    return g;
+  }
+};
+
+// `uses` = the geometries that read this slot as source A, `shared` = whether any pass reads it
+// as source B. Owned and covered: stored in the kernel dtype; else a zeroed Acc buffer.
+Grad slot_grad(const torch::Tensor& x, const std::vector<fused::Geometry>& uses, bool shared) {
+  Grad g;
+  if (!x.defined() || (uses.empty() && !shared)) return g;
+  if (!shared && uses.size() == 1 && covers(uses[0], x.size(2))) {
+    g.buffer = torch::empty_like(x, torch::MemoryFormat::Contiguous);
+    g.kind = GradOut::kStore;
+  } else {
+    g.buffer = torch::zeros(x.sizes(), x.options().dtype(acc_type(x.scalar_type())));
+    g.kind = GradOut::kAtomic;
+  }
+  return g;
+}
+
+class FusedFunction : public torch::autograd::Function<FusedFunction> {
+ public:
+  static torch::Tensor forward(AutogradContext* ctx,
+                               const torch::Tensor& q_in,
+                               const torch::Tensor& k_in,
+                               const torch::Tensor& v_in,
+                               const c10::optional<torch::Tensor>& ks_opt,
+                               const c10::optional<torch::Tensor>& u_opt,
+                               const std::vector<int64_t>& plan,
+                               double scale) {
+    // Summaries travel as optionals: an undefined tensor is no autograd input.
+    const auto ks_in = ks_opt.value_or(torch::Tensor()), u_in = u_opt.value_or(torch::Tensor());
+    const auto passes = decode(plan);
+    const auto dtype = q_in.scalar_type();
+    auto q = kernel_ready(q_in, dtype), k = kernel_ready(k_in, dtype),
+         v = kernel_ready(v_in, dtype), ks = kernel_ready(ks_in, dtype),
+         u = kernel_ready(u_in, dtype);
+    const int64_t B = q.size(0), H = q.size(1), Lq = q.size(2), D = q.size(3);
+    auto o = torch::empty({B, H, Lq, D}, q.options());
+    auto lse = torch::empty({B, H, Lq}, q.options().dtype(acc_type(dtype)));
+    for (size_t i = 0; i < passes.size(); ++i) {
+      fused::Forward f;
+      f.pass = make_pass(passes[i], q, k, v, ks, u, scale);
+      f.o = o.data_ptr();
+      f.lse = lse.data_ptr();
+      f.merge = i > 0;
+      run(q, f, &fused::forward_cpu, kForwardCuda);
+    }
+    ctx->save_for_backward({q, k, v, ks, u, o, lse});
+    ctx->saved_data["plan"] = plan;
+    ctx->saved_data["scale"] = scale;
+    ctx->saved_data["dtypes"] =
+        std::vector<int64_t>{int64_t(k_in.scalar_type()),
+                             int64_t(v_in.scalar_type()),
+                             int64_t(ks_in.defined() ? ks_in.scalar_type() : dtype),
+                             int64_t(u_in.defined() ? u_in.scalar_type() : dtype)};
+    return o;
+  }
+
+  static tensor_list backward(AutogradContext* ctx, tensor_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    const auto &q = saved[0], &k = saved[1], &v = saved[2], &ks = saved[3], &u = saved[4],
+               &o = saved[5], &lse = saved[6];
+    const auto passes = decode(ctx->saved_data["plan"].toIntVector());
+    const double scale = ctx->saved_data["scale"].toDouble();
+    const auto dtypes = ctx->saved_data["dtypes"].toIntVector();
+    if (!grads[0].defined()) return {{}, {}, {}, {}, {}, {}, {}};
+    const auto d_o = kernel_ready(grads[0], q.scalar_type());
+    const int64_t B = q.size(0), H = q.size(1), Lq = q.size(2), D = q.size(3);
+
+    auto delta = torch::empty_like(lse);
+    fused::Delta dl;
+    dl.batch = B;
+    dl.heads = H;
+    dl.rows = Lq;
+    dl.dim = D;
+    dl.dtype = kernel_dtype(q.scalar_type());
+    dl.o = operand(o);
+    dl.d_o = operand(d_o);
+    dl.delta = delta.data_ptr();
+    run(q, dl, &fused::delta_cpu, kDeltaCuda);
+
+    std::vector<fused::Geometry> k_uses, v_uses, ks_uses, u_uses;
+    bool summaries = false;
+    for (const auto& p : passes) {
+      (p.a_from_summaries ? ks_uses : k_uses).push_back(p.key);
+      (p.a_from_summaries ? u_uses : v_uses).push_back(p.value);
+      summaries = summaries || p.summaries;
+    }
+    Grad dk = slot_grad(k, k_uses, false), dv = slot_grad(v, v_uses, false),
+         dks = slot_grad(ks, ks_uses, summaries), du = slot_grad(u, u_uses, summaries);
+    // dq: one pass stores it; several add up in an Acc buffer, the last pass storing the sum.
+    auto dq = torch::empty_like(q, torch::MemoryFormat::Contiguous);
+    torch::Tensor dq_acc;
+    if (passes.size() > 1) dq_acc = torch::empty(q.sizes(), q.options().dtype(lse.scalar_type()));
+    for (size_t i = 0; i < passes.size(); ++i) {
+      fused::Backward bw;
+      bw.pass = make_pass(passes[i], q, k, v, ks, u, scale);
+      bw.d_o = operand(d_o);
+      bw.lse = lse.data_ptr();
+      bw.delta = delta.data_ptr();
+      const bool last = i + 1 == passes.size();
+      bw.dq.data = last ? dq.data_ptr() : dq_acc.data_ptr();
+      bw.dq.rows = Lq;
+      bw.dq.kind = last ? GradOut::kStore : i == 0 ? GradOut::kStoreAcc : GradOut::kAtomic;
+      bw.dq.addend = last && i > 0 ? dq_acc.data_ptr() : nullptr;
+      const bool a_summ = passes[i].a_from_summaries;
+      bw.dk = (a_summ ? dks : dk).out();
+      bw.dv = (a_summ ? du : dv).out();
+      if (passes[i].summaries) {
+        bw.dks = dks.out();
+        bw.du = du.out();
+      }
+      run(q, bw, &fused::backward_cpu, kBackwardCuda);
+    }
+    auto as = [&](const Grad& g, int64_t type) {
+      return g.buffer.defined() ? g.buffer.to(torch::ScalarType(type)) : torch::Tensor();
+    };
+    return {
+        dq, as(dk, dtypes[0]), as(dv, dtypes[1]), as(dks, dtypes[2]), as(du, dtypes[3]), {}, {}};
+  }
+};
+
+}  // namespace fused_glue
+
+torch::Tensor fused_attention(const torch::Tensor& q,
+                              const torch::Tensor& k,
+                              const torch::Tensor& v,
+                              const torch::Tensor& ks,
+                              const torch::Tensor& u,
+                              const std::vector<FusedPass>& passes,
+                              double scale) {
+  TORCH_CHECK(
+      q.dim() == 4 && k.dim() == 4 && v.dim() == 4 &&
+          q.sizes().slice(0, 2) == k.sizes().slice(0, 2) &&
+          k.sizes().slice(0, 3) == v.sizes().slice(0, 3) && q.size(3) == k.size(3),
+      "fused attention: expected q [B, H, Lq, D], k [B, H, Lk, D], v [B, H, Lk, Dv], got q ",
+      q.sizes(),
+      ", k ",
+      k.sizes(),
+      ", v ",
+      v.sizes());
+  TORCH_CHECK(q.size(3) == v.size(3),
+              "fused attention: needs D == Dv, got q ",
+              q.sizes(),
+              " and v ",
+              v.sizes());
+  TORCH_CHECK(!passes.empty() && fused_glue::covers(passes[0].query, q.size(2)) &&
+                  fused_glue::covers(passes.back().query, q.size(2)),
+              "fused attention: the first and last pass must cover every query row");
+  for (const auto& p : passes)
+    TORCH_CHECK(!(p.summaries || p.a_from_summaries) || (ks.defined() && u.defined()),
+                "fused attention: a pass reads summaries but ks or u is undefined");
+  auto optional = [](const torch::Tensor& x) {
+    return x.defined() ? c10::optional<torch::Tensor>(x) : c10::nullopt;
+  };
+  return fused_glue::FusedFunction::apply(
+      q, k, v, optional(ks), optional(u), fused_glue::encode(passes), scale);
+}
+
+std::vector<FusedPass> fixed_joint_passes(int64_t length, int64_t block) {
+  const int64_t n = (length + block - 1) / block;
+  FusedPass joint;
+  joint.query = joint.key = joint.value = {n, block, block, 1, length};
+  joint.mask = fused::Mask::kCausal;
+  joint.summaries = n > 1;
+  return {joint};
+}
+
+// rowmajor's span part lives in a per-column pass because its span value u[(r, c)] depends on the
+// query's column: column c is a causal attention of its n queries over the n - 1 row summaries
+// (ks[r], u[(r, c)]): W * n^2 / 2 terms = L n / 2 per head, each D x 2 products x 2 FLOP, the
+// same work as combiner-fixed's summary part, reading u once per column (L x D per head). Had
+// each row's query tile gathered the u of its own columns instead, it would read R x W x D values
+// per row R: L n D / 2 per head, n / 2 = 64 times more at L = 12288, W = 96, and no tensor core.
+std::vector<FusedPass> rowmajor_joint_passes(int64_t length, int64_t row_len) {
+  const int64_t W = row_len, n = (length + W - 1) / W, spans = n - 1;
+  std::vector<FusedPass> passes(1);
+  passes[0].query = passes[0].key = passes[0].value = {n, W, W, 1, length};
+  passes[0].mask = fused::Mask::kCausal;
+  if (spans > 0) {
+    // Column c: query (R, c) sees row r < R through key ks[r] and value u[(r, c)].
+    FusedPass column;
+    column.query = {W, n, 1, W, length};
+    column.key = {W, spans, 0, 1, spans};
+    column.value = {W, spans, 1, W, spans * W};
+    column.mask = fused::Mask::kStrict;
+    column.a_from_summaries = true;
+    passes.push_back(column);
+  }
+  return passes;
+}
+
+torch::Tensor fused_combiner_fixed(const torch::Tensor& q,
+                                   const torch::Tensor& k,
+                                   const torch::Tensor& v,
+                                   const SpanSummary& summary,
+                                   int64_t block) {
+  check_inputs(q, k, v);
+  const int64_t B = q.size(0), H = q.size(1), L = q.size(2), D = q.size(3), s = block;
+  const int64_t spans = (L + s - 1) / s - 1;  // every block but the last is a span
+  const double scale = score_scale(D);
+  torch::Tensor ks, u;
+  if (spans > 0) {
+    auto blocks = [&](const torch::Tensor& x) {
+      return x.narrow(2, 0, spans * s).reshape({B, H, spans, s, x.size(3)});
+    };
+    auto q_span = summary.pool(summary.phi_query(blocks(q)), 3);  // [B, H, spans, D]
+    ks = summary.pool(summary.phi_key(blocks(k)), 3);
+    // u: the pooled query's unmasked softmax over its own block.
+    FusedPass local;
+    local.query = {spans, 1, 1, 1, spans};
+    local.key = local.value = {spans, s, s, 1, spans * s};
+    local.mask = fused::Mask::kNone;
+    auto head = [&](const torch::Tensor& x) { return x.narrow(2, 0, spans * s); };
+    u = fused_attention(q_span, head(k), head(v), {}, {}, {local}, scale);
+  }
+  return fused_attention(q, k, v, ks, u, fixed_joint_passes(L, s), scale);
+}
+
+torch::Tensor fused_combiner_rowmajor(const torch::Tensor& q,
+                                      const torch::Tensor& k,
+                                      const torch::Tensor& v,
+                                      const SpanSummary& summary,
+                                      int64_t row_len) {
+  check_inputs(q, k, v);
+  const int64_t B = q.size(0), H = q.size(1), L = q.size(2), D = q.size(3), W = row_len;
+  const int64_t spans = (L + W - 1) / W - 1;  // every row but the last is a span
+  const double scale = score_scale(D);
+  torch::Tensor ks, u;
+  if (spans > 0) {
+    auto rows = [&](const torch::Tensor& x) { return x.narrow(2, 0, spans * W); };
+    ks = summary.pool(summary.phi_key(rows(k).reshape({B, H, spans, W, D})), 3);
+    // u[(r, c)]: q_(r, c)'s unmasked softmax over row r.
+    FusedPass local;
+    local.query = local.key = local.value = {spans, W, W, 1, spans * W};
+    local.mask = fused::Mask::kNone;
+    u = fused_attention(rows(q), rows(k), rows(v), {}, {}, {local}, scale);
+  }
+  return fused_attention(q, k, v, ks, u, rowmajor_joint_passes(L, W), scale);
+}
+
+std::string fused_cuda_unavailable(const torch::Tensor& q, const torch::Tensor& v) {
+  if (!q.is_cuda()) return "CPU tensors";
+#ifndef COMBINER_WITH_CUDA_KERNELS
+  return "this build has no CUDA kernels";
+#else
+  const auto t = q.scalar_type();
+  if (t != torch::kFloat && t != torch::kBFloat16)
+    return std::string("dtype ") + c10::toString(t) + " (kernels: float32, bfloat16)";
+  if (v.size(3) != q.size(3))
+    return "D = " + std::to_string(q.size(3)) + " != Dv = " + std::to_string(v.size(3));
+  if (!fused::cuda_supports(fused_glue::kernel_dtype(t), q.size(3)))
+    return "head dim " + std::to_string(q.size(3)) + " (kernels: 32, 64, 128)";
+  if (q.size(0) * q.size(1) > 65535)
+    return "B * H = " + std::to_string(q.size(0) * q.size(1)) + " > 65535";
+  return "";
+#endif
+}
+
+bool AttentionImpl::use_fused(const std::string& variant,
+                              const torch::Tensor& q,
+                              const torch::Tensor& v) const {
+  if (path_ != Path::kAuto) return path_ == Path::kFused;
+  const auto why = fused_cuda_unavailable(q, v);
+  log_attention_path(variant, why.empty(), why);
+  return why.empty();
+}
+
+void log_attention_path(const std::string& variant, bool fused, const std::string& why) {
+  static std::mutex mutex;
+  static std::set<std::string> seen;
+  const std::string line =
+      variant + ": " + (fused ? "fused CUDA kernels" : "LibTorch path (" + why + ")");
+  std::lock_guard<std::mutex> lock(mutex);
+  if (seen.insert(line).second) spdlog::info("attention {}", line);
+}
+
+}  // namespace combiner::attention

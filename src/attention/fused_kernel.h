@@ -1,0 +1,166 @@
+// The fused Combiner attention core, without torch: for every query of a segment (a block, a row
+// or a column), one softmax over the segment's own keys (masked) and, optionally, one summary per
+// earlier segment, then the weighted sum of their values; the forward saves one log-sum-exp per
+// query and the backward recomputes the weights from it, as FlashAttention does. No score tensor
+// leaves the tile. Two implementations read these descriptors: a CPU model (plain loops over the
+// same tiles with the same formulas; tests and kernel-check) and the CUDA kernels (CUDA builds).
+// The index rules below are shared, word for word, by both (host and device functions).
+#pragma once
+
+#include <cstdint>
+
+#if defined(__CUDACC__)
+#define COMBINER_HD __host__ __device__ __forceinline__
+#else
+#define COMBINER_HD inline
+#endif
+
+namespace combiner::attention::fused {
+
+enum class Dtype : int { kFloat32, kBFloat16, kFloat64 };  // kFloat64: CPU model only
+
+// Which keys of its own segment query t sees: all, j <= t, or j < t.
+enum class Mask : int { kNone, kCausal, kStrict };
+
+// Tiles: queries in tiles of kQueryTile rows (4 warps x 16), keys in tiles of kKeyTile. The
+// key-side backward walks queries in tiles of backward_query_tile(D) (smaller for D = 128, so
+// its two [16 x D] accumulators and two [16 x tile] score blocks stay in registers).
+constexpr int kQueryTile = 64;
+constexpr int kKeyTile = 64;
+COMBINER_HD constexpr int backward_query_tile(int64_t dim) {
+  return dim > 64 ? 32 : 64;
+}
+// Summary gradients: each CTA walks the queries of at most this many rows' worth of segments.
+constexpr int64_t kSummaryPartRows = 1024;
+
+// Index t of segment g is row g * seg_stride + t * row_stride of its tensor; it exists iff
+// t < seg_len and that row < limit. (A block of s: {s, 1}; a column of W-long rows: {1, W}.)
+struct Geometry {
+  int64_t segments = 0;
+  int64_t seg_len = 0;
+  int64_t seg_stride = 0;
+  int64_t row_stride = 1;
+  int64_t limit = 0;
+};
+
+// A [B, H, rows, width] tensor whose last axis is contiguous; strides in elements.
+struct Operand {
+  const void* data = nullptr;
+  int64_t batch = 0, head = 0, row = 0;
+};
+
+// "Acc" below is the accumulation type: double for kFloat64, float otherwise.
+// A gradient output: contiguous [B, H, rows, width]. kStore writes the pass dtype (plus
+// `addend`, an Acc tensor of the same shape, when given); kStoreAcc writes Acc; kAtomic adds
+// into Acc data (atomically on the GPU, where CTAs share rows).
+struct GradOut {
+  enum Kind : int { kNone, kStore, kStoreAcc, kAtomic };
+  void* data = nullptr;
+  Kind kind = kNone;
+  int64_t rows = 0;
+  const void* addend = nullptr;
+};
+
+// One pass: queries of `query`; source A = keys of `key` (rows of k) with values at the same
+// index of `value` (rows of v), same segment as the query, masked by `mask`; source B (when
+// `summaries`) = rows r < min(g, summary_count) of ks and u for every query of segment g.
+// D = Dv = dim. Scores are scale * q . k.
+struct Pass {
+  int64_t batch = 0, heads = 0, dim = 0;
+  double scale = 1;
+  Dtype dtype = Dtype::kFloat32;
+  Geometry query, key, value;
+  Mask mask = Mask::kCausal;
+  bool summaries = false;
+  int64_t summary_count = 0;
+  Operand q, k, v, ks, u;
+};
+
+// Forward: o [B, H, query.limit, D] (pass dtype) and lse [B, H, query.limit] (Acc, natural
+// log; -inf for a query with no term), both contiguous. With `merge`, o and lse already hold
+// another pass's result for the same queries: the two are combined by log-sum-exp (rows where this
+// pass has no term keep theirs).
+struct Forward {
+  Pass pass;
+  void* o = nullptr;
+  void* lse = nullptr;
+  bool merge = false;
+};
+
+// delta[b, h, r] = sum_d d_o[b, h, r, d] * o[b, h, r, d] for r < rows (Acc, contiguous).
+struct Delta {
+  int64_t batch = 0, heads = 0, rows = 0, dim = 0;
+  Dtype dtype = Dtype::kFloat32;
+  Operand o, d_o;
+  void* delta = nullptr;
+};
+
+// Backward of one pass, given the final lse and delta of its queries (contiguous
+// [B, H, query.limit]) and d_o (rows of the query tensor). dk/dv are source A's gradients,
+// dks/du source B's.
+struct Backward {
+  Pass pass;
+  Operand d_o;
+  const void* lse = nullptr;
+  const void* delta = nullptr;
+  GradOut dq, dk, dv, dks, du;
+};
+
+// ---- index rules (CPU model and CUDA kernels) ----
+
+COMBINER_HD int64_t row_of(const Geometry& g, int64_t segment, int64_t t) {
+  return segment * g.seg_stride + t * g.row_stride;
+}
+
+// How many t of `segment` exist (they are always a prefix 0..count-1).
+COMBINER_HD int64_t valid_count(const Geometry& g, int64_t segment) {
+  const int64_t first = segment * g.seg_stride;
+  if (first >= g.limit) return 0;
+  if (g.row_stride <= 0) return g.seg_len;
+  const int64_t fit = (g.limit - first + g.row_stride - 1) / g.row_stride;
+  return fit < g.seg_len ? fit : g.seg_len;
+}
+
+COMBINER_HD bool mask_allows(Mask mask, int64_t t, int64_t j) {
+  return mask == Mask::kNone || (mask == Mask::kCausal ? j <= t : j < t);
+}
+
+// Keys of source A that queries 0..last of a segment with `count` keys can see.
+COMBINER_HD int64_t direct_keys(Mask mask, int64_t count, int64_t last) {
+  if (mask == Mask::kNone) return count;
+  const int64_t seen = mask == Mask::kCausal ? last + 1 : last;
+  return seen < count ? seen : count;
+}
+
+COMBINER_HD int64_t summary_terms(const Pass& p, int64_t segment) {
+  if (!p.summaries) return 0;
+  return segment < p.summary_count ? segment : p.summary_count;
+}
+
+COMBINER_HD int64_t ceil_div(int64_t a, int64_t b) {
+  return (a + b - 1) / b;
+}
+
+// Query tiles per segment, and the summary-gradient parts (runs of segments) per summary tile.
+COMBINER_HD int64_t query_chunks(const Pass& p) {
+  return ceil_div(p.query.seg_len, kQueryTile);
+}
+COMBINER_HD int64_t segments_per_part(const Pass& p) {
+  const int64_t s = ceil_div(kSummaryPartRows, p.query.seg_len);
+  return s > 0 ? s : 1;
+}
+
+// ---- the CPU model (fused_kernel_cpu.cpp): float32 and float64 ----
+void forward_cpu(const Forward& f);
+void delta_cpu(const Delta& d);
+void backward_cpu(const Backward& b);
+
+// ---- the CUDA kernels (fused_kernel_*.cu; CUDA builds only): float32 and bfloat16, D = Dv in
+// {32, 64, 128}, every row 16-byte aligned. `stream` is a cudaStream_t. Errors throw
+// std::runtime_error naming the launch.
+bool cuda_supports(Dtype dtype, int64_t dim);
+void forward_cuda(const Forward& f, void* stream);
+void delta_cuda(const Delta& d, void* stream);
+void backward_cuda(const Backward& b, void* stream);
+
+}  // namespace combiner::attention::fused

@@ -1,0 +1,311 @@
+// The CPU model of the fused kernels (fused_kernel.h): the same tiles, in the same order, with
+// the same formulas as fused_kernel_*.cu, in plain loops, so that what the tests prove here is
+// what the GPU runs. Where a CUDA warp works on 16 rows of a tile at once, this works row by row;
+// the online-softmax rescaling, the log2-domain exponentials, the saved log-sum-exp and the
+// backward's recomputation dS = P (dP - delta) are the kernels' own.
+#include "attention/fused_kernel.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace combiner::attention::fused {
+
+namespace cpu_model {
+
+constexpr double kLog2e = 1.4426950408889634;
+constexpr double kLn2 = 0.6931471805599453;
+
+template <typename T>
+const T* row_in(const Operand& x, int64_t b, int64_t h, int64_t row) {
+  return static_cast<const T*>(x.data) + b * x.batch + h * x.head + row * x.row;
+}
+
+template <typename T>
+T dot(const T* a, const T* b, int64_t n) {
+  T out = 0;
+  for (int64_t d = 0; d < n; ++d) out += a[d] * b[d];
+  return out;
+}
+
+// Writes (or adds) one gradient row `g` of `width` values to out's row `row` of head (b, h).
+template <typename T>
+void write_grad(const GradOut& out, const Pass& p, int64_t b, int64_t h, int64_t row, const T* g) {
+  const int64_t D = p.dim, at = ((b * p.heads + h) * out.rows + row) * D;
+  if (out.kind == GradOut::kStore) {
+    auto* dst = static_cast<T*>(out.data) + at;
+    const auto* add = static_cast<const T*>(out.addend);
+    for (int64_t d = 0; d < D; ++d) dst[d] = g[d] + (add ? add[at + d] : T(0));
+  } else if (out.kind == GradOut::kStoreAcc) {
+    std::copy(g, g + D, static_cast<T*>(out.data) + at);
+  } else if (out.kind == GradOut::kAtomic) {
+    auto* dst = static_cast<T*>(out.data) + at;
+    for (int64_t d = 0; d < D; ++d) dst[d] += g[d];
+  }
+}
+
+// The keys of one tile: the tile index runs over source A's tiles, then source B's.
+template <typename T>
+struct KeyTile {
+  bool summary = false;
+  int64_t first = 0;           // j (source A) or r (source B) of column 0
+  std::vector<const T*> k, v;  // nullptr where the key does not exist
+};
+
+template <typename T>
+KeyTile<T> key_tile(const Pass& p, int64_t b, int64_t h, int64_t g, int64_t tile, int64_t n_a) {
+  KeyTile<T> kt;
+  kt.summary = tile >= n_a;
+  kt.first = (kt.summary ? tile - n_a : tile) * kKeyTile;
+  kt.k.assign(kKeyTile, nullptr);
+  kt.v.assign(kKeyTile, nullptr);
+  const int64_t count = kt.summary ? summary_terms(p, g) : valid_count(p.key, g);
+  for (int64_t c = 0; c < kKeyTile; ++c) {
+    const int64_t j = kt.first + c;
+    if (j >= count) continue;
+    if (kt.summary) {
+      kt.k[c] = row_in<T>(p.ks, b, h, j);
+      kt.v[c] = row_in<T>(p.u, b, h, j);
+    } else {
+      kt.k[c] = row_in<T>(p.k, b, h, row_of(p.key, g, j));
+      kt.v[c] = row_in<T>(p.v, b, h, row_of(p.value, g, j));
+    }
+  }
+  return kt;
+}
+
+// Source A / B tile counts of query tile `chunk` of segment g (the kernels' loop bounds).
+struct TileCounts {
+  int64_t rows = 0, direct = 0, total = 0;
+};
+inline TileCounts tile_counts(const Pass& p, int64_t g, int64_t chunk) {
+  TileCounts n;
+  const int64_t t0 = chunk * kQueryTile, q_count = valid_count(p.query, g);
+  if (t0 >= q_count) return n;
+  n.rows = std::min<int64_t>(kQueryTile, q_count - t0);
+  n.direct = ceil_div(direct_keys(p.mask, valid_count(p.key, g), t0 + n.rows - 1), kKeyTile);
+  n.total = n.direct + ceil_div(summary_terms(p, g), kKeyTile);
+  return n;
+}
+
+template <typename T>
+bool allowed(const Pass& p, const KeyTile<T>& kt, int64_t c, int64_t t) {
+  return kt.k[c] && (kt.summary || mask_allows(p.mask, t, kt.first + c));
+}
+
+// One query tile: online softmax over the key tiles, then the epilogue (store or merge).
+template <typename T>
+void forward_tile(const Forward& f, int64_t b, int64_t h, int64_t g, int64_t chunk) {
+  const Pass& p = f.pass;
+  const TileCounts n = tile_counts(p, g, chunk);
+  if (n.rows == 0) return;
+  const int64_t D = p.dim, t0 = chunk * kQueryTile;
+  const T scale2 = T(p.scale * kLog2e), inf = std::numeric_limits<T>::infinity();
+  std::vector<T> m(n.rows, -inf), l(n.rows, 0), acc(n.rows * D, 0), s(kKeyTile);
+  for (int64_t tile = 0; tile < n.total; ++tile) {
+    const auto kt = key_tile<T>(p, b, h, g, tile, n.direct);
+    for (int64_t r = 0; r < n.rows; ++r) {
+      const T* q = row_in<T>(p.q, b, h, row_of(p.query, g, t0 + r));
+      T top = -inf;
+      for (int64_t c = 0; c < kKeyTile; ++c) {
+        s[c] = allowed(p, kt, c, t0 + r) ? dot(q, kt.k[c], D) * scale2 : -inf;
+        top = std::max(top, s[c]);
+      }
+      const T m_new = std::max(m[r], top), m_use = m_new == -inf ? T(0) : m_new;
+      const T alpha = std::exp2(m[r] - m_use);
+      T* o = acc.data() + r * D;
+      for (int64_t d = 0; d < D; ++d) o[d] *= alpha;
+      l[r] *= alpha;
+      for (int64_t c = 0; c < kKeyTile; ++c) {
+        const T w = std::exp2(s[c] - m_use);
+        if (w == 0) continue;
+        l[r] += w;
+        for (int64_t d = 0; d < D; ++d) o[d] += w * kt.v[c][d];
+      }
+      m[r] = m_new;
+    }
+  }
+  const int64_t rows = p.query.limit;
+  for (int64_t r = 0; r < n.rows; ++r) {
+    const int64_t row = row_of(p.query, g, t0 + r), at = (b * p.heads + h) * rows + row;
+    T* o_out = static_cast<T*>(f.o) + at * D;
+    T* lse = static_cast<T*>(f.lse) + at;
+    const T lse2 = l[r] > 0 ? m[r] + std::log2(l[r]) : -inf;
+    const T inv = l[r] > 0 ? T(1) / l[r] : T(0);
+    if (!f.merge) {
+      for (int64_t d = 0; d < D; ++d) o_out[d] = acc[r * D + d] * inv;
+      *lse = lse2 * T(kLn2);
+    } else if (l[r] > 0) {  // log-sum-exp of the two passes; rows without terms keep theirs
+      const T prev2 = *lse * T(kLog2e), top = std::max(prev2, lse2);
+      const T total2 = top + std::log2(std::exp2(prev2 - top) + std::exp2(lse2 - top));
+      const T w_prev = std::exp2(prev2 - total2), w_new = std::exp2(lse2 - total2) * inv;
+      for (int64_t d = 0; d < D; ++d) o_out[d] = w_prev * o_out[d] + w_new * acc[r * D + d];
+      *lse = total2 * T(kLn2);
+    }
+  }
+}
+
+// dQ of one query tile: P from the saved lse, dP = dO V^T, dS = P (dP - delta), dQ += dS K.
+template <typename T>
+void backward_dq_tile(const Backward& bw, int64_t b, int64_t h, int64_t g, int64_t chunk) {
+  const Pass& p = bw.pass;
+  const TileCounts n = tile_counts(p, g, chunk);
+  if (n.rows == 0) return;
+  const int64_t D = p.dim, t0 = chunk * kQueryTile, rows = p.query.limit;
+  const T scale2 = T(p.scale * kLog2e);
+  std::vector<T> dq(n.rows * D, 0);
+  for (int64_t tile = 0; tile < n.total; ++tile) {
+    const auto kt = key_tile<T>(p, b, h, g, tile, n.direct);
+    for (int64_t r = 0; r < n.rows; ++r) {
+      const int64_t row = row_of(p.query, g, t0 + r), at = (b * p.heads + h) * rows + row;
+      const T* q = row_in<T>(p.q, b, h, row);
+      const T* d_o = row_in<T>(bw.d_o, b, h, row);
+      const T lse2 = static_cast<const T*>(bw.lse)[at] * T(kLog2e);
+      const T delta = static_cast<const T*>(bw.delta)[at];
+      for (int64_t c = 0; c < kKeyTile; ++c) {
+        if (!allowed(p, kt, c, t0 + r)) continue;
+        const T w = std::exp2(dot(q, kt.k[c], D) * scale2 - lse2);
+        const T ds = w * (dot(d_o, kt.v[c], D) - delta);
+        for (int64_t d = 0; d < D; ++d) dq[r * D + d] += ds * kt.k[c][d];
+      }
+    }
+  }
+  for (auto& x : dq) x *= T(p.scale);
+  for (int64_t r = 0; r < n.rows; ++r)
+    write_grad(bw.dq, p, b, h, row_of(p.query, g, t0 + r), dq.data() + r * D);
+}
+
+// One query of the key-side walk: its segment, index, and whether it exists.
+struct QueryRef {
+  int64_t g = 0, t = 0;
+  bool valid = false;
+};
+
+// dK, dV of one key tile (source A of segment g, or summary tile `g` when `summary`), walking
+// the query tiles that can see it: P^T, dP^T and dS^T per (key, query), summed over queries.
+template <typename T>
+void backward_dkv_tile(
+    const Backward& bw, int64_t b, int64_t h, bool summary, int64_t g, int64_t tile, int64_t part) {
+  const Pass& p = bw.pass;
+  const int64_t D = p.dim, j0 = tile * kKeyTile, MQ = backward_query_tile(D);
+  const int64_t rows = p.query.limit, key_count = summary ? p.summary_count : valid_count(p.key, g);
+  const T scale2 = T(p.scale * kLog2e);
+  // The query tiles: source A, the own segment's from the first that can see key j0;
+  // source B, flat indices f = g' * seg_len + t over this part's segments after the tile's first.
+  int64_t f_begin, f_end;
+  if (summary) {
+    const int64_t per = segments_per_part(p);
+    const int64_t g_lo = std::max(part * per, j0 + 1);
+    const int64_t g_hi = std::min((part + 1) * per, p.query.segments);
+    if (g_hi <= g_lo) return;
+    f_begin = g_lo * p.query.seg_len;
+    f_end = g_hi * p.query.seg_len;
+  } else {
+    f_begin = (p.mask == Mask::kNone ? 0 : j0 / MQ) * MQ;
+    f_end = valid_count(p.query, g);
+  }
+  std::vector<T> dk(kKeyTile * D, 0), dv(kKeyTile * D, 0);
+  for (int64_t f0 = f_begin; f0 < f_end; f0 += MQ) {
+    for (int64_t i = 0; i < MQ && f0 + i < f_end; ++i) {
+      QueryRef qr;
+      qr.g = summary ? (f0 + i) / p.query.seg_len : g;
+      qr.t = summary ? (f0 + i) % p.query.seg_len : f0 + i;
+      qr.valid = qr.t < valid_count(p.query, qr.g);
+      if (!qr.valid) continue;
+      const int64_t row = row_of(p.query, qr.g, qr.t), at = (b * p.heads + h) * rows + row;
+      const T* q = row_in<T>(p.q, b, h, row);
+      const T* d_o = row_in<T>(bw.d_o, b, h, row);
+      const T lse2 = static_cast<const T*>(bw.lse)[at] * T(kLog2e);
+      const T delta = static_cast<const T*>(bw.delta)[at];
+      for (int64_t c = 0; c < kKeyTile && j0 + c < key_count; ++c) {
+        const int64_t j = j0 + c;
+        const bool seen = summary ? j < summary_terms(p, qr.g) : mask_allows(p.mask, qr.t, j);
+        if (!seen) continue;
+        const T* k = summary ? row_in<T>(p.ks, b, h, j) : row_in<T>(p.k, b, h, row_of(p.key, g, j));
+        const T* v =
+            summary ? row_in<T>(p.u, b, h, j) : row_in<T>(p.v, b, h, row_of(p.value, g, j));
+        const T w = std::exp2(dot(k, q, D) * scale2 - lse2);
+        const T ds = w * (dot(v, d_o, D) - delta);
+        for (int64_t d = 0; d < D; ++d) {
+          dv[c * D + d] += w * d_o[d];
+          dk[c * D + d] += ds * q[d];
+        }
+      }
+    }
+  }
+  for (auto& x : dk) x *= T(p.scale);
+  for (int64_t c = 0; c < kKeyTile && j0 + c < key_count; ++c) {
+    const int64_t j = j0 + c;
+    write_grad(summary ? bw.dks : bw.dk, p, b, h, summary ? j : row_of(p.key, g, j), &dk[c * D]);
+    write_grad(summary ? bw.du : bw.dv, p, b, h, summary ? j : row_of(p.value, g, j), &dv[c * D]);
+  }
+}
+
+template <typename T>
+void forward_all(const Forward& f) {
+  const Pass& p = f.pass;
+  for (int64_t b = 0; b < p.batch; ++b)
+    for (int64_t h = 0; h < p.heads; ++h)
+      for (int64_t g = 0; g < p.query.segments; ++g)
+        for (int64_t c = 0; c < query_chunks(p); ++c) forward_tile<T>(f, b, h, g, c);
+}
+
+template <typename T>
+void delta_all(const Delta& d) {
+  for (int64_t b = 0; b < d.batch; ++b)
+    for (int64_t h = 0; h < d.heads; ++h)
+      for (int64_t r = 0; r < d.rows; ++r)
+        static_cast<T*>(d.delta)[(b * d.heads + h) * d.rows + r] =
+            dot(row_in<T>(d.o, b, h, r), row_in<T>(d.d_o, b, h, r), d.dim);
+}
+
+template <typename T>
+void backward_all(const Backward& bw) {
+  const Pass& p = bw.pass;
+  for (int64_t b = 0; b < p.batch; ++b)
+    for (int64_t h = 0; h < p.heads; ++h) {
+      for (int64_t g = 0; g < p.query.segments; ++g)
+        for (int64_t c = 0; c < query_chunks(p); ++c) backward_dq_tile<T>(bw, b, h, g, c);
+      for (int64_t g = 0; g < p.key.segments; ++g)
+        for (int64_t kt = 0; kt < ceil_div(p.key.seg_len, kKeyTile); ++kt)
+          backward_dkv_tile<T>(bw, b, h, false, g, kt, 0);
+      if (!p.summaries) continue;
+      const int64_t parts = ceil_div(p.query.segments, segments_per_part(p));
+      for (int64_t st = 0; st < ceil_div(p.summary_count, kKeyTile); ++st)
+        for (int64_t part = 0; part < parts; ++part)
+          backward_dkv_tile<T>(bw, b, h, true, st, 0, part);
+    }
+}
+
+// The model runs in float32 or float64; bfloat16 is for the GPU only.
+template <typename Fn>
+void dispatch(Dtype dtype, const char* what, Fn&& fn) {
+  if (dtype == Dtype::kFloat32) return fn(float{});
+  if (dtype == Dtype::kFloat64) return fn(double{});
+  throw std::invalid_argument(std::string(what) +
+                              ": the CPU model runs float32 or float64, got bfloat16");
+}
+
+}  // namespace cpu_model
+
+void forward_cpu(const Forward& f) {
+  cpu_model::dispatch(f.pass.dtype, "fused forward (CPU model)", [&](auto x) {
+    cpu_model::forward_all<decltype(x)>(f);
+  });
+}
+
+void delta_cpu(const Delta& d) {
+  cpu_model::dispatch(
+      d.dtype, "fused delta (CPU model)", [&](auto x) { cpu_model::delta_all<decltype(x)>(d); });
+}
+
+void backward_cpu(const Backward& b) {
+  cpu_model::dispatch(b.pass.dtype, "fused backward (CPU model)", [&](auto x) {
+    cpu_model::backward_all<decltype(x)>(b);
+  });
+}
+
+}  // namespace combiner::attention::fused

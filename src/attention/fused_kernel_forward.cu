@@ -1,0 +1,247 @@
+// The fused forward (and the backward's delta = rowsum(dO * O)), line for line the CPU model's
+// forward_tile (fused_kernel_cpu.cpp). One CTA = 4 warps = one query tile of 64 rows of one
+// segment and head; it walks the key tiles (source A: the segment's own keys up to the tile's
+// last query; then source B: the summaries of the earlier segments), double-buffered through
+// cp.async, with the online softmax in registers: no score leaves the chip. Shared memory:
+// Q [64 x P] + K, V [2 stages x 64 x P] (+ fp32 scratch), P = D + 16 bytes of padding:
+// bf16 D = 32 / 64 / 128: 25 / 45 / 85 KB; fp32: 62 / 102 / 182 KB.
+//
+// Cost at the issue's shape (B = 8, H = 8, L = 12288, D = 64, bf16; s = W = 96, n = 128):
+// combiner-fixed, per query: its block prefix (48 keys on average) + g summaries (63.5 on
+// average) = ~112 terms x 64 x 2 products x 2 FLOP = 28.7 kFLOP; x 786k queries = 23 GFLOP.
+// Bytes: q, k, v read and o written once = 4 x 101 MB, plus K/V read again by the second (32-row)
+// query tile of each 96-row block (+201 MB); summaries (16 KB per head) from L2. The
+// floor is memory: ~0.6 GB / ~3 TB/s = 0.2 ms, against 23 GFLOP at ~400 TFLOP/s = 0.06 ms.
+// rowmajor: the local pass (96 keys per query, unmasked: 25 kFLOP/query, reads q, k, v, writes u)
+// + the row pass (as fixed's direct part) + the column pass (n queries per column against r < R
+// summaries: ~64 terms/query; reads q and u, rewrites o and lse): ~1.6 GB, ~0.5 ms floor.
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <stdexcept>
+#include <string>
+#include <type_traits>
+
+#include "attention/fused_kernel.h"
+#include "attention/fused_kernel_launch.cuh"
+#include "attention/fused_kernel_tile.cuh"
+
+namespace combiner::attention::fused::cuda_detail {
+
+template <typename T, int D>
+constexpr size_t forward_smem() {
+  return size_t(kQueryTile + 4 * kKeyTile) * pitch<T, D>() * sizeof(T) +
+         size_t(kWarps) * scratch_floats<T, kKeyTile>() * sizeof(float);
+}
+
+template <typename T, int D>
+__global__ void __launch_bounds__(kThreads) forward_kernel(const Forward f) {
+  constexpr int P = pitch<T, D>(), M = kQueryTile, N = kKeyTile;
+  extern __shared__ __align__(16) unsigned char smem[];
+  T* qs = reinterpret_cast<T*>(smem);
+  T* ks = qs + M * P;      // [2][N][P]
+  T* vs = ks + 2 * N * P;  // [2][N][P]
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, gq = lane / 4, qq = lane % 4;
+  float* scratch = reinterpret_cast<float*>(vs + 2 * N * P) + warp * scratch_floats<T, N>();
+
+  const Pass& p = f.pass;
+  const int64_t chunks = query_chunks(p);
+  const int64_t g = blockIdx.x / chunks, b = blockIdx.y / p.heads, h = blockIdx.y % p.heads;
+  const int q_count = int(valid_count(p.query, g)), t0 = int(blockIdx.x % chunks) * M;
+  if (t0 >= q_count) return;
+  const int rows = min(M, q_count - t0);
+  const int a_count = int(valid_count(p.key, g));
+  const int n_direct = int(ceil_div(direct_keys(p.mask, a_count, t0 + rows - 1), N));
+  const int s_count = int(summary_terms(p, g));
+  const int n_tiles = n_direct + int(ceil_div(s_count, N));
+
+  const T* q0 = at<T>(p.q, b, h, 0);
+  const T* k0 = at<T>(p.k, b, h, 0);
+  const T* v0 = at<T>(p.v, b, h, 0);
+  const T* ks0 = p.summaries ? at<T>(p.ks, b, h, 0) : k0;
+  const T* u0 = p.summaries ? at<T>(p.u, b, h, 0) : v0;
+  load_rows<T, D, M>(
+      qs,
+      [&](int r) -> const T* {
+        return t0 + r < q_count ? q0 + row_of(p.query, g, t0 + r) * p.q.row : nullptr;
+      },
+      q0);
+  // Key tile `tile` into stage `stage`: source A's tiles first, then source B's.
+  auto load_keys = [&](int tile, int stage) {
+    const bool summary = tile >= n_direct;
+    const int j0 = (summary ? tile - n_direct : tile) * N, count = summary ? s_count : a_count;
+    load_rows<T, D, N>(
+        ks + stage * N * P,
+        [&](int c) -> const T* {
+          const int j = j0 + c;
+          if (j >= count) return nullptr;
+          return summary ? ks0 + j * p.ks.row : k0 + row_of(p.key, g, j) * p.k.row;
+        },
+        k0);
+    load_rows<T, D, N>(
+        vs + stage * N * P,
+        [&](int c) -> const T* {
+          const int j = j0 + c;
+          if (j >= count) return nullptr;
+          return summary ? u0 + j * p.u.row : v0 + row_of(p.value, g, j) * p.v.row;
+        },
+        v0);
+  };
+  if (n_tiles > 0) load_keys(0, 0);
+  cp_async_commit();
+
+  const int tw = t0 + warp * 16;  // this warp's first query
+  const bool warp_active = tw < q_count;
+  const float scale2 = float(p.scale) * kLog2e;
+  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f}, o[D / 8][4];
+#pragma unroll
+  for (int dt = 0; dt < D / 8; ++dt) o[dt][0] = o[dt][1] = o[dt][2] = o[dt][3] = 0.f;
+
+  for (int tile = 0; tile < n_tiles; ++tile) {
+    if (tile + 1 < n_tiles) {
+      load_keys(tile + 1, (tile + 1) & 1);
+      cp_async_commit();
+      cp_async_wait<1>();
+    } else {
+      cp_async_wait<0>();
+    }
+    __syncthreads();
+    const bool summary = tile >= n_direct;
+    const int j0 = (summary ? tile - n_direct : tile) * N, stage = tile & 1;
+    // A warp none of whose queries sees the tile's first key skips it (the mask is monotone).
+    const bool skip = !warp_active || (!summary && !mask_allows(p.mask, tw + 15, j0));
+    if (!skip) {
+      float s[N / 8][4];
+      warp_nt<D, N>(s, qs + warp * 16 * P, ks + stage * N * P, scratch);
+#pragma unroll
+      for (int i = 0; i < N / 8; ++i)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int t = tw + gq + 8 * (e / 2), j = j0 + i * 8 + 2 * qq + (e & 1);
+          const bool ok =
+              t < q_count && (summary ? j < s_count : j < a_count && mask_allows(p.mask, t, j));
+          s[i][e] = ok ? s[i][e] * scale2 : -INFINITY;
+        }
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        float top = -INFINITY;
+#pragma unroll
+        for (int i = 0; i < N / 8; ++i) top = fmaxf(top, fmaxf(s[i][2 * r], s[i][2 * r + 1]));
+        top = quad_max(top);
+        const float m_new = fmaxf(m[r], top), m_use = m_new == -INFINITY ? 0.f : m_new;
+        const float alpha = exp2f(m[r] - m_use);
+        float sum = 0.f;
+#pragma unroll
+        for (int i = 0; i < N / 8; ++i)
+#pragma unroll
+          for (int e = 2 * r; e < 2 * r + 2; ++e) {
+            s[i][e] = exp2f(s[i][e] - m_use);
+            sum += s[i][e];
+          }
+        l[r] = l[r] * alpha + sum;  // this thread's columns; summed over the quad at the end
+#pragma unroll
+        for (int dt = 0; dt < D / 8; ++dt) {
+          o[dt][2 * r] *= alpha;
+          o[dt][2 * r + 1] *= alpha;
+        }
+        m[r] = m_new;
+      }
+      warp_nn<D, N>(o, s, vs + stage * N * P, scratch);
+    }
+    __syncthreads();
+  }
+
+  cp_async_wait<0>();  // no copy in flight when the CTA ends (n_tiles = 0: only Q's)
+  // Epilogue: o / l and lse, or the log-sum-exp merge with what an earlier pass left.
+  l[0] = quad_sum(l[0]);
+  l[1] = quad_sum(l[1]);
+  if (!warp_active) return;
+  const int64_t base = (b * p.heads + h) * p.query.limit;
+  T* o_out = static_cast<T*>(f.o);
+  float* lse = static_cast<float*>(f.lse);
+  float prev2[2] = {0.f, 0.f};
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int t = tw + gq + 8 * r;
+    if (f.merge && t < q_count) prev2[r] = lse[base + row_of(p.query, g, t)] * kLog2e;
+  }
+  __syncwarp();  // every lane has read lse before a quad's first lane rewrites it
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int t = tw + gq + 8 * r;
+    if (t >= q_count) continue;
+    const int64_t row = base + row_of(p.query, g, t);
+    const float lse2 = l[r] > 0.f ? m[r] + log2f(l[r]) : -INFINITY;
+    const float inv = l[r] > 0.f ? 1.f / l[r] : 0.f;
+    T* out = o_out + row * D + 2 * qq;
+    if (!f.merge) {
+#pragma unroll
+      for (int dt = 0; dt < D / 8; ++dt)
+        store_pair(out + dt * 8, o[dt][2 * r] * inv, o[dt][2 * r + 1] * inv);
+      if (qq == 0) lse[row] = lse2 * kLn2;
+    } else if (l[r] > 0.f) {  // rows without terms keep the earlier pass's result
+      const float top = fmaxf(prev2[r], lse2);
+      const float total2 = top + log2f(exp2f(prev2[r] - top) + exp2f(lse2 - top));
+      const float w_prev = exp2f(prev2[r] - total2), w_new = exp2f(lse2 - total2) * inv;
+#pragma unroll
+      for (int dt = 0; dt < D / 8; ++dt) {
+        const float2 before = load_pair(out + dt * 8);
+        store_pair(out + dt * 8,
+                   w_prev * before.x + w_new * o[dt][2 * r],
+                   w_prev * before.y + w_new * o[dt][2 * r + 1]);
+      }
+      if (qq == 0) lse[row] = total2 * kLn2;
+    }
+  }
+}
+
+// One warp per row: delta = sum_d dO * O.
+template <typename T, int D>
+__global__ void __launch_bounds__(kThreads) delta_kernel(const Delta d) {
+  const int64_t index = int64_t(blockIdx.x) * kWarps + threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
+  if (index >= d.batch * d.heads * d.rows) return;
+  const int64_t r = index % d.rows, bh = index / d.rows, b = bh / d.heads, h = bh % d.heads;
+  const T* o = at<T>(d.o, b, h, r);
+  const T* d_o = at<T>(d.d_o, b, h, r);
+  float sum = 0.f;
+  for (int i = 2 * lane; i < D; i += 64) {
+    const float2 x = load_pair(o + i), y = load_pair(d_o + i);
+    sum += x.x * y.x + x.y * y.y;
+  }
+#pragma unroll
+  for (int off = 16; off > 0; off /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, off);
+  if (lane == 0) static_cast<float*>(d.delta)[index] = sum;
+}
+
+}  // namespace combiner::attention::fused::cuda_detail
+
+namespace combiner::attention::fused {
+
+bool cuda_supports(Dtype dtype, int64_t dim) {
+  return (dtype == Dtype::kFloat32 || dtype == Dtype::kBFloat16) &&
+         (dim == 32 || dim == 64 || dim == 128);
+}
+
+void forward_cuda(const Forward& f, void* stream) {
+  using namespace cuda_detail;
+  dispatch(f.pass.dtype, f.pass.dim, "fused forward", [&](auto type, auto dim) {
+    using T = typename decltype(type)::type;
+    constexpr int D = decltype(dim)::value;
+    const dim3 grid(unsigned(f.pass.query.segments * query_chunks(f.pass)),
+                    unsigned(f.pass.batch * f.pass.heads));
+    launch(forward_kernel<T, D>, grid, forward_smem<T, D>(), stream, "fused forward", f);
+  });
+}
+
+void delta_cuda(const Delta& d, void* stream) {
+  using namespace cuda_detail;
+  dispatch(d.dtype, d.dim, "fused delta", [&](auto type, auto dim) {
+    using T = typename decltype(type)::type;
+    constexpr int D = decltype(dim)::value;
+    const dim3 grid(unsigned(ceil_div(d.batch * d.heads * d.rows, kWarps)));
+    launch(delta_kernel<T, D>, grid, 0, stream, "fused delta", d);
+  });
+}
+
+}  // namespace combiner::attention::fused

@@ -1,0 +1,249 @@
+// Device building blocks of the fused kernels: cp.async tile loads into padded shared memory,
+// and the two warp-level products every kernel is made of, on 16 rows per warp:
+//   warp_nt: C[16 x N]  = A[16 x D] . B[N x D]^T   (scores: Q K^T, dO V^T, K Q^T, V dO^T)
+//   warp_nn: O[16 x D] += P[16 x N] . B[N x D]     (P V, dS K, P^T dO, dS^T Q)
+// C, O and P live in registers in the accumulator layout of mma.m16n8: thread (g = lane / 4,
+// q = lane % 4) holds, per 8-column block i, (g, 8i + 2q), (g, 8i + 2q + 1), (g + 8, 8i + 2q),
+// (g + 8, 8i + 2q + 1). bfloat16 runs on the tensor cores (ldmatrix + mma.sync m16n8k16, fp32
+// accumulate); float32 computes the same elements with FFMA (a per-warp scratch turns P into a
+// shared-memory operand), so both share every line of the kernels around them.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "attention/fused_kernel.h"
+
+namespace combiner::attention::fused::cuda_detail {
+
+using bf16 = __nv_bfloat16;
+
+constexpr int kWarps = 4;
+constexpr int kThreads = 32 * kWarps;
+constexpr float kLog2e = 1.4426950408889634f;
+constexpr float kLn2 = 0.6931471805599453f;
+
+// Shared-memory row pitch in elements: 16 bytes of padding per row put the 8 rows one ldmatrix
+// (or a quarter-warp's float4 reads) touches on distinct banks.
+template <typename T, int D>
+__host__ __device__ constexpr int pitch() {
+  return D + 16 / int(sizeof(T));
+}
+// The fp32 path's per-warp scratch for P: 16 rows of N + 4 floats.
+template <typename T, int N>
+__host__ __device__ constexpr int scratch_floats() {
+  return sizeof(T) == 4 ? 16 * (N + 4) : 0;
+}
+
+template <typename T>
+__device__ __forceinline__ const T* at(const Operand& x, int64_t b, int64_t h, int64_t row) {
+  return static_cast<const T*>(x.data) + b * x.batch + h * x.head + row * x.row;
+}
+
+// ---- cp.async: 16 bytes per call, zero-filled where the row does not exist ----
+
+__device__ __forceinline__ void cp_async16(void* smem, const void* gmem, bool valid) {
+  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  asm volatile(
+      "cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem), "r"(valid ? 16 : 0));
+}
+__device__ __forceinline__ void cp_async_commit() {
+  asm volatile("cp.async.commit_group;\n" ::);
+}
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+
+// ROWS rows of D elements into smem (pitch P); row(r) gives the source or nullptr (zeros, so a
+// missing value row multiplies a zero weight into 0, never into NaN). `any` is a valid address.
+template <typename T, int D, int ROWS, typename RowFn>
+__device__ __forceinline__ void load_rows(T* smem, RowFn row, const void* any) {
+  constexpr int kChunk = 16 / int(sizeof(T)), kPerRow = D / kChunk;
+  for (int i = threadIdx.x; i < ROWS * kPerRow; i += kThreads) {
+    const int r = i / kPerRow, c = i % kPerRow;
+    const T* src = row(r);
+    cp_async16(smem + r * pitch<T, D>() + c * kChunk, src ? src + c * kChunk : any, src != nullptr);
+  }
+}
+
+// ---- pairs of adjacent elements (an accumulator's (x, x + 1)) ----
+
+__device__ __forceinline__ void store_pair(bf16* p, float x, float y) {
+  *reinterpret_cast<__nv_bfloat162*>(p) = __floats2bfloat162_rn(x, y);
+}
+__device__ __forceinline__ void store_pair(float* p, float x, float y) {
+  *reinterpret_cast<float2*>(p) = make_float2(x, y);
+}
+__device__ __forceinline__ float2 load_pair(const bf16* p) {
+  return __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(p));
+}
+__device__ __forceinline__ float2 load_pair(const float* p) {
+  return *reinterpret_cast<const float2*>(p);
+}
+
+// Writes (x, y) at element offset `at` of a gradient output (GradOut's kinds).
+template <typename T>
+__device__ __forceinline__ void write_grad_pair(const GradOut& out, int64_t at, float x, float y) {
+  if (out.kind == GradOut::kStore) {
+    if (out.addend) {
+      const float2 a = *reinterpret_cast<const float2*>(static_cast<const float*>(out.addend) + at);
+      x += a.x;
+      y += a.y;
+    }
+    store_pair(static_cast<T*>(out.data) + at, x, y);
+  } else if (out.kind == GradOut::kStoreAcc) {
+    store_pair(static_cast<float*>(out.data) + at, x, y);
+  } else if (out.kind == GradOut::kAtomic) {
+    atomicAdd(static_cast<float*>(out.data) + at, x);
+    atomicAdd(static_cast<float*>(out.data) + at + 1, y);
+  }
+}
+
+// ---- bfloat16: ldmatrix + mma.sync ----
+
+__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const bf16* p) {
+  const unsigned a = static_cast<unsigned>(__cvta_generic_to_shared(p));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(a));
+}
+__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], const bf16* p) {
+  const unsigned a = static_cast<unsigned>(__cvta_generic_to_shared(p));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(a));
+}
+__device__ __forceinline__ void mma_bf16(float (&c)[4],
+                                         const uint32_t (&a)[4],
+                                         uint32_t b0,
+                                         uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+      "{%8, %9}, {%0, %1, %2, %3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
+  const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<const uint32_t*>(&v);
+}
+
+template <int D, int N>
+__device__ __forceinline__ void warp_nt(float (&c)[N / 8][4],
+                                        const bf16* a,
+                                        const bf16* b,
+                                        float*) {
+  constexpr int P = pitch<bf16, D>();
+  const int lane = threadIdx.x & 31;
+#pragma unroll
+  for (int i = 0; i < N / 8; ++i) c[i][0] = c[i][1] = c[i][2] = c[i][3] = 0.f;
+#pragma unroll
+  for (int kk = 0; kk < D / 16; ++kk) {
+    uint32_t af[4];
+    ldmatrix_x4(af, a + (lane % 16) * P + kk * 16 + (lane / 16) * 8);
+#pragma unroll
+    for (int np = 0; np < N / 16; ++np) {
+      uint32_t bf[4];
+      ldmatrix_x4(bf,
+                  b + (np * 16 + lane % 8 + (lane / 16) * 8) * P + kk * 16 + (lane / 8 % 2) * 8);
+      mma_bf16(c[2 * np], af, bf[0], bf[1]);
+      mma_bf16(c[2 * np + 1], af, bf[2], bf[3]);
+    }
+  }
+}
+
+template <int D, int N>
+__device__ __forceinline__ void warp_nn(float (&o)[D / 8][4],
+                                        const float (&p)[N / 8][4],
+                                        const bf16* b,
+                                        float*) {
+  constexpr int P = pitch<bf16, D>();
+  const int lane = threadIdx.x & 31;
+#pragma unroll
+  for (int kk = 0; kk < N / 16; ++kk) {
+    // Two accumulator blocks of P are exactly one m16k16 A operand.
+    const uint32_t af[4] = {pack_bf16(p[2 * kk][0], p[2 * kk][1]),
+                            pack_bf16(p[2 * kk][2], p[2 * kk][3]),
+                            pack_bf16(p[2 * kk + 1][0], p[2 * kk + 1][1]),
+                            pack_bf16(p[2 * kk + 1][2], p[2 * kk + 1][3])};
+#pragma unroll
+    for (int dp = 0; dp < D / 16; ++dp) {
+      uint32_t bf[4];
+      ldmatrix_x4_trans(
+          bf, b + (kk * 16 + lane % 8 + (lane / 8 % 2) * 8) * P + dp * 16 + (lane / 16) * 8);
+      mma_bf16(o[2 * dp], af, bf[0], bf[1]);
+      mma_bf16(o[2 * dp + 1], af, bf[2], bf[3]);
+    }
+  }
+}
+
+// ---- float32: the same elements with FFMA ----
+
+template <int D, int N>
+__device__ __forceinline__ void warp_nt(float (&c)[N / 8][4],
+                                        const float* a,
+                                        const float* b,
+                                        float*) {
+  constexpr int P = pitch<float, D>();
+  const int lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
+#pragma unroll
+  for (int i = 0; i < N / 8; ++i) c[i][0] = c[i][1] = c[i][2] = c[i][3] = 0.f;
+  const float* a0 = a + g * P;
+  const float* a1 = a + (g + 8) * P;
+#pragma unroll 2
+  for (int d = 0; d < D; d += 4) {
+    const float4 x0 = *reinterpret_cast<const float4*>(a0 + d);
+    const float4 x1 = *reinterpret_cast<const float4*>(a1 + d);
+#pragma unroll
+    for (int i = 0; i < N / 8; ++i)
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const float4 y = *reinterpret_cast<const float4*>(b + (i * 8 + 2 * q + e) * P + d);
+        c[i][e] += x0.x * y.x + x0.y * y.y + x0.z * y.z + x0.w * y.w;
+        c[i][2 + e] += x1.x * y.x + x1.y * y.y + x1.z * y.z + x1.w * y.w;
+      }
+  }
+}
+
+template <int D, int N>
+__device__ __forceinline__ void warp_nn(float (&o)[D / 8][4],
+                                        const float (&p)[N / 8][4],
+                                        const float* b,
+                                        float* scratch) {
+  constexpr int P = pitch<float, D>(), S = N + 4;
+  const int lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
+#pragma unroll
+  for (int i = 0; i < N / 8; ++i) {
+    store_pair(scratch + g * S + i * 8 + 2 * q, p[i][0], p[i][1]);
+    store_pair(scratch + (g + 8) * S + i * 8 + 2 * q, p[i][2], p[i][3]);
+  }
+  __syncwarp();
+#pragma unroll 4
+  for (int k = 0; k < N; ++k) {
+    const float s0 = scratch[g * S + k], s1 = scratch[(g + 8) * S + k];
+#pragma unroll
+    for (int dt = 0; dt < D / 8; ++dt) {
+      const float2 y = load_pair(b + k * P + dt * 8 + 2 * q);
+      o[dt][0] += s0 * y.x;
+      o[dt][1] += s0 * y.y;
+      o[dt][2] += s1 * y.x;
+      o[dt][3] += s1 * y.y;
+    }
+  }
+  __syncwarp();
+}
+
+// Max and sum over the 4 lanes that share an accumulator row.
+__device__ __forceinline__ float quad_max(float x) {
+  x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 1));
+  return fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 2));
+}
+__device__ __forceinline__ float quad_sum(float x) {
+  x += __shfl_xor_sync(0xffffffffu, x, 1);
+  return x + __shfl_xor_sync(0xffffffffu, x, 2);
+}
+
+}  // namespace combiner::attention::fused::cuda_detail

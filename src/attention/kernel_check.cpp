@@ -1,0 +1,321 @@
+// Each case runs one module three ways on the same inputs (the fused path, the LibTorch
+// composition in the same dtype, the composition in float64) plus the dense float64 matrix A of
+// reference.h, and the joint pass alone with random summaries against its LibTorch composition.
+#include "attention/kernel_check.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+
+#include "attention/attention.h"
+#include "attention/fused.h"
+#include "attention/reference.h"
+#include "attention/span_ops.h"
+
+namespace combiner::attention {
+
+torch::Tensor joint_fixed_reference(const torch::Tensor& q,
+                                    const torch::Tensor& k,
+                                    const torch::Tensor& v,
+                                    const torch::Tensor& ks,
+                                    const torch::Tensor& u,
+                                    int64_t block) {
+  const int64_t B = q.size(0), H = q.size(1), L = q.size(2), D = q.size(3), s = block;
+  const int64_t n = (L + s - 1) / s;
+  const double scale = score_scale(D);
+  auto qb = to_blocks(q, s), kb = to_blocks(k, s), vb = to_blocks(v, s);
+  std::vector<torch::Tensor> scores = {masked(torch::matmul(qb, kb.transpose(-2, -1)) * scale,
+                                              causal_allowed(s, false, q.device()))};
+  if (ks.defined()) {
+    const int64_t spans = ks.size(2);
+    auto e = torch::matmul(qb.reshape({B, H, n * s, D}), ks.transpose(-2, -1)) * scale;
+    auto allowed = causal_allowed(n, true, q.device()).narrow(1, 0, spans).unsqueeze(1);
+    scores.push_back(masked(e.view({B, H, n, s, spans}), allowed));
+  }
+  auto w = joint_softmax(scores);
+  auto out = torch::matmul(w[0], vb);
+  if (ks.defined())
+    out = out + torch::matmul(w[1].reshape({B, H, n * s, ks.size(2)}), u).view(out.sizes());
+  return out.reshape({B, H, n * s, v.size(3)}).narrow(2, 0, L);
+}
+
+torch::Tensor joint_rowmajor_reference(const torch::Tensor& q,
+                                       const torch::Tensor& k,
+                                       const torch::Tensor& v,
+                                       const torch::Tensor& ks,
+                                       const torch::Tensor& u,
+                                       int64_t row_len) {
+  const int64_t B = q.size(0), H = q.size(1), L = q.size(2), D = q.size(3), W = row_len;
+  const int64_t n = (L + W - 1) / W;
+  const double scale = score_scale(D);
+  auto qr = to_blocks(q, W), kr = to_blocks(k, W), vr = to_blocks(v, W);  // [B, H, n, W, *]
+  std::vector<torch::Tensor> scores = {masked(torch::matmul(qr, kr.transpose(-2, -1)) * scale,
+                                              causal_allowed(W, false, q.device()))};
+  if (ks.defined()) {
+    const int64_t spans = ks.size(2);
+    auto e = torch::matmul(qr.reshape({B, H, n * W, D}), ks.transpose(-2, -1)) * scale;
+    auto allowed = causal_allowed(n, true, q.device()).narrow(1, 0, spans).unsqueeze(1);
+    scores.push_back(masked(e.view({B, H, n, W, spans}), allowed));
+  }
+  auto w = joint_softmax(scores);
+  auto out = torch::matmul(w[0], vr);
+  if (ks.defined())  // (R, c) reads u[(r, c)] of every earlier row r
+    out =
+        out + torch::einsum("bhRcr,bhrcd->bhRcd", {w[1], u.view({B, H, ks.size(2), W, u.size(3)})});
+  return out.reshape({B, H, n * W, v.size(3)}).narrow(2, 0, L);
+}
+
+namespace kernel_check_detail {
+
+double error(const torch::Tensor& got, const torch::Tensor& want) {
+  if (!got.defined() && !want.defined()) return 0;
+  if (!got.defined() || !want.defined()) return INFINITY;
+  auto g = got.detach().to(torch::kCPU, torch::kDouble),
+       w = want.detach().to(torch::kCPU, torch::kDouble);
+  if (g.numel() == 0) return 0;
+  const double scale = std::max(1.0, w.abs().max().item<double>());
+  const double e = (g - w).abs().max().item<double>() / scale;
+  return std::isfinite(e) ? e : INFINITY;
+}
+
+struct Run {
+  torch::Tensor out, dq, dk, dv, dparams;
+};
+
+// Forward and backward (out . d_o) of a module on its own copies of the inputs.
+Run run(AttentionImpl& module,
+        AttentionImpl::Path path,
+        const torch::Tensor& q,
+        const torch::Tensor& k,
+        const torch::Tensor& v,
+        const torch::Tensor& d_o) {
+  Run r;
+  auto qq = q.detach().clone().requires_grad_(), kk = k.detach().clone().requires_grad_(),
+       vv = v.detach().clone().requires_grad_();
+  module.zero_grad();
+  module.set_path(path);
+  r.out = module.forward(qq, kk, vv);
+  r.out.backward(d_o.to(r.out.scalar_type()));
+  r.dq = qq.grad();
+  r.dk = kk.grad();
+  r.dv = vv.grad();
+  std::vector<torch::Tensor> params;
+  for (const auto& p : module.parameters())  // unused maps (one block only) have no gradient
+    params.push_back(p.grad().defined() ? p.grad().flatten() : torch::zeros_like(p).flatten());
+  if (!params.empty()) r.dparams = torch::cat(params);
+  return r;
+}
+
+// The joint pass alone with random summaries: max error over o, dq, dk, dv, d ks, d u.
+double joint_error(const KernelCheckCase& c,
+                   const torch::Tensor& q,
+                   const torch::Tensor& k,
+                   const torch::Tensor& v,
+                   const torch::Tensor& d_o) {
+  const bool fixed = c.variant == "combiner-fixed";
+  const int64_t L = q.size(2), s = c.layout, spans = (L + s - 1) / s - 1;
+  if (spans <= 0) return 0;
+  const auto opts = q.options();
+  auto ks = torch::randn({c.batch, c.heads, spans, c.dim}, opts.dtype(torch::kDouble));
+  auto u = torch::randn({c.batch, c.heads, fixed ? spans : spans * s, c.dim},
+                        opts.dtype(torch::kDouble));
+  ks = ks.to(q.scalar_type());
+  u = u.to(q.scalar_type());
+  std::vector<torch::Tensor> fused_grads, ref_grads;
+  for (bool reference : {false, true}) {
+    auto as = [&](const torch::Tensor& x) {
+      return (reference ? x.to(torch::kDouble) : x).detach().clone().requires_grad_();
+    };
+    std::vector<torch::Tensor> in = {as(q), as(k), as(v), as(ks), as(u)};
+    torch::Tensor o;
+    if (reference) {
+      o = fixed ? joint_fixed_reference(in[0], in[1], in[2], in[3], in[4], s)
+                : joint_rowmajor_reference(in[0], in[1], in[2], in[3], in[4], s);
+    } else {
+      const auto passes = fixed ? fixed_joint_passes(L, s) : rowmajor_joint_passes(L, s);
+      o = fused_attention(in[0], in[1], in[2], in[3], in[4], passes, score_scale(c.dim));
+    }
+    o.backward(d_o.to(o.scalar_type()));
+    auto& grads = reference ? ref_grads : fused_grads;
+    grads.push_back(o);
+    for (const auto& x : in) grads.push_back(x.grad());
+  }
+  double worst = 0;
+  for (size_t i = 0; i < fused_grads.size(); ++i)
+    worst = std::max(worst, error(fused_grads[i], ref_grads[i]));
+  return worst;
+}
+
+}  // namespace kernel_check_detail
+
+std::vector<KernelCheckCase> kernel_check_cases(const std::string& device,
+                                                const std::vector<int64_t>& dims) {
+  const bool cuda = torch::Device(device).is_cuda();
+  const std::vector<std::string> dtypes = cuda ? std::vector<std::string>{"float32", "bfloat16"}
+                                               : std::vector<std::string>{"float32", "float64"};
+  // {length, input length, layout}: a short last block (200 = 8 * 24 + 8); blocks of 96 > one
+  // 64-row tile with a short last one; a short last row (163 of 7 rows of 24); rows of 96.
+  const std::vector<std::pair<std::string, std::vector<int64_t>>> layouts = {
+      {"combiner-fixed", {200, 200, 24}},
+      {"combiner-fixed", {300, 300, 96}},
+      {"combiner-axial-rowmajor", {168, 163, 24}},
+      {"combiner-axial-rowmajor", {288, 288, 96}}};
+  const auto& abstractions = abstraction_names();
+  std::vector<KernelCheckCase> out;
+  for (const auto& dtype : dtypes)
+    for (int64_t dim : dims)
+      for (const auto& [variant, l] : layouts) {
+        KernelCheckCase c;
+        c.variant = variant;
+        // Each layout meets every abstraction: the rotation shifts by one per (dtype, D) block.
+        const size_t i = out.size(), per = layouts.size();
+        c.abstraction = abstractions[(i + i / per) % abstractions.size()];
+        c.dtype = dtype;
+        c.dim = dim;
+        c.length = l[0];
+        c.input_length = l[1];
+        c.layout = l[2];
+        out.push_back(c);
+      }
+  return out;
+}
+
+KernelCheckResult run_kernel_check(const KernelCheckCase& c, const std::string& device) {
+  using namespace kernel_check_detail;
+  KernelCheckResult r;
+  const bool bf16 = c.dtype == "bfloat16", f64 = c.dtype == "float64";
+  r.tol_out = f64 ? 1e-10 : bf16 ? 2e-2 : 1e-4;
+  r.tol_grad = f64 ? 1e-9 : bf16 ? 5e-2 : 1e-3;
+  try {
+    const torch::Device dev(device);
+    const auto dtype = bf16 ? torch::kBFloat16 : f64 ? torch::kDouble : torch::kFloat;
+    const AttentionOptions o{c.variant, c.layout, c.layout, c.abstraction};
+    const int64_t seed = c.dim * 1000 + c.length + (bf16 ? 7 : 0);
+    auto make = [&](torch::ScalarType type) {
+      torch::manual_seed(seed);  // the same DeepSets maps each time
+      auto m = make_attention(o, c.length, c.dim);
+      m->to(dev, type);
+      return m;
+    };
+    auto module = make(f64 ? torch::kDouble : torch::kFloat), exact = make(torch::kDouble);
+    torch::manual_seed(seed + 1);
+    const std::vector<int64_t> full = {c.batch, c.heads, c.length, c.dim};
+    // The inputs, rounded to the checked dtype once; every reference reads the rounded values.
+    auto draw = [&] { return torch::randn(full, torch::kDouble).to(dtype).to(torch::kDouble); };
+    auto qf = draw(), kf = draw(), vf = draw(), d_o = torch::randn(full, torch::kDouble);
+    const int64_t Lin = c.input_length;
+    auto head = [&](const torch::Tensor& x, torch::ScalarType type) {
+      return x.narrow(2, 0, Lin).to(dev, type).contiguous();
+    };
+    d_o.narrow(2, Lin, c.length - Lin).zero_();  // positions past the inputs get no gradient
+    auto fused = run(*module,
+                     AttentionImpl::Path::kFused,
+                     head(qf, dtype),
+                     head(kf, dtype),
+                     head(vf, dtype),
+                     head(d_o, dtype));
+    auto composed = run(*module,
+                        AttentionImpl::Path::kComposed,
+                        head(qf, dtype),
+                        head(kf, dtype),
+                        head(vf, dtype),
+                        head(d_o, dtype));
+    auto precise = run(*exact,
+                       AttentionImpl::Path::kComposed,
+                       head(qf, torch::kDouble),
+                       head(kf, torch::kDouble),
+                       head(vf, torch::kDouble),
+                       head(d_o, torch::kDouble));
+    // The dense A over the whole module length; outputs before Lin depend on nothing after it.
+    auto maps = deepsets_maps(*module);
+    for (auto* w : {&maps.query, &maps.key})
+      if (w->defined()) *w = w->cpu();
+    auto a = effective_matrix(o, qf, kf, maps);
+    auto ref_out = torch::matmul(a, vf).narrow(2, 0, Lin);
+    auto ref_dv = torch::matmul(a.transpose(-2, -1), d_o).narrow(2, 0, Lin);
+    r.out_composed = error(fused.out, composed.out);
+    r.out_reference = error(fused.out, ref_out);
+    r.grad_q = error(fused.dq, precise.dq);
+    r.grad_k = error(fused.dk, precise.dk);
+    r.grad_v = std::max(error(fused.dv, ref_dv), error(fused.dv, precise.dv));
+    r.grad_params = error(fused.dparams, precise.dparams);
+    r.grad_summary =
+        joint_error(c, head(qf, dtype), head(kf, dtype), head(vf, dtype), head(d_o, dtype));
+    r.pass = r.out_composed <= r.tol_out && r.out_reference <= r.tol_out &&
+             std::max({r.grad_q, r.grad_k, r.grad_v, r.grad_params, r.grad_summary}) <= r.tol_grad;
+  } catch (const std::exception& e) {
+    r.pass = false;
+    r.detail = std::string(e.what()).substr(0, std::string(e.what()).find('\n'));
+  }
+  return r;
+}
+
+std::string fused_mismatch(const std::string& variant,
+                           const std::string& device,
+                           const std::string& dtype,
+                           int64_t dim) {
+  if (!torch::Device(device).is_cuda() || !torch::cuda::is_available()) return "";
+  const auto probe = torch::empty(
+      {1, 1, 1, dim},
+      torch::TensorOptions().device(device).dtype(dtype == "bfloat16"  ? torch::kBFloat16
+                                                  : dtype == "float64" ? torch::kDouble
+                                                                       : torch::kFloat));
+  if (!fused_cuda_unavailable(probe, probe).empty()) return "";
+  for (const auto& c : kernel_check_cases(device, {dim})) {
+    if (c.variant != variant || c.dtype != dtype) continue;
+    const auto r = run_kernel_check(c, device);
+    if (!r.pass) return kernel_check_line(c, r);
+  }
+  return "";
+}
+
+std::string kernel_check_header() {
+  char line[256];
+  std::snprintf(line,
+                sizeof line,
+                "%-24s %-13s %-8s %4s %5s %4s %9s %9s %9s %9s %9s %9s %9s %9s %9s  %s",
+                "variant",
+                "abstraction",
+                "dtype",
+                "D",
+                "L",
+                "s/W",
+                "out:lib",
+                "out:ref",
+                "dq",
+                "dk",
+                "dv",
+                "dphi",
+                "joint",
+                "tol:out",
+                "tol:grad",
+                "result");
+  return line;
+}
+
+std::string kernel_check_line(const KernelCheckCase& c, const KernelCheckResult& r) {
+  char line[512];
+  std::snprintf(line,
+                sizeof line,
+                "%-24s %-13s %-8s %4lld %5lld %4lld %9.2e %9.2e %9.2e %9.2e %9.2e %9.2e %9.2e "
+                "%9.1e %9.1e  %s",
+                c.variant.c_str(),
+                c.abstraction.c_str(),
+                c.dtype.c_str(),
+                (long long)c.dim,
+                (long long)c.input_length,
+                (long long)c.layout,
+                r.out_composed,
+                r.out_reference,
+                r.grad_q,
+                r.grad_k,
+                r.grad_v,
+                r.grad_params,
+                r.grad_summary,
+                r.tol_out,
+                r.tol_grad,
+                r.pass ? "PASS" : "FAIL");
+  return r.detail.empty() ? std::string(line) : std::string(line) + " (" + r.detail + ")";
+}
+
+}  // namespace combiner::attention
