@@ -38,10 +38,22 @@ torch::Tensor FullAttentionImpl::forward(const torch::Tensor& q,
                                          const torch::Tensor& v) {
   check_inputs(q, k, v);
 #if COMBINER_TORCH2_PATHS
-  if (q.is_cuda() && q.scalar_type() == k.scalar_type() && q.scalar_type() == v.scalar_type()) {
+  // If SDPA refuses its inputs (a check before any kernel), the dense path runs, with a warning.
+  static std::atomic<bool> sdpa_refused{false};
+  if (!sdpa_refused && q.is_cuda() && q.scalar_type() == k.scalar_type() &&
+      q.scalar_type() == v.scalar_type()) {
     full_detail::log_path(true, q);
-    // Its default scale is score_scale(D) = 1 / sqrt(D).
-    return at::scaled_dot_product_attention(q, k, v, {}, /*dropout_p=*/0.0, /*is_causal=*/true);
+    try {
+      // Its default scale is score_scale(D) = 1 / sqrt(D).
+      return at::scaled_dot_product_attention(q, k, v, {}, /*dropout_p=*/0.0, /*is_causal=*/true);
+    } catch (const c10::OutOfMemoryError&) {
+      throw;  // out of memory is no refusal: the other path needs more
+    } catch (const c10::Error& e) {
+      sdpa_refused = true;
+      const std::string what = e.what();
+      spdlog::warn("attention full: scaled_dot_product_attention refused ({}); dense path instead",
+                   what.substr(0, what.find('\n')));
+    }
   }
 #endif
   full_detail::log_path(false, q);

@@ -3,7 +3,10 @@
 // folder builds as unity batches.
 #include "train/optimizer.h"
 
+#include <spdlog/spdlog.h>
+
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <sstream>
 #include <stdexcept>
@@ -161,9 +164,20 @@ void adamw_step(torch::optim::AdamW& optimizer) {
     auto g = optimizer_detail::gather(optimizer, group);
     if (g.params.empty()) continue;
 #if COMBINER_TORCH2_PATHS
-    if (optimizer_detail::fusable(g)) {
-      optimizer_detail::fused_update(g, o);
-      continue;
+    // Its argument checks run before any kernel: if they refuse, nothing has changed yet and the
+    // foreach update takes over, for this and every later step, with a warning.
+    static std::atomic<bool> fused_refused{false};
+    if (!fused_refused && optimizer_detail::fusable(g)) {
+      try {
+        optimizer_detail::fused_update(g, o);
+        continue;
+      } catch (const c10::OutOfMemoryError&) {
+        throw;  // out of memory is no refusal: the other path needs more
+      } catch (const c10::Error& e) {
+        fused_refused = true;
+        spdlog::warn("at::_fused_adamw_ refused the update ({}); the foreach update runs instead",
+                     std::string(e.what()).substr(0, std::string(e.what()).find('\n')));
+      }
     }
 #endif
     optimizer_detail::foreach_update(g, o);

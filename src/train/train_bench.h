@@ -86,8 +86,9 @@ struct TrainBenchResult {
 // Builds the model of a validated config and runs warmup + steps training steps on random
 // uint8 images, batch = train.batch_size in train.grad_accum micro-batches, at a constant
 // learning rate train.lr. Before timing, runs check_update and check_attention on the device
-// and throws std::runtime_error if either disagrees (update: max abs diff > 1e-4). Throws
-// std::invalid_argument for bad options.
+// and throws std::runtime_error if either disagrees (update: max abs diff > 1e-4); a check that
+// throws is reported in `checks` and the step is still timed. Throws std::invalid_argument for
+// bad options.
 TrainBenchResult run_train_bench(const config::Config& config, const TrainBenchOptions& options);
 
 // One human line: ms/step, tokens/s, GFLOP/step, the peak and MFU.

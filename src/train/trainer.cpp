@@ -79,6 +79,14 @@ std::vector<char> optimizer_bytes(torch::optim::AdamW& optimizer, const torch::D
   return bytes;
 }
 
+// A batch of the stream on the device. On CUDA through pinned memory without blocking: a copy
+// from pageable memory would make the host wait for all the work queued before it, once per
+// micro-batch.
+torch::Tensor to_device(const torch::Tensor& batch, const torch::Device& device) {
+  if (!device.is_cuda()) return batch.to(device);
+  return batch.pin_memory().to(device, /*non_blocking=*/true);
+}
+
 // train.batch_size is the global batch: every rank's micro-batches are the same size.
 void check_batch_split(const config::TrainConfig& t, int64_t world_size) {
   if (t.batch_size % (world_size * t.grad_accum) != 0)
@@ -216,7 +224,7 @@ RunResult run_training(const config::Config& config, const RunOptions& options) 
     const bool poisoned =
         std::count(options.nan_loss_steps.begin(), options.nan_loss_steps.end(), step);
     for (int64_t m = 0; m < t.grad_accum; ++m) {
-      auto x = stream.take(first + m * micro, micro).to(device);
+      auto x = to_device(stream.take(first + m * micro, micro), device);
       auto loss = mean_bits(model->forward(x), x);
       if (poisoned) loss = loss * std::numeric_limits<double>::quiet_NaN();
       (loss / double(t.grad_accum)).backward();
