@@ -15,15 +15,20 @@ void update_ema(NamedTensors& ema, const torch::nn::Module& model, double decay)
   torch::NoGradGuard no_grad;
   const auto current = capture_model(model);
   TORCH_CHECK(current.size() == ema.size(), "EMA: the model has changed shape");
+  // average = average * decay + now * (1 - decay), over every float tensor in two foreach calls
+  // (per tensor on the CPU: the same kernels as mul_ then add_ on each).
+  std::vector<torch::Tensor> averages, nows;
   for (size_t i = 0; i < ema.size(); ++i) {
-    auto& average = ema[i].second;
-    const auto& now = current[i].second;
-    if (average.is_floating_point()) {
-      average.mul_(decay).add_(now, 1.0 - decay);
+    if (ema[i].second.is_floating_point()) {
+      averages.push_back(ema[i].second);
+      nows.push_back(current[i].second);
     } else {
-      average.copy_(now);
+      ema[i].second.copy_(current[i].second);
     }
   }
+  if (averages.empty()) return;
+  at::_foreach_mul_(averages, decay);
+  at::_foreach_add_(averages, nows, 1.0 - decay);
 }
 
 }  // namespace combiner::train

@@ -16,7 +16,8 @@
 #include "attention/plan.h"
 #include "train/bits.h"
 #include "train/distributed.h"
-#include "train/trainer.h"
+#include "train/optimizer.h"
+#include "train/step_checks.h"
 #include "util/device.h"
 #include "util/runtime.h"
 
@@ -96,6 +97,16 @@ double matmul_peak_gflops(int64_t n,
   return 2.0 * double(n) * double(n) * double(n) / best / 1e9;
 }
 
+double best_matmul_gflops(int64_t max_n,
+                          int64_t repeats,
+                          const torch::Device& device,
+                          torch::ScalarType dtype) {
+  double best = 0;
+  for (int64_t n : {max_n / 4, max_n / 2, max_n})
+    if (n >= 64 || n == max_n) best = std::max(best, matmul_peak_gflops(n, repeats, device, dtype));
+  return best;
+}
+
 TrainBenchResult run_train_bench(const config::Config& config, const TrainBenchOptions& options) {
   if (options.steps < 1)
     throw std::invalid_argument("--steps must be >= 1, got " + std::to_string(options.steps));
@@ -107,11 +118,9 @@ TrainBenchResult run_train_bench(const config::Config& config, const TrainBenchO
   const torch::Device device = resolve_device(t.device, LaunchEnvironment{});
   r.device = device.str();
   r.precision = t.precision;
-  r.matmul_gflops =
-      matmul_peak_gflops(options.matmul_size,
-                         options.matmul_repeats,
-                         device,
-                         t.precision == "bfloat16" ? torch::kBFloat16 : torch::kFloat32);
+  const auto peak_dtype = t.precision == "bfloat16" ? torch::kBFloat16 : torch::kFloat32;
+  r.matmul_gflops_before =
+      best_matmul_gflops(options.matmul_size, options.matmul_repeats, device, peak_dtype);
 
   torch::manual_seed(static_cast<uint64_t>(t.seed));
   model::ImageTransformer model(model::TransformerOptions::from_config(config));
@@ -119,6 +128,22 @@ TrainBenchResult run_train_bench(const config::Config& config, const TrainBenchO
   model->train();
   auto optimizer = make_optimizer(model, t);
   const int64_t L = model->options().length();
+  const auto& o = model->options();
+  // A check that disagrees stops the bench; one that cannot run (a variant that refuses the
+  // short prefix, say) is reported in the summary line and the step is still timed.
+  try {
+    r.update_check = check_update(device);
+    r.attention_check =
+        check_attention(o.attention, L, o.heads, o.width / o.heads, device, peak_dtype);
+    r.checks = describe(r.update_check, r.attention_check);
+  } catch (const std::exception& e) {
+    const std::string what = e.what();
+    r.checks = "could not run: " + what.substr(0, what.find('\n'));
+    r.attention_check.tolerance = std::numeric_limits<double>::infinity();
+  }
+  if (r.update_check.adamw > 1e-4 || r.update_check.clip > 1e-4 || !r.attention_check.ok())
+    throw std::runtime_error("train bench: not timing a step that disagrees with its reference: " +
+                             r.checks);
   const int64_t micro = t.batch_size / t.grad_accum;
   std::vector<torch::Tensor> batches;  // drawn once: the step times the model, not the RNG
   for (int64_t m = 0; m < t.grad_accum; ++m)
@@ -129,14 +154,17 @@ TrainBenchResult run_train_bench(const config::Config& config, const TrainBenchO
   std::vector<double> ms;
   for (int64_t step = 0; step < options.warmup + options.steps; ++step) {
     const auto start = train_bench_detail::Clock::now();
+    // The trainer's step: the loss stays on the device, one read-back of loss and norm.
     optimizer->zero_grad();
+    auto bits = torch::zeros({1}, torch::TensorOptions().dtype(torch::kDouble).device(device));
     for (const auto& x : batches) {
       auto loss = mean_bits(model->forward(x), x);
       (loss / double(t.grad_accum)).backward();
-      loss.item<double>();  // the trainer reads the loss every micro-batch
+      bits += loss.detach().to(torch::kDouble) / double(t.grad_accum);
     }
-    torch::nn::utils::clip_grad_norm_(model->parameters(), max_norm);
-    optimizer->step();
+    const auto norm = clip_gradients(model->parameters(), max_norm);
+    torch::cat({bits, norm.to(bits.options()).reshape({1})}).cpu();
+    adamw_step(*optimizer);
     util::synchronize(device);
     if (step >= options.warmup) ms.push_back(1e3 * train_bench_detail::seconds_since(start));
   }
@@ -156,18 +184,22 @@ TrainBenchResult run_train_bench(const config::Config& config, const TrainBenchO
   r.steps = options.steps;
   r.tokens_per_s = double(r.batch * L) / (r.ms_per_step / 1e3);
   r.flops = count_step_flops(*model, r.batch);
+  r.matmul_gflops_after =
+      best_matmul_gflops(options.matmul_size, options.matmul_repeats, device, peak_dtype);
+  r.matmul_gflops = std::max(r.matmul_gflops_before, r.matmul_gflops_after);
   r.mfu = r.flops.total() / (r.ms_per_step / 1e3) / (r.matmul_gflops * 1e9);
   return r;
 }
 
 std::string summary_line(const TrainBenchResult& r) {
-  char line[512];
+  char line[1024];
   std::snprintf(
       line,
       sizeof line,
       "train bench: %s L=%lld, %lld layers x %lld wide, %lld heads, %s, batch %lld, "
       "%s, %s, %lld threads: %.1f ms/step (median of %lld), %.0f tokens/s, %.3f GFLOP/step, "
-      "%s matmul peak %.1f GFLOP/s, MFU %.1f%%, peak memory %.0f MiB",
+      "%s matmul peak %.1f GFLOP/s (best before the steps %.1f, after %.1f), MFU %.1f%%, "
+      "peak memory %.0f MiB; checks: %s",
       r.dataset.c_str(),
       static_cast<long long>(r.length),
       static_cast<long long>(r.layers),
@@ -184,8 +216,11 @@ std::string summary_line(const TrainBenchResult& r) {
       r.flops.total() / 1e9,
       r.precision.c_str(),
       r.matmul_gflops,
+      r.matmul_gflops_before,
+      r.matmul_gflops_after,
       100.0 * r.mfu,
-      r.peak_mib);
+      r.peak_mib,
+      r.checks.c_str());
   return line;
 }
 

@@ -1,6 +1,7 @@
 // What `combiner-bench train` measures: full training steps (forward, bits/dim loss, backward,
 // clipping, AdamW) of a config's model on random tokens of its dataset's shape, so no dataset
-// files are needed, and model FLOP utilisation against the fp32 matmul peak of the same run.
+// files are needed, and model FLOP utilisation against the best matmul rate of the same run
+// (several sizes, measured before and after the steps, in the step's precision).
 #pragma once
 
 #include <cstdint>
@@ -8,6 +9,7 @@
 
 #include "config/config.h"
 #include "model/transformer.h"
+#include "train/step_checks.h"
 
 namespace combiner::train {
 
@@ -46,12 +48,20 @@ double matmul_peak_gflops(int64_t n,
                           const torch::Device& device = torch::kCPU,
                           torch::ScalarType dtype = torch::kFloat32);
 
+// The best matmul_peak_gflops over n = max_n / 4, max_n / 2 and max_n (sizes below 64 left out
+// unless max_n itself is), `repeats` timings each: one size alone can miss the device's rate
+// (too small to fill it, or too large for its caches).
+double best_matmul_gflops(int64_t max_n,
+                          int64_t repeats,
+                          const torch::Device& device = torch::kCPU,
+                          torch::ScalarType dtype = torch::kFloat32);
+
 struct TrainBenchOptions {
   int64_t steps = 10;          // timed steps; the median is reported
   int64_t warmup = 2;          // untimed steps first
   int64_t threads = -1;        // LibTorch threads; -1 = the config's train.threads (0 = all cores)
-  int64_t matmul_size = 2048;  // n of the peak measurement
-  int64_t matmul_repeats = 5;
+  int64_t matmul_size = 2048;  // largest n of the peak measurement (best_matmul_gflops)
+  int64_t matmul_repeats = 5;  // timings per size
 };
 
 struct TrainBenchResult {
@@ -62,16 +72,23 @@ struct TrainBenchResult {
   double ms_per_step = 0;         // median over the timed steps
   double tokens_per_s = 0;        // batch x L / median step time
   FlopCount flops;                // per step
-  double matmul_gflops = 0;       // measured peak, same device and dtype as the step's matmuls
-  double mfu = 0;                 // flops.total() / median step time / peak
+  double matmul_gflops = 0;  // max of the two below: same device and dtype as the step's matmuls
+  double matmul_gflops_before = 0, matmul_gflops_after = 0;  // best_matmul_gflops around steps
+  double mfu = 0;                                            // flops.total() / median step / peak
   // CUDA: the caching allocator's peak during the steps; CPU: the process's peak resident set
   // (model, optimizer state, activations and the runtime, all of it).
   double peak_mib = 0;
+  UpdateCheck update_check;        // run before timing (train/step_checks.h)
+  AttentionCheck attention_check;  // the config's variant on the step's device and dtype
+  std::string checks;              // describe() of both
 };
 
 // Builds the model of a validated config and runs warmup + steps training steps on random
 // uint8 images, batch = train.batch_size in train.grad_accum micro-batches, at a constant
-// learning rate train.lr. Throws std::invalid_argument for bad options.
+// learning rate train.lr. Before timing, runs check_update and check_attention on the device
+// and throws std::runtime_error if either disagrees (update: max abs diff > 1e-4); a check that
+// throws is reported in `checks` and the step is still timed. Throws std::invalid_argument for
+// bad options.
 TrainBenchResult run_train_bench(const config::Config& config, const TrainBenchOptions& options);
 
 // One human line: ms/step, tokens/s, GFLOP/step, the peak and MFU.

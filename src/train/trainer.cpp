@@ -19,6 +19,7 @@
 #include "train/ema.h"
 #include "train/evaluate.h"
 #include "train/metrics_log.h"
+#include "train/optimizer.h"
 #include "train/schedule.h"
 #include "util/device.h"
 #include "util/image_io.h"
@@ -31,11 +32,6 @@ namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
 
 namespace {
-
-void set_learning_rate(torch::optim::AdamW& optimizer, double lr) {
-  for (auto& group : optimizer.param_groups())
-    static_cast<torch::optim::AdamWOptions&>(group.options()).lr(lr);
-}
 
 // The newest checkpoint that loads; corrupt ones are skipped with a warning.
 std::optional<std::pair<std::string, Checkpoint>> newest_valid_checkpoint(const std::string& dir) {
@@ -117,20 +113,6 @@ void prepare_run_folder(const config::Config& config, bool resume) {
 
 }  // namespace
 
-std::unique_ptr<torch::optim::AdamW> make_optimizer(model::ImageTransformer& model,
-                                                    const config::TrainConfig& t) {
-  std::vector<torch::Tensor> decay, no_decay;
-  for (auto& p : model->parameters()) (p.dim() >= 2 ? decay : no_decay).push_back(p);
-  auto options = [&](double wd) {
-    return std::make_unique<torch::optim::AdamWOptions>(
-        torch::optim::AdamWOptions(t.lr).betas({t.beta1, t.beta2}).weight_decay(wd));
-  };
-  std::vector<torch::optim::OptimizerParamGroup> groups;
-  groups.emplace_back(decay, options(t.weight_decay));
-  groups.emplace_back(no_decay, options(0.0));
-  return std::make_unique<torch::optim::AdamW>(groups, torch::optim::AdamWOptions(t.lr));
-}
-
 RunResult run_training(const config::Config& config, const RunOptions& options) {
   const auto& t = config.train;
   check_batch_split(t, options.launch.world_size);
@@ -186,10 +168,11 @@ RunResult run_training(const config::Config& config, const RunOptions& options) 
       config.model.width,
       config.model.heads,
       config.model.attention.type);
-  spdlog::info("{} parameters, {} threads, device {}, run folder {}",
+  spdlog::info("{} parameters, {} threads, device {}, AdamW update {}, run folder {}",
                model::parameter_count(*model),
                threads,
                device.str(),
+               adamw_kernel(device),
                t.out_dir);
   if (device.is_cpu() && t.precision == "bfloat16")
     spdlog::warn(
@@ -238,7 +221,8 @@ RunResult run_training(const config::Config& config, const RunOptions& options) 
     set_learning_rate(*optimizer, lr);
     if (dist.world_size() > 1) torch::manual_seed(dropout_seed(t.seed, step, dist.rank()));
     optimizer->zero_grad();
-    auto step_bits = torch::zeros({1}, torch::kDouble);
+    // The loss stays on the device until the one read-back below (in double, as before).
+    auto step_bits = torch::zeros({1}, torch::TensorOptions().dtype(torch::kDouble).device(device));
     const bool poisoned =
         std::count(options.nan_loss_steps.begin(), options.nan_loss_steps.end(), step);
     for (int64_t m = 0; m < t.grad_accum; ++m) {
@@ -251,17 +235,20 @@ RunResult run_training(const config::Config& config, const RunOptions& options) 
       auto loss = mean_bits(model->forward(x), x);
       if (poisoned) loss = loss * std::numeric_limits<double>::quiet_NaN();
       (loss / double(t.grad_accum)).backward();
-      step_bits += loss.item<double>() / double(t.grad_accum);
+      step_bits += loss.detach().to(torch::kDouble) / double(t.grad_accum);
     }
     samples_seen += t.batch_size;
     dist.all_reduce_gradients(*model);  // the mean over ranks: the whole global batch's gradient
     dist.all_reduce_sum(step_bits);
-    const double train_bits = step_bits.item<double>() / double(dist.world_size());
     const double max_norm = t.grad_clip > 0 ? t.grad_clip : std::numeric_limits<double>::infinity();
-    const double grad_norm = torch::nn::utils::clip_grad_norm_(model->parameters(), max_norm);
+    const auto norm = clip_gradients(model->parameters(), max_norm);
+    // The step's one host sync: loss and gradient norm in one copy, for the skip and the log.
+    const auto numbers = torch::cat({step_bits, norm.to(step_bits.options()).reshape({1})}).cpu();
+    const double train_bits = numbers[0].item<double>() / double(dist.world_size());
+    const double grad_norm = numbers[1].item<double>();
     // Every rank sees the same all-reduced loss and gradients, so all skip together.
     if (std::isfinite(train_bits) && std::isfinite(grad_norm)) {
-      optimizer->step();
+      adamw_step(*optimizer);
       if (!ema.empty()) update_ema(ema, *model, t.ema_decay);
       nonfinite_in_a_row = 0;
     } else {

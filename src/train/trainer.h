@@ -1,6 +1,7 @@
-// The training loop: AdamW with warmup + cosine learning rate, gradient accumulation and
-// clipping, periodic validation, checkpoints and exact resume, in one process or data-parallel
-// over several (train/distributed.h): each rank takes its slice of every global batch.
+// The training loop: AdamW (train/optimizer.h) with warmup + cosine learning rate, gradient
+// accumulation and clipping, periodic validation, checkpoints and exact resume, in one process or
+// data-parallel over several (train/distributed.h): each rank takes its slice of every global
+// batch.
 #pragma once
 
 #include <optional>
@@ -28,11 +29,6 @@ struct RunResult {
   int stop_signal = 0;        // SIGINT/SIGTERM that ended the run early (checkpointed), or 0
   int64_t skipped_steps = 0;  // updates skipped for a non-finite loss or gradient
 };
-
-// AdamW with decoupled weight decay on matrices only; biases, LayerNorm gains and other
-// parameters of rank 1 are not decayed (nanoGPT's rule: decay iff dim >= 2).
-std::unique_ptr<torch::optim::AdamW> make_optimizer(model::ImageTransformer& model,
-                                                    const config::TrainConfig& t);
 
 // Stops early, after a checkpoint, when util::stop_requested() (SIGINT/SIGTERM, see
 // util/stop_signal.h) at the end of a step; an update whose loss or gradient is not finite is

@@ -31,6 +31,20 @@ TEST(Ema, StartsAsACopyAndFollowsTheRule) {
   EXPECT_TRUE(torch::equal(ema[0].second, m.weight));
 }
 
+TEST(Ema, FollowsTheRuleBitwiseOnRandomWeights) {
+  struct Big : torch::nn::Module {
+    Big() { weight = register_parameter("weight", torch::randn({1000})); }
+    torch::Tensor weight;
+  } m;
+  torch::NoGradGuard no_grad;
+  auto ema = start_ema(m);
+  ema[0].second.copy_(torch::randn({1000}));
+  // The per-tensor update the foreach calls replace: mul_ then add_ with alpha.
+  auto expected = ema[0].second.clone().mul_(0.999).add_(m.weight, 1.0 - 0.999);
+  update_ema(ema, m, 0.999);
+  EXPECT_TRUE(torch::equal(ema[0].second, expected));
+}
+
 TEST(Ema, CheckpointRoundTrip) {
   testing::TempDir dir;
   TwoTensors m;

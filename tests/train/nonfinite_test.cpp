@@ -8,6 +8,7 @@
 #include "model/transformer.h"
 #include "test_utils.h"
 #include "train/checkpoint.h"
+#include "train/optimizer.h"
 #include "train/tiny_run.h"
 #include "train/trainer.h"
 

@@ -100,7 +100,15 @@ TEST(TrainBench, ShortRunReportsConsistentNumbers) {
   EXPECT_EQ(r.device, "cpu");
   EXPECT_EQ(r.precision, "float32");
   EXPECT_GT(r.ms_per_step, 0.0);
-  EXPECT_GT(r.matmul_gflops, 0.0);
+  EXPECT_GT(r.matmul_gflops_before, 0.0);
+  EXPECT_GT(r.matmul_gflops_after, 0.0);
+  EXPECT_EQ(r.matmul_gflops, std::max(r.matmul_gflops_before, r.matmul_gflops_after));
+  // The checks ran on the CPU, where the foreach update is bitwise torch::optim::AdamW's.
+  EXPECT_EQ(r.update_check.adamw, 0.0);
+  EXPECT_EQ(r.update_check.clip, 0.0);
+  EXPECT_EQ(r.attention_check.prefix, 56);  // 2 rows of 28
+  EXPECT_TRUE(r.attention_check.ok()) << r.checks;
+  EXPECT_NE(summary_line(r).find("checks: update vs"), std::string::npos);
   EXPECT_NEAR(r.tokens_per_s, 2 * 784 / (r.ms_per_step / 1e3), 1e-6 * r.tokens_per_s);
   EXPECT_NEAR(r.mfu, r.flops.total() / (r.ms_per_step / 1e3) / (r.matmul_gflops * 1e9), 1e-12);
   EXPECT_NE(summary_line(r).find("tokens/s"), std::string::npos);

@@ -1,0 +1,232 @@
+#!/usr/bin/env python3
+"""The peer: combiner's model (src/model/transformer.cpp) written in plain PyTorch, trained the
+way people train it: F.scaled_dot_product_attention(is_causal=True) (flash on a GPU), bf16
+autocast, fused AdamW, eager or torch.compile. Same embeddings (token + row + column + channel),
+input shifted right behind a start token, pre-LN blocks (qkv, attn_out, GELU MLP), final
+LayerNorm and 256-way head in fp32, GPT-2 initialisation, AdamW with decay on matrices only,
+clipping of the global gradient norm, and like combiner's step one read-back of loss and norm
+per step to skip a non-finite update. Times training steps on random tokens (as
+`combiner-bench train` does) and prints / appends one CSV row (scripts/perf_csv.py's table):
+    gpu,shape,L,batch,system,attention,precision,ms_per_step,tokens_per_s,peak_mib,status
+On the CPU (Debian's torch 1.13, no SDPA, no compile) it runs in fp32 with an explicit causal
+softmax: a smoke test of the model, not a measurement.
+"""
+import argparse
+import math
+import os
+import resource
+import statistics
+import sys
+import time
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+VOCAB = 256  # subpixel values; the start token is VOCAB
+# L -> (height, width, channels), as data::dataset_shape gives them.
+IMAGES = {784: ("fashion_mnist", 28, 28, 1), 3072: ("cifar10", 32, 32, 3),
+          12288: ("imagenet64", 64, 64, 3)}
+COLUMNS = "gpu,shape,L,batch,system,attention,precision,ms_per_step,tokens_per_s,peak_mib,status"
+
+
+def has_sdpa():
+    return hasattr(F, "scaled_dot_product_attention")
+
+
+def causal_attention(q, k, v):
+    """q, k, v [B, H, L, D] -> [B, H, L, D], every position seeing itself and those before."""
+    if has_sdpa():
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    L = q.shape[-2]
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+    mask = torch.ones(L, L, dtype=torch.bool, device=q.device).triu(1)
+    return torch.softmax(scores.masked_fill(mask, float("-inf")), -1) @ v
+
+
+class Block(nn.Module):
+    """Pre-LayerNorm: x + attn_out(Attn(LN(x))), then h + mlp_out(GELU(mlp_in(LN(h))))."""
+
+    def __init__(self, width, heads, mlp, dropout):
+        super().__init__()
+        self.heads = heads
+        self.ln_attn = nn.LayerNorm(width)
+        self.qkv = nn.Linear(width, 3 * width)
+        self.attn_out = nn.Linear(width, width)
+        self.ln_mlp = nn.LayerNorm(width)
+        self.mlp_in = nn.Linear(width, mlp * width)
+        self.mlp_out = nn.Linear(mlp * width, width)
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, x):
+        B, L, W = x.shape
+        # [B, L, 3W] -> three [B, H, L, W/H], the split combiner's BlockImpl uses.
+        qkv = self.qkv(self.ln_attn(x)).view(B, L, 3, self.heads, W // self.heads)
+        q, k, v = qkv.permute(2, 0, 3, 1, 4)
+        merged = causal_attention(q, k, v).transpose(1, 2).reshape(B, L, W)
+        h = x + self.dropout(self.attn_out(merged))
+        return h + self.dropout(self.mlp_out(F.gelu(self.mlp_in(self.ln_mlp(h)))))
+
+
+class ImageTransformer(nn.Module):
+    def __init__(self, layers, width, heads, mlp, image, dropout, bf16):
+        super().__init__()
+        height, row, channels = image
+        self.bf16 = bf16
+        self.token_embed = nn.Embedding(VOCAB + 1, width)
+        self.row_embed = nn.Embedding(height, width)
+        self.col_embed = nn.Embedding(row, width)
+        self.channel_embed = nn.Embedding(channels, width)
+        self.embed_dropout = nn.Dropout(dropout)
+        self.blocks = nn.ModuleList(Block(width, heads, mlp, dropout) for _ in range(layers))
+        self.ln_final = nn.LayerNorm(width)
+        self.head = nn.Linear(width, VOCAB)
+        p = torch.arange(height * row * channels)  # raster order, channels innermost
+        self.register_buffer("rows", p // (row * channels), persistent=False)
+        self.register_buffer("cols", (p // channels) % row, persistent=False)
+        self.register_buffer("chans", p % channels, persistent=False)
+        # GPT-2 initialisation, as combiner's: N(0, 0.02), zero biases, residual projections
+        # N(0, 0.02 / sqrt(2 layers)), LayerNorm ones and zeros.
+        with torch.no_grad():
+            for name, t in self.named_parameters():
+                if "ln_" in name:
+                    continue
+                if name.endswith("bias"):
+                    t.zero_()
+                elif "attn_out.weight" in name or "mlp_out.weight" in name:
+                    t.normal_(0.0, 0.02 / math.sqrt(2.0 * layers))
+                else:
+                    t.normal_(0.0, 0.02)
+
+    def forward(self, x):
+        """x [B, L] subpixels -> logits [B, L, 256] in fp32; position i predicts x_i."""
+        B, L = x.shape
+        start = torch.full((B, 1), VOCAB, dtype=torch.long, device=x.device)
+        tokens = torch.cat([start, x[:, :-1].long()], 1)
+        pos = self.row_embed(self.rows[:L]) + self.col_embed(self.cols[:L]) + \
+            self.channel_embed(self.chans[:L])
+        h = self.embed_dropout(self.token_embed(tokens) + pos)
+        with torch.autocast(x.device.type, dtype=torch.bfloat16, enabled=self.bf16):
+            for block in self.blocks:
+                h = block(h)
+        return self.head(self.ln_final(h.float())).float()
+
+
+def mean_bits(logits, x):
+    return F.cross_entropy(logits.reshape(-1, VOCAB), x.reshape(-1).long()) / math.log(2.0)
+
+
+def make_optimizer(model, args, cuda):
+    decay = [p for p in model.parameters() if p.dim() >= 2]
+    no_decay = [p for p in model.parameters() if p.dim() < 2]
+    groups = [{"params": decay, "weight_decay": args.weight_decay},
+              {"params": no_decay, "weight_decay": 0.0}]
+    extra = {"fused": True} if cuda else {}
+    return torch.optim.AdamW(groups, lr=args.lr, betas=(args.beta1, args.beta2), eps=1e-8,
+                             **extra)
+
+
+def parse_args(argv):
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--layers", type=int, default=6)
+    p.add_argument("--width", type=int, default=512)
+    p.add_argument("--heads", type=int, default=8)
+    p.add_argument("--mlp", type=int, default=4, help="MLP ratio")
+    p.add_argument("--length", type=int, default=3072, help="L: 784, 3072 or 12288")
+    p.add_argument("--batch", type=int, default=32)
+    p.add_argument("--steps", type=int, default=10, help="timed steps (median)")
+    p.add_argument("--warmup", type=int, default=3, help="untimed steps first (compile happens here)")
+    p.add_argument("--compile", action="store_true", help="torch.compile the model")
+    p.add_argument("--csv", help="append the row to this file (header if new)")
+    p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    p.add_argument("--precision", choices=["bfloat16", "float32"],
+                   help="default: bfloat16 on CUDA, float32 on the CPU")
+    p.add_argument("--dropout", type=float, default=0.0)
+    p.add_argument("--lr", type=float, default=1e-3)
+    p.add_argument("--weight-decay", type=float, default=0.01)
+    p.add_argument("--beta1", type=float, default=0.9)
+    p.add_argument("--beta2", type=float, default=0.95)
+    p.add_argument("--grad-clip", type=float, default=1.0, help="0 = no clipping")
+    p.add_argument("--threads", type=int, default=0, help="CPU threads; 0 = torch's default")
+    p.add_argument("--seed", type=int, default=0)
+    args = p.parse_args(argv)
+    if args.length not in IMAGES:
+        p.error(f"--length must be one of {sorted(IMAGES)}, got {args.length}")
+    if args.width % args.heads:
+        p.error(f"--width {args.width} must divide by --heads {args.heads}")
+    if args.steps < 1 or args.warmup < 0 or args.batch < 1:
+        p.error("--steps >= 1, --warmup >= 0 and --batch >= 1 required")
+    if args.compile and not hasattr(torch, "compile"):
+        p.error(f"--compile needs torch >= 2.0, this is {torch.__version__}")
+    return args
+
+
+def main(argv):
+    args = parse_args(argv)
+    device = torch.device(args.device)
+    cuda = device.type == "cuda"
+    precision = args.precision or ("bfloat16" if cuda else "float32")
+    if args.threads > 0:
+        torch.set_num_threads(args.threads)
+    torch.manual_seed(args.seed)
+    dataset, *image = IMAGES[args.length]
+    model = ImageTransformer(args.layers, args.width, args.heads, args.mlp, image, args.dropout,
+                             precision == "bfloat16").to(device)
+    model.train()
+    parameters = sum(p.numel() for p in model.parameters())
+    optimizer = make_optimizer(model, args, cuda)
+    forward = torch.compile(model) if args.compile else model
+    params = list(model.parameters())
+    max_norm = args.grad_clip if args.grad_clip > 0 else float("inf")
+    x = torch.randint(0, VOCAB, (args.batch, args.length), dtype=torch.uint8, device=device)
+    attention = "sdpa-causal" if has_sdpa() else "explicit-softmax"
+    system = "peer-compile" if args.compile else "peer-eager"
+    print(f"peer: torch {torch.__version__}, {device}, {precision}, {system}, {attention}, "
+          f"{parameters} parameters", flush=True)
+
+    if cuda:
+        torch.cuda.reset_peak_memory_stats(device)
+    times, bits, skipped = [], float("nan"), 0
+    for step in range(args.warmup + args.steps):
+        start = time.perf_counter()
+        optimizer.zero_grad(set_to_none=True)
+        loss = mean_bits(forward(x), x)
+        loss.backward()
+        norm = torch.nn.utils.clip_grad_norm_(params, max_norm)
+        bits, grad_norm = torch.stack([loss.detach().double(), norm.double()]).tolist()
+        if math.isfinite(bits) and math.isfinite(grad_norm):
+            optimizer.step()
+        else:
+            skipped += 1
+        if cuda:
+            torch.cuda.synchronize(device)
+        if step >= args.warmup:
+            times.append(1e3 * (time.perf_counter() - start))
+        if step == 0:
+            print(f"peer: first step {1e3 * (time.perf_counter() - start):.0f} ms "
+                  "(compile included when --compile)", flush=True)
+
+    ms = statistics.median(times)
+    tokens_per_s = args.batch * args.length / (ms / 1e3)
+    if cuda:
+        peak_mib = torch.cuda.max_memory_allocated(device) / 2**20
+        gpu = torch.cuda.get_device_name(device)
+    else:  # the process's peak resident set, as combiner-bench reports on the CPU
+        peak_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+        gpu = "cpu"
+    shape = f"{dataset}-{args.layers}x{args.width}"
+    row = (f"{gpu.replace(',', ' ')},{shape},{args.length},{args.batch},{system},{attention},"
+           f"{precision},{ms:.3f},{tokens_per_s:.1f},{peak_mib:.1f},ok")
+    print(f"peer: loss {bits:.6f} bits/dim, {skipped} skipped, {ms:.1f} ms/step "
+          f"(median of {args.steps}), {tokens_per_s:.0f} tokens/s, peak {peak_mib:.0f} MiB")
+    print(COLUMNS)
+    print(row, flush=True)
+    if args.csv:
+        new = not os.path.exists(args.csv) or os.path.getsize(args.csv) == 0
+        with open(args.csv, "a") as out:
+            out.write((COLUMNS + "\n" if new else "") + row + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
