@@ -19,4 +19,5 @@ cmake -S . -B build-cuda -G Ninja -DCMAKE_BUILD_TYPE=Release -DCOMBINER_BUILD_TE
   -DCOMBINER_TENSORBOARD=AUTO \
   -DCMAKE_CXX_STANDARD=$standard -DTORCH_CUDA_ARCH_LIST="${TORCH_CUDA_ARCH_LIST:-9.0}" \
   -DCMAKE_PREFIX_PATH="$torch_prefix${COMBINER_DEPS_PREFIX:+;$COMBINER_DEPS_PREFIX}" "$@"
-ninja -C build-cuda -k 0 combiner-train combiner-eval combiner-sample combiner-bench combiner-inspect
+ninja -C build-cuda -k 0 combiner-train combiner-eval combiner-sample combiner-bench combiner-inspect \
+  combiner-export

@@ -1,4 +1,4 @@
-// combiner-eval: bits/dim of a checkpoint on a split. Last
+// combiner-eval: bits/dim of a checkpoint (or an exported .safetensors file) on a split. Last
 // line: "<split>_bpd: <value>". Under torchrun or scripts/launch.sh the processes share the
 // images and rank 0 alone prints. --heatmap also goes to TensorBoard: the run's tb/ folder when
 // the checkpoint lies in <run>/checkpoints/, or --tensorboard DIR.
@@ -24,7 +24,8 @@ int main(int argc, char** argv) {
     std::vector<std::string> overrides;
     int64_t batch_size = 0, threads = 0;
     bool ema = false;
-    app.add_option("--checkpoint", checkpoint, "checkpoint file (.ckpt)")->required();
+    app.add_option("--checkpoint", checkpoint, "checkpoint (.ckpt) or exported .safetensors file")
+        ->required();
     app.add_option("--split", split_name, "test | val | train")
         ->check(CLI::IsMember({"test", "val", "train"}));
     app.add_option(
