@@ -9,10 +9,12 @@
 FROM nvidia/cuda:12.6.3-cudnn-devel-ubuntu24.04
 
 ENV DEBIAN_FRONTEND=noninteractive
-# Ubuntu 24.04 has what Debian 12 has: spdlog with fmt >= 9, yaml-cpp, stb, CLI11.
+# Ubuntu 24.04 has what Debian 12 has: spdlog with fmt >= 9, yaml-cpp, stb, CLI11, protobuf 3.21
+# (TensorBoard event files).
 RUN apt-get update && apt-get install -y --no-install-recommends \
       cmake ninja-build pkg-config g++ python3 python3-venv \
-      libyaml-cpp-dev libspdlog-dev libfmt-dev libcli11-dev libstb-dev zlib1g-dev && \
+      libyaml-cpp-dev libspdlog-dev libfmt-dev libcli11-dev libstb-dev zlib1g-dev \
+      libprotobuf-dev protobuf-compiler && \
     rm -rf /var/lib/apt/lists/*
 
 # torch's wheel carries the CUDA LibTorch (headers, libraries, CMake config) and NCCL.

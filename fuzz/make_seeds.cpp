@@ -19,6 +19,7 @@
 #include "data/packed.h"
 #include "train/checkpoint.h"
 #include "util/npy.h"
+#include "util/safetensors.h"
 #include "zip_writer.h"
 
 #include "data/zip.h"
@@ -251,6 +252,22 @@ void checkpoint_seeds(const fs::path& dir, const fs::path& scratch) {
   write(dir / "pickle", pickle);
 }
 
+// ---------------------------------------------------------------- safetensors
+void safetensors_seeds(const fs::path& dir, const fs::path& scratch) {
+  util::save_safetensors(scratch.string(),
+                         {{"blocks.0.qkv.weight", torch::arange(12, torch::kFloat).view({3, 4})},
+                          {"head.bias", torch::ones({2}).to(torch::kBFloat16)},
+                          {"index", torch::arange(3, torch::kLong)},
+                          {"empty", torch::zeros({0, 2})}},
+                         {{"format", "pt"}, {"config", "model:\n  width: 16\n"}});
+  write(dir / "model.safetensors", read(scratch));
+  util::save_safetensors(scratch.string(), {{"x", torch::tensor(1.5)}}, {});
+  write(dir / "scalar.safetensors", read(scratch));
+  util::save_safetensors(scratch.string(), {}, {});
+  write(dir / "empty.safetensors", read(scratch));
+  fs::remove(scratch);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -270,6 +287,7 @@ int main(int argc, char** argv) {
     png_seeds(out / "imagenet64_png");
     npy_seeds(out / "npy", scratch);
     checkpoint_seeds(out / "checkpoint", scratch);
+    safetensors_seeds(out / "safetensors", scratch);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "make_seeds: %s\n", e.what());
     return 1;

@@ -9,9 +9,11 @@ packages=(
   libopenblas0-openmp     # without it LibTorch falls back to the reference BLAS (25-50x slower)
   libgloo-dev
   libyaml-cpp-dev libspdlog-dev libfmt-dev libcli11-dev libstb-dev zlib1g-dev
+  libprotobuf-dev protobuf-compiler  # TensorBoard event files (src/tfevent/tensorboard_event.proto)
   libgtest-dev
   dataset-fashion-mnist   # the quick-start data, under /usr/share/datasets/fashion-mnist
   python3-torch python3-numpy  # reference checks in tests only
+  python3-protobuf             # tests decode the event files as TensorBoard's readers do
 )
 
 missing=()

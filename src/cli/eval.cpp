@@ -1,5 +1,7 @@
-// combiner-eval: bits/dim of a checkpoint on a split. Last line: "<split>_bpd: <value>". Under
-// torchrun or scripts/launch.sh the processes share the images and rank 0 alone prints.
+// combiner-eval: bits/dim of a checkpoint (or an exported .safetensors file) on a split. Last
+// line: "<split>_bpd: <value>". Under torchrun or scripts/launch.sh the processes share the
+// images and rank 0 alone prints. --heatmap also goes to TensorBoard: the run's tb/ folder when
+// the checkpoint lies in <run>/checkpoints/, or --tensorboard DIR.
 #include <spdlog/spdlog.h>
 #include <CLI/CLI.hpp>
 
@@ -9,6 +11,7 @@
 #include "train/distributed.h"
 #include "train/evaluate.h"
 #include "train/model_loading.h"
+#include "train/tensorboard_log.h"
 #include "util/cli_main.h"
 #include "util/image_io.h"
 #include "util/npy.h"
@@ -17,17 +20,22 @@
 int main(int argc, char** argv) {
   return combiner::util::guarded_main("combiner-eval", [&] {
     CLI::App app{"Bits per dimension of a checkpoint on a dataset split."};
-    std::string checkpoint, split_name = "test", dump_bits, heatmap;
+    std::string checkpoint, split_name = "test", dump_bits, heatmap, tensorboard;
     std::vector<std::string> overrides;
     int64_t batch_size = 0, threads = 0;
     bool ema = false;
-    app.add_option("--checkpoint", checkpoint, "checkpoint file (.ckpt)")->required();
+    app.add_option("--checkpoint", checkpoint, "checkpoint (.ckpt) or exported .safetensors file")
+        ->required();
     app.add_option("--split", split_name, "test | val | train")
         ->check(CLI::IsMember({"test", "val", "train"}));
     app.add_option(
         "--set", overrides, "override a key of the checkpoint's config, e.g. data.dir=...");
     app.add_option("--dump-bits", dump_bits, "write float32 [N, L] bits per subpixel to this .npy");
     app.add_option("--heatmap", heatmap, "write the mean bits per subpixel as a PNG heatmap");
+    app.add_option("--tensorboard",
+                   tensorboard,
+                   "with --heatmap: the TensorBoard folder for the heatmap and bits/dim "
+                   "(default: the run's tb/ when the checkpoint is in <run>/checkpoints/)");
     app.add_option("--batch-size", batch_size, "images per batch (default: the config's)");
     app.add_option("--threads",
                    threads,
@@ -58,7 +66,17 @@ int main(int argc, char** argv) {
       // Mean bits per subpixel, laid out as the image: [H, W * C] with channels side by side.
       const auto& s = images.shape;
       auto mean = result.bits.mean(0).view({s.height, s.width, s.channels});
-      combiner::util::write_heatmap(heatmap, mean.permute({0, 2, 1}).reshape({s.height, -1}), 8);
+      const auto png =
+          combiner::util::heatmap_png(heatmap, mean.permute({0, 2, 1}).reshape({s.height, -1}), 8);
+      combiner::util::write_png(heatmap, png);
+      if (tensorboard.empty() && loaded.config.train.tensorboard)
+        tensorboard = combiner::train::run_tensorboard_folder(checkpoint).value_or("");
+      if (!tensorboard.empty()) {
+        combiner::train::TensorBoardLog log(tensorboard, loaded.step, false);
+        log.image("eval/" + split_name + "_bits_heatmap", loaded.step, png);
+        log.scalar("eval/" + split_name + "_bpd", loaded.step, result.bits_per_dim);
+        if (log.writing()) spdlog::info("heatmap and bits/dim also in {}", log.path());
+      }
     }
     spdlog::info("{} images of {}/{}, step {} {} weights",
                  result.images,

@@ -1,6 +1,7 @@
-// combiner-sample: draws images from a checkpoint (or, for speed measurements, from the untrained
-// model of a config), writes a PNG grid and optionally the raw uint8 [N, H, W, C] array as .npy,
-// and prints images/s. Cached decoding by default; --no-cache re-runs the network per subpixel.
+// combiner-sample: draws images from a checkpoint or an exported .safetensors file (or, for speed
+// measurements, from the untrained model of a config), writes a PNG grid and optionally the raw
+// uint8 [N, H, W, C] array as .npy, and prints images/s. Cached decoding by default; --no-cache
+// re-runs the network per subpixel.
 #include <spdlog/spdlog.h>
 #include <CLI/CLI.hpp>
 
@@ -37,7 +38,8 @@ int main(int argc, char** argv) {
     cb::sample::SampleOptions options;
     int64_t scale = 2, threads = 0;
     bool no_cache = false, ema = false;
-    auto* from_checkpoint = app.add_option("--checkpoint", checkpoint, "checkpoint file (.ckpt)");
+    auto* from_checkpoint = app.add_option(
+        "--checkpoint", checkpoint, "checkpoint (.ckpt) or exported .safetensors file");
     auto* from_config = app.add_option(
         "--config", config, "sample the untrained model of this config (speed measurements)");
     from_checkpoint->excludes(from_config);

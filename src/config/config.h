@@ -45,6 +45,7 @@ struct TrainConfig {
   bool final_test = true;       // evaluate test bits/dim after the last step
   int64_t sample_every = 0;     // steps between sample grids in out_dir; 0 = never
   int64_t sample_count = 16;    // images in each sample grid
+  bool tensorboard = true;      // TensorBoard event files in out_dir/tb/ (rank 0)
   // Scale-out: recompute each block's activations in backward (memory for time); the math
   // precision of the blocks (bfloat16 = autocast, fp32 master weights, attention softmax and
   // logits in fp32); the device; how long a collective waits for the other ranks.

@@ -119,6 +119,8 @@ std::vector<Field> build_table() {
          "steps between sample grids in out_dir; 0 = never").at_least(0),
     make("train.sample_count", [](auto& c) -> auto& { return c.train.sample_count; },
          "images in each sample grid").above(0),
+    make("train.tensorboard", [](auto& c) -> auto& { return c.train.tensorboard; },
+         "TensorBoard event files in out_dir/tb/: scalars, sample grids, the config"),
     make("train.activation_checkpointing",
          [](auto& c) -> auto& { return c.train.activation_checkpointing; },
          "recompute each block's activations in backward: less memory, ~1.3x compute"),

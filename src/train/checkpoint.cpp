@@ -223,9 +223,15 @@ void restore_model(torch::nn::Module& model,
 void check_same_architecture(const Checkpoint& checkpoint,
                              const config::Config& config,
                              const std::string& source) {
+  check_same_architecture(checkpoint.config_yaml, config, source);
+}
+
+void check_same_architecture(const std::string& saved_config_yaml,
+                             const config::Config& config,
+                             const std::string& source) {
   config::Config saved;
   try {
-    saved = config::parse_config(checkpoint.config_yaml, source + " (config)");
+    saved = config::parse_config(saved_config_yaml, source + " (config)");
     config::validate(saved);
   } catch (const std::invalid_argument& e) {
     throw std::runtime_error(source + ": the checkpoint's config does not read: " + e.what());

@@ -50,6 +50,10 @@ void restore_model(torch::nn::Module& model,
 void check_same_architecture(const Checkpoint& checkpoint,
                              const config::Config& config,
                              const std::string& source);
+// The same against the YAML of a saved config (a safetensors file's metadata).
+void check_same_architecture(const std::string& saved_config_yaml,
+                             const config::Config& config,
+                             const std::string& source);
 
 std::vector<char> capture_optimizer(torch::optim::Optimizer& optimizer);
 void restore_optimizer(torch::optim::Optimizer& optimizer, const std::vector<char>& bytes);

@@ -1,12 +1,15 @@
 #include "train/model_loading.h"
 
 #include "train/checkpoint.h"
+#include "train/safetensors_weights.h"
 
 namespace combiner::train {
 
 LoadedModel load_model(const std::string& checkpoint_path,
                        const std::vector<std::string>& overrides,
                        bool ema) {
+  if (is_safetensors_path(checkpoint_path))
+    return load_safetensors_model(checkpoint_path, overrides, ema);
   const auto checkpoint = load_checkpoint(checkpoint_path);
   LoadedModel loaded;
   loaded.config = config::parse_config(checkpoint.config_yaml, checkpoint_path + " (config)");

@@ -1,5 +1,6 @@
-// Rebuilding a trained model from a checkpoint, for evaluation and sampling: the checkpoint's
-// own config, with optional --set overrides (e.g. data.dir) applied and validated.
+// Rebuilding a trained model from a checkpoint or an exported .safetensors file
+// (train/safetensors_weights.h), for evaluation and sampling: the file's own config, with
+// optional --set overrides (e.g. data.dir) applied and validated.
 #pragma once
 
 #include <string>
@@ -19,6 +20,7 @@ struct LoadedModel {
 
 // `ema`: load the checkpoint's moving average instead of the raw weights; throws
 // std::runtime_error naming the file when it has none (trained with train.ema_decay = 0).
+// A path ending in .safetensors is read as an exported file.
 LoadedModel load_model(const std::string& checkpoint_path,
                        const std::vector<std::string>& overrides = {},
                        bool ema = false);

@@ -21,6 +21,7 @@
 #include "train/metrics_log.h"
 #include "train/optimizer.h"
 #include "train/schedule.h"
+#include "train/tensorboard_log.h"
 #include "util/device.h"
 #include "util/image_io.h"
 #include "util/runtime.h"
@@ -187,6 +188,13 @@ RunResult run_training(const config::Config& config, const RunOptions& options) 
   if (t.ema_decay > 0 && ema.empty()) ema = start_ema(*model);
   std::optional<MetricsLog> metrics;  // rank 0 alone writes the run folder
   if (dist.is_main()) metrics.emplace((fs::path(t.out_dir) / "metrics.jsonl").string());
+  // A new event file per invocation, starting at the first step this one logs: a resumed run
+  // never repeats the steps up to its checkpoint.
+  std::optional<TensorBoardLog> tensorboard;
+  if (dist.is_main() && t.tensorboard) {
+    tensorboard.emplace(tensorboard_folder(t.out_dir), step == 0 ? 0 : step + 1, true);
+    if (step == 0) tensorboard->text("config", 0, config_markdown(config::to_yaml(config)));
+  }
   auto save = [&] {
     train_set.check_integrity(/*wait=*/true);  // never a checkpoint trained on a corrupt file
     Checkpoint c{config::to_yaml(config),
@@ -203,6 +211,7 @@ RunResult run_training(const config::Config& config, const RunOptions& options) 
 
   RunResult result;
   int64_t nonfinite_in_a_row = 0;
+  int64_t skipped_since_log = 0;
   model->train();
   // Rank r's share of the global batch [samples_seen, samples_seen + batch_size) is the
   // contiguous slice starting at r * per_rank, taken in grad_accum micro-batches.
@@ -253,6 +262,7 @@ RunResult run_training(const config::Config& config, const RunOptions& options) 
       nonfinite_in_a_row = 0;
     } else {
       ++result.skipped_steps;
+      ++skipped_since_log;
       ++nonfinite_in_a_row;
       spdlog::warn(
           "step {:>6} | non-finite loss {} or gradient norm {}: update skipped ({} in a row, "
@@ -298,10 +308,14 @@ RunResult run_training(const config::Config& config, const RunOptions& options) 
           grad_norm,
           tokens_per_s,
           eta);
+      if (tensorboard)
+        tensorboard->train(step, {train_bits, lr, grad_norm, tokens_per_s, skipped_since_log});
+      skipped_since_log = 0;
     }
     if (val_set && t.eval_every > 0 && step % t.eval_every == 0) {
       const auto val = evaluate(model, *val_set, eval_batch, false, dist);  // sharded over ranks
       if (metrics) metrics->write({{"step", double(step)}, {"val_bpd", val.bits_per_dim}});
+      if (tensorboard) tensorboard->scalar("val/bpd", step, val.bits_per_dim);
       spdlog::info("step {:>6} | val bpd {:.4f} ({} images)", step, val.bits_per_dim, val.images);
     }
     // Rank 0's work alone; the others wait for it without the collectives' timeout.
@@ -311,7 +325,9 @@ RunResult run_training(const config::Config& config, const RunOptions& options) 
         s.count = t.sample_count;
         s.seed = t.seed;
         const auto path = (fs::path(t.out_dir) / fmt::format("samples-{:08d}.png", step)).string();
-        util::write_image_grid(path, sample::sample_images(model, s), 2);
+        const auto grid = util::image_grid_png(path, sample::sample_images(model, s), 2);
+        util::write_png(path, grid);
+        if (tensorboard) tensorboard->image("samples", step, grid);
         spdlog::info("step {:>6} | samples written to {}", step, path);
       });
     if (t.checkpoint_every > 0 && step % t.checkpoint_every == 0 && step < t.steps)
@@ -335,6 +351,7 @@ RunResult run_training(const config::Config& config, const RunOptions& options) 
     const auto test_set = data::load_split(config.data, data::Split::kTest);
     const auto test = evaluate(model, test_set, eval_batch, false, dist);
     if (metrics) metrics->write({{"step", double(step)}, {"test_bpd", test.bits_per_dim}});
+    if (tensorboard) tensorboard->scalar("test/bpd", step, test.bits_per_dim);
     spdlog::info("test bpd {:.4f} over {} images", test.bits_per_dim, test.images);
     result.test_bits_per_dim = test.bits_per_dim;
   }

@@ -16,9 +16,11 @@ namespace {
 
 constexpr uint8_t kGridBackground = 128;
 
-// Encodes uint8 [H, W, C] (contiguous) and writes it atomically.
-void encode_png(const std::string& path, const uint8_t* data, int64_t h, int64_t w, int64_t c) {
-  std::vector<uint8_t> png;
+// Encodes uint8 [H, W, C] (contiguous); name is used in messages.
+EncodedPng encode_png(
+    const std::string& name, const uint8_t* data, int64_t h, int64_t w, int64_t c) {
+  EncodedPng result{{}, h, w, c};
+  std::vector<uint8_t>& png = result.bytes;
   const auto append = [](void* context, void* bytes, int size) {
     auto* out = static_cast<std::vector<uint8_t>*>(context);
     out->insert(out->end(), static_cast<uint8_t*>(bytes), static_cast<uint8_t*>(bytes) + size);
@@ -30,10 +32,8 @@ void encode_png(const std::string& path, const uint8_t* data, int64_t h, int64_t
                               static_cast<int>(c),
                               data,
                               static_cast<int>(w * c)))
-    throw std::runtime_error("write_png '" + path + "': PNG encoding failed");
-  write_file_atomic(path, [&](std::ostream& out) {
-    out.write(reinterpret_cast<const char*>(png.data()), static_cast<std::streamsize>(png.size()));
-  });
+    throw std::runtime_error("write_png '" + name + "': PNG encoding failed");
+  return result;
 }
 
 void check_image_tensor(const std::string& path,
@@ -72,10 +72,18 @@ void viridis(float t, uint8_t rgb[3]) {
   }
 }
 
+void write_png(const std::string& path, const EncodedPng& png) {
+  write_file_atomic(path, [&](std::ostream& out) {
+    out.write(reinterpret_cast<const char*>(png.bytes.data()),
+              static_cast<std::streamsize>(png.bytes.size()));
+  });
+}
+
 void write_png(const std::string& path, const torch::Tensor& image) {
   check_image_tensor(path, image, 3, "[H, W, C]");
   const torch::Tensor data = image.to(torch::kCPU).contiguous();
-  encode_png(path, data.data_ptr<uint8_t>(), data.size(0), data.size(1), data.size(2));
+  write_png(path,
+            encode_png(path, data.data_ptr<uint8_t>(), data.size(0), data.size(1), data.size(2)));
 }
 
 GridLayout grid_layout(
@@ -101,6 +109,13 @@ void write_image_grid(const std::string& path,
                       const torch::Tensor& images,
                       int64_t scale,
                       int64_t columns) {
+  write_png(path, image_grid_png(path, images, scale, columns));
+}
+
+EncodedPng image_grid_png(const std::string& path,
+                          const torch::Tensor& images,
+                          int64_t scale,
+                          int64_t columns) {
   check_image_tensor(path, images, 4, "[N, H, W, C]");
   const torch::Tensor data = images.to(torch::kCPU).contiguous();
   const int64_t N = data.size(0), H = data.size(1), W = data.size(2), C = data.size(3);
@@ -116,10 +131,14 @@ void write_image_grid(const std::string& path,
                     C,
                     canvas.data() + ((top + y) * g.width + left + x) * C);
   }
-  encode_png(path, canvas.data(), g.height, g.width, C);
+  return encode_png(path, canvas.data(), g.height, g.width, C);
 }
 
 void write_heatmap(const std::string& path, const torch::Tensor& values, int64_t scale) {
+  write_png(path, heatmap_png(path, values, scale));
+}
+
+EncodedPng heatmap_png(const std::string& path, const torch::Tensor& values, int64_t scale) {
   if (values.dim() != 2 || values.numel() == 0 || !values.is_floating_point() || scale < 1)
     throw std::invalid_argument("write_heatmap '" + path +
                                 "': expected a non-empty float [H, W] "
@@ -138,7 +157,7 @@ void write_heatmap(const std::string& path, const torch::Tensor& values, int64_t
     for (int64_t x = 0; x < W * scale; ++x)
       viridis((src[(y / scale) * W + x / scale] - lo) / range,
               canvas.data() + (y * W * scale + x) * 3);
-  encode_png(path, canvas.data(), H * scale, W * scale, 3);
+  return encode_png(path, canvas.data(), H * scale, W * scale, 3);
 }
 
 }  // namespace combiner::util

@@ -5,13 +5,25 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include <torch/torch.h>
 
 namespace combiner::util {
 
+// A PNG file's bytes and the size of the image it holds (for TensorBoard image summaries).
+struct EncodedPng {
+  std::vector<uint8_t> bytes;
+  int64_t height = 0;
+  int64_t width = 0;
+  int64_t channels = 0;  // 1 grey, 3 RGB
+};
+
 // uint8 [H, W, C], C in {1, 3}.
 void write_png(const std::string& path, const torch::Tensor& image);
+
+// Writes an encoded PNG atomically.
+void write_png(const std::string& path, const EncodedPng& png);
 
 // Size of the grid write_image_grid draws: columns x rows tiles, each scale*H x scale*W,
 // separated and surrounded by kGridPadding pixels.
@@ -32,10 +44,17 @@ void write_image_grid(const std::string& path,
                       const torch::Tensor& images,
                       int64_t scale = 1,
                       int64_t columns = 0);
+// The same grid as PNG bytes; name is used in messages.
+EncodedPng image_grid_png(const std::string& name,
+                          const torch::Tensor& images,
+                          int64_t scale = 1,
+                          int64_t columns = 0);
 
 // Any float [H, W] normalised min..max (a constant map is drawn at the low end) through the
 // viridis colour map, each value drawn as a scale x scale block; non-finite values are refused.
 void write_heatmap(const std::string& path, const torch::Tensor& values, int64_t scale = 8);
+// The same heatmap as PNG bytes; name is used in messages.
+EncodedPng heatmap_png(const std::string& name, const torch::Tensor& values, int64_t scale = 8);
 
 // The viridis colour of t in [0, 1] (clamped), as R, G, B bytes.
 void viridis(float t, uint8_t rgb[3]);

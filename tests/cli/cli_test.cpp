@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "cli/run_binary.h"
+#include "event_reader.h"
 #include "test_utils.h"
 #include "util/npy.h"
 
@@ -67,8 +68,17 @@ TEST_F(Cli, TrainPrintsTestBitsPerDimWhenAsked) {
       "combiner-train",
       "--config " + tiny_config(dir) + " --set train.steps=1 --set train.final_test=true");
   ASSERT_EQ(r.status, 0) << r.output;
-  EXPECT_NE(r.output.find("\ntest_bpd: "), std::string::npos) << r.output;
+  const auto at = r.output.find("\ntest_bpd: ");
+  ASSERT_NE(at, std::string::npos) << r.output;
   EXPECT_EQ(r.last_line().rfind("checkpoint: ", 0), 0u) << r.output;
+  // TensorBoard has it too, at the last step.
+  const auto files = combiner::testing::decode_event_files(
+      combiner::testing::event_files(dir.file("run/tb")), dir.path());
+  ASSERT_EQ(files.size(), 1u);
+  const auto test = files[0].of("test/bpd");
+  ASSERT_EQ(test.size(), 1u);
+  EXPECT_EQ(test[0].step, 1);
+  EXPECT_NEAR(test[0].value(), std::stod(r.output.substr(at + 11)), 5e-5);
 }
 
 TEST_F(Cli, EvalPrintsBitsPerDimAndDumps) {

@@ -58,6 +58,7 @@ void expect_equal(const Config& a, const Config& b) {
   EXPECT_EQ(s.final_test, t.final_test);
   EXPECT_EQ(s.sample_every, t.sample_every);
   EXPECT_EQ(s.sample_count, t.sample_count);
+  EXPECT_EQ(s.tensorboard, t.tensorboard);
 }
 
 // A config where every field differs from its default, with floats that need 17 digits.
@@ -103,6 +104,7 @@ Config unusual_config() {
   t.final_test = false;
   t.sample_every = 1000;
   t.sample_count = 4;
+  t.tensorboard = false;
   return c;
 }
 
@@ -142,6 +144,7 @@ TEST(ConfigKeys, KeyPathsListEveryFieldOnceInFileOrder) {
                                              "train.final_test",
                                              "train.sample_every",
                                              "train.sample_count",
+                                             "train.tensorboard",
                                              "train.activation_checkpointing",
                                              "train.precision",
                                              "train.device",
