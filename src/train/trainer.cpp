@@ -131,6 +131,8 @@ RunResult run_training(const config::Config& config, const RunOptions& options) 
   const data::ImageSet& train_set = sets.train;
   std::optional<data::ImageSet> val_set;
   if (sets.val.count > 0) val_set = std::move(sets.val);
+  std::optional<data::ImageSet> test_set;  // a packed one now, the published files at the end
+  if (t.final_test) test_set = data::map_packed_split(config.data, data::Split::kTest);
   const int64_t L = train_set.shape.length();
   const int64_t eval_batch = t.eval_batch_size > 0 ? t.eval_batch_size : t.batch_size;
 
@@ -348,8 +350,8 @@ RunResult run_training(const config::Config& config, const RunOptions& options) 
   }
   result.stop_signal = 0;
   if (t.final_test && step == t.steps) {
-    const auto test_set = data::load_split(config.data, data::Split::kTest);
-    const auto test = evaluate(model, test_set, eval_batch, false, dist);
+    if (!test_set) test_set = data::load_split(config.data, data::Split::kTest);
+    const auto test = evaluate(model, *test_set, eval_batch, false, dist);
     if (metrics) metrics->write({{"step", double(step)}, {"test_bpd", test.bits_per_dim}});
     if (tensorboard) tensorboard->scalar("test/bpd", step, test.bits_per_dim);
     spdlog::info("test bpd {:.4f} over {} images", test.bits_per_dim, test.images);

@@ -138,7 +138,7 @@ TEST_F(DataCli, PackedAndPublishedDataTrainAndEvaluateAlike) {
   EXPECT_EQ(on_packed.last_line(), on_published.last_line());
 }
 
-TEST_F(DataCli, TrainingRefusesACorruptPackedFileBeforeAnyStep) {
+TEST_F(DataCli, TrainingRefusesCorruptPackedFilesBeforeAnyStep) {
   TempDir dir;
   fs::create_directories(dir.file("data"));
   fs::copy_file(packed() + "/train.pack", dir.file("data/train.pack"));
@@ -157,6 +157,21 @@ TEST_F(DataCli, TrainingRefusesACorruptPackedFileBeforeAnyStep) {
   EXPECT_EQ(r.output.find("step "), std::string::npos) << r.output;
   EXPECT_FALSE(fs::exists(dir.file("run/checkpoints")) &&
                !fs::is_empty(dir.file("run/checkpoints")));
+  // The test file too, when the run ends with a test: checked at the start, not after training.
+  fs::copy_file(
+      packed() + "/train.pack", dir.file("data/train.pack"), fs::copy_options::overwrite_existing);
+  {
+    std::fstream f(dir.file("data/test.pack"), std::ios::in | std::ios::out | std::ios::binary);
+    f.put('X');  // the magic
+  }
+  const auto test = run_binary(
+      "combiner-train",
+      "--config " + tiny_config(dir, dir.file("data"), "run2") + " --set train.final_test=true");
+  EXPECT_EQ(test.status, 1) << test.output;
+  EXPECT_NE(test.last_line().find(dir.file("data/test.pack") + ": not a packed dataset file"),
+            std::string::npos)
+      << test.output;
+  EXPECT_EQ(test.output.find("step "), std::string::npos) << test.output;
 }
 
 // scripts/make_synthetic_packed.py writes the format from its documented layout with Python's
