@@ -20,7 +20,7 @@ python3 -c "import sys; v = tuple(map(int, '$torch_version'.split('.')[:2])); sy
 export PATH="${CUDA_HOME:-/usr/local/cuda}/bin:$PATH"
 echo "build-cuda: torch $torch_version at $torch_prefix, C++$standard"
 cmake -S . -B build-cuda -G Ninja -DCMAKE_BUILD_TYPE=Release -DCOMBINER_BUILD_TESTS=OFF \
-  -DCOMBINER_TENSORBOARD=AUTO \
+  -DCOMBINER_TENSORBOARD=AUTO -DCOMBINER_JEMALLOC=AUTO \
   -DCMAKE_CXX_STANDARD=$standard -DTORCH_CUDA_ARCH_LIST="${TORCH_CUDA_ARCH_LIST:-9.0}" \
   -DCMAKE_PREFIX_PATH="$torch_prefix${COMBINER_DEPS_PREFIX:+;$COMBINER_DEPS_PREFIX}" "$@"
 # shellcheck disable=SC2086  # a list of targets

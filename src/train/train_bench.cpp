@@ -199,7 +199,7 @@ std::string summary_line(const TrainBenchResult& r) {
       "train bench: %s L=%lld, %lld layers x %lld wide, %lld heads, %s, batch %lld, "
       "%s, %s, %lld threads: %.1f ms/step (median of %lld), %.0f tokens/s, %.3f GFLOP/step, "
       "%s matmul peak %.1f GFLOP/s (best before the steps %.1f, after %.1f), MFU %.1f%%, "
-      "peak memory %.0f MiB; checks: %s",
+      "peak memory %.0f MiB (%s); checks: %s",
       r.dataset.c_str(),
       static_cast<long long>(r.length),
       static_cast<long long>(r.layers),
@@ -220,6 +220,7 @@ std::string summary_line(const TrainBenchResult& r) {
       r.matmul_gflops_after,
       100.0 * r.mfu,
       r.peak_mib,
+      util::allocator().describe().c_str(),
       r.checks.c_str());
   return line;
 }

@@ -171,9 +171,10 @@ RunResult run_training(const config::Config& config, const RunOptions& options) 
       config.model.width,
       config.model.heads,
       config.model.attention.type);
-  spdlog::info("{} parameters, {} threads, device {}, AdamW update {}, run folder {}",
+  spdlog::info("{} parameters, {} threads, {}, device {}, AdamW update {}, run folder {}",
                model::parameter_count(*model),
                threads,
+               util::allocator().describe(),
                device.str(),
                adamw_kernel(device),
                t.out_dir);
