@@ -5,6 +5,9 @@
 // read by the strict reader of data/torch_archive.h, not by LibTorch's unpickler.
 #include "train/checkpoint.h"
 
+#include <caffe2/serialize/inline_container.h>
+#include <torch/csrc/jit/serialization/export.h>
+#include <torch/csrc/jit/serialization/pickler.h>
 #include <zlib.h>
 
 #include <algorithm>
@@ -13,6 +16,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <sstream>
 #include <stdexcept>
 
@@ -27,6 +31,39 @@ namespace combiner::train {
 namespace fs = std::filesystem;
 
 namespace {
+
+// torch::pickle_save's archive, the same bytes, handed to `sink` piece by piece instead of
+// gathered in a vector: pickle_save's vector (grown by doubling) held up to twice the weights
+// and AdamW moments on top of the training's own memory. Only the small pickle is buffered; the
+// tensors' bytes go from the tensors to the sink.
+using Sink = std::function<void(const char*, size_t)>;
+void write_archive(const c10::IValue& state, const Sink& sink) {
+  std::vector<char> pickle;
+  torch::jit::Pickler pickler(
+      [&](const char* data, size_t size) { pickle.insert(pickle.end(), data, data + size); });
+  pickler.protocol();
+  pickler.pushIValue(state);
+  pickler.stop();
+  caffe2::serialize::PyTorchStreamWriter writer([&](const void* data, size_t size) {
+    sink(static_cast<const char*>(data), size);
+    return size;
+  });
+  torch::jit::writeArchiveAndTensors(
+      "data", pickle.data(), pickle.size(), pickler.tensorData(), writer);
+}  // the writer's destructor writes the zip's end records
+
+// The payload's size and CRC-32, as the header records them.
+struct SizeCrc {
+  uint64_t size = 0;
+  uLong crc = crc32(0L, Z_NULL, 0);
+  void add(const char* data, size_t size_in) {
+    for (size_t at = 0; at < size_in; at += (1u << 30)) {  // zlib takes a uInt length
+      const size_t n = std::min<size_t>(size_in - at, 1u << 30);
+      crc = crc32(crc, reinterpret_cast<const Bytef*>(data + at), static_cast<uInt>(n));
+    }
+    size += size_in;
+  }
+};
 
 constexpr char kMagic[8] = {'C', 'M', 'B', 'C', 'K', 'P', 'T', '1'};
 constexpr int64_t kFormatVersion = 1;
@@ -72,16 +109,15 @@ void save_checkpoint(const std::string& path, const Checkpoint& c) {
   state.insert("step", c.step);
   state.insert("samples_seen", c.samples_seen);
   state.insert("model", model);
+  // A view of c.optimizer, which outlives the pickling: no copy of the AdamW moments.
   state.insert("optimizer",
                torch::from_blob(const_cast<char*>(c.optimizer.data()),
                                 {static_cast<int64_t>(c.optimizer.size())},
-                                torch::kUInt8)
-                   .clone());
+                                torch::kUInt8));
   state.insert("rng_state", c.rng_state.defined() ? c.rng_state : torch::empty({0}, torch::kUInt8));
   c10::Dict<std::string, at::Tensor> ema;
   for (const auto& [name, tensor] : c.ema) ema.insert(name, tensor.detach().cpu());
   state.insert("ema", ema);
-  const std::vector<char> payload = torch::pickle_save(state);
 
   const fs::path final_path(path);
   if (final_path.has_parent_path()) {
@@ -91,14 +127,24 @@ void save_checkpoint(const std::string& path, const Checkpoint& c) {
       throw std::runtime_error(path + ": cannot create the checkpoint folder '" +
                                final_path.parent_path().string() + "': " + error.message());
   }
-  const uint64_t size = payload.size();
-  const uint32_t crc = crc_of(payload.data(), payload.size());
+  // Two passes over the archive, holding no copy of it: the first for the header's size and
+  // CRC, the second into the file, checked against the first.
+  SizeCrc expected;
+  write_archive(state, [&](const char* data, size_t size) { expected.add(data, size); });
+  const uint64_t size = expected.size;
+  const auto crc = static_cast<uint32_t>(expected.crc);
   try {
     util::write_file_atomic(path, [&](std::ostream& out) {
       out.write(kMagic, sizeof(kMagic));
       out.write(reinterpret_cast<const char*>(&size), sizeof(size));
       out.write(reinterpret_cast<const char*>(&crc), sizeof(crc));
-      out.write(payload.data(), static_cast<std::streamsize>(payload.size()));
+      SizeCrc written;
+      write_archive(state, [&](const char* data, size_t n) {
+        written.add(data, n);
+        out.write(data, static_cast<std::streamsize>(n));
+      });
+      if (written.size != expected.size || written.crc != expected.crc)
+        throw std::runtime_error(path + ": the archive changed between its two passes");
     });
   } catch (const std::runtime_error& e) {
     throw std::runtime_error(std::string("checkpoint: ") + e.what() +
@@ -257,10 +303,19 @@ void check_same_architecture(const std::string& saved_config_yaml,
 std::vector<char> capture_optimizer(torch::optim::Optimizer& optimizer) {
   torch::serialize::OutputArchive archive;
   optimizer.save(archive);
-  std::ostringstream out;
-  archive.save_to(out);
-  const std::string bytes = out.str();
-  return {bytes.begin(), bytes.end()};
+  // Straight into a vector reserved for AdamW's moments (amsgrad's third included): a stream,
+  // its string and a copy of that held them 3 times, each grown by doubling.
+  size_t expected = size_t{1} << 20;
+  for (const auto& group : optimizer.param_groups())
+    for (const auto& p : group.params()) expected += 3 * p.nbytes() + 4096;
+  std::vector<char> bytes;
+  bytes.reserve(expected);
+  archive.save_to([&bytes](const void* data, size_t size) {
+    const auto* first = static_cast<const char*>(data);
+    bytes.insert(bytes.end(), first, first + size);
+    return size;
+  });
+  return bytes;
 }
 
 void restore_optimizer(torch::optim::Optimizer& optimizer, const std::vector<char>& bytes) {

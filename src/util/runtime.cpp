@@ -56,6 +56,9 @@ void tune_process() {
 
 Allocator allocator() {
   Allocator a;
+  const std::string owner = malloc_owner();
+  if (owner.find("libc.so") == std::string::npos && !owner.empty())
+    a.name = owner.substr(owner.rfind('/') + 1);  // another preloaded malloc (tcmalloc, ...)
   auto mallctl = find_mallctl();
   if (!mallctl) return a;
   a.name = "jemalloc";
@@ -70,6 +73,7 @@ Allocator allocator() {
 
 std::string Allocator::describe() const {
   if (name == "glibc") return "glibc malloc (mmap threshold 32 MiB, trim threshold 1 GiB)";
+  if (name != "jemalloc") return name;
   return name + " " + version.substr(0, version.find('-')) +
          (dirty_decay_ms < 0 ? ", freed pages kept"
                              : ", freed pages purged after " + std::to_string(dirty_decay_ms) +

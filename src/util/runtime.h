@@ -23,7 +23,7 @@ int64_t set_threads(int64_t threads);
 void tune_process();
 
 // The malloc this process runs on: "jemalloc" (with its version and page-purging setting) when
-// the build linked it, else "glibc".
+// the build linked it, "glibc", or the file name of another one preloaded (LD_PRELOAD).
 struct Allocator {
   std::string name = "glibc";
   std::string version;
