@@ -27,8 +27,8 @@ namespace {
 // The file of the shared object whose malloc this process calls: libc.so.6 or libjemalloc.so.2.
 std::string malloc_owner() {
   Dl_info info{};
-  void* (*ours)(size_t) = &malloc;  // resolved as every call is: the interposed one if any
-  if (dladdr(reinterpret_cast<void*>(ours), &info) == 0 || !info.dli_fname) return "";
+  void* found = dlsym(RTLD_DEFAULT, "malloc");  // the first definition: the interposed one if any
+  if (!found || dladdr(found, &info) == 0 || !info.dli_fname) return "";
   return info.dli_fname;
 }
 
