@@ -57,7 +57,8 @@ struct SizeCrc {
   uint64_t size = 0;
   uLong crc = crc32(0L, Z_NULL, 0);
   void add(const char* data, size_t size_in) {
-    for (size_t at = 0; at < size_in; at += (1u << 30)) {  // zlib takes a uInt length
+    // zlib's crc32 takes a uInt length: feed large payloads in chunks.
+    for (size_t at = 0; at < size_in; at += (1u << 30)) {
       const size_t n = std::min<size_t>(size_in - at, 1u << 30);
       crc = crc32(crc, reinterpret_cast<const Bytef*>(data + at), static_cast<uInt>(n));
     }
@@ -70,13 +71,9 @@ constexpr int64_t kFormatVersion = 1;
 constexpr size_t kHeaderBytes = sizeof(kMagic) + sizeof(uint64_t) + sizeof(uint32_t);
 
 uint32_t crc_of(const char* data, size_t size) {
-  uLong crc = crc32(0L, Z_NULL, 0);
-  // zlib's crc32 takes a uInt length: feed large payloads in chunks.
-  for (size_t at = 0; at < size; at += (1u << 30)) {
-    const size_t n = std::min<size_t>(size - at, 1u << 30);
-    crc = crc32(crc, reinterpret_cast<const Bytef*>(data + at), static_cast<uInt>(n));
-  }
-  return static_cast<uint32_t>(crc);
+  SizeCrc sum;
+  sum.add(data, size);
+  return static_cast<uint32_t>(sum.crc);
 }
 
 std::runtime_error bad_file(const std::string& path, const std::string& what) {
