@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Compile-checks the CUDA side without a GPU (this machine has nvcc but no device):
-#   1. every src/attention/*.cu with nvcc for sm_90, ptxas -v: one line per kernel with its
+#   1. every src/attention/fused/*.cu with nvcc for sm_90, ptxas -v: one line per kernel with its
 #      registers, stack frame and spill bytes (dynamic shared memory is set at launch: the sizes
 #      are in each .cu file's opening comment);
-#   2. the torch glue (src/attention/fused.cpp) with COMBINER_WITH_CUDA_KERNELS against this
+#   2. the torch glue (src/attention/fused/fused.cpp) with COMBINER_WITH_CUDA_KERNELS against this
 #      machine's LibTorch headers and the CUDA headers (-fsyntax-only), so type errors in the
 #      CUDA-only lines show up before a GPU session.
 # Exits non-zero on a compile error, a spill or a stack frame. Not part of scripts/test.sh (CI
@@ -16,7 +16,7 @@ arch=${COMBINER_CHECK_ARCH:-sm_90}
 mkdir -p "$out"
 status=0
 
-for cu in src/attention/*.cu; do
+for cu in src/attention/fused/*.cu; do
   name=$(basename "$cu" .cu)
   if ! "$cuda/bin/nvcc" -arch="$arch" -std=c++17 -O3 -lineinfo -Xptxas -v -Isrc -c "$cu" \
       -o "$out/$name.o" 2>"$out/$name.log"; then
@@ -56,12 +56,12 @@ mkdir -p "$stub"
 [ -f /usr/include/c10/cuda/impl/cuda_cmake_macros.h ] ||
   printf '#pragma once\n#define C10_CUDA_BUILD_SHARED_LIBS\n' >"$stub/cuda_cmake_macros.h"
 if g++ -std=c++17 -fsyntax-only -Wall -Wextra -Wno-unused-parameter -DCOMBINER_WITH_CUDA_KERNELS \
-    -Isrc -I"$torch_inc" -I"$cuda/include" -I"$out/stub" src/attention/fused.cpp \
+    -Isrc -I"$torch_inc" -I"$cuda/include" -I"$out/stub" src/attention/fused/fused.cpp \
     2>"$out/glue.log"; then
-  echo "check-cuda: src/attention/fused.cpp with COMBINER_WITH_CUDA_KERNELS: ok"
+  echo "check-cuda: src/attention/fused/fused.cpp with COMBINER_WITH_CUDA_KERNELS: ok"
 else
   grep -E "error" "$out/glue.log" | head -20
-  echo "check-cuda: src/attention/fused.cpp with COMBINER_WITH_CUDA_KERNELS: FAILED ($out/glue.log)"
+  echo "check-cuda: src/attention/fused/fused.cpp with COMBINER_WITH_CUDA_KERNELS: FAILED ($out/glue.log)"
   status=1
 fi
 exit $status

@@ -43,7 +43,7 @@ class AttentionImpl : public torch::nn::Module {
   // outlive the module.
   virtual std::unique_ptr<DecodeState> start_decoding(int64_t length) const = 0;
 
-  // Which implementation forward() runs, for the variants with fused kernels (attention/fused.h,
+  // Which implementation forward() runs, for the variants with fused kernels (attention/fused/fused.h,
   // has_fused_kernel()): kAuto takes them for CUDA inputs they support and the LibTorch
   // composition otherwise; kComposed and kFused force one (tests, kernel-check; kFused on CPU
   // tensors runs the kernels' CPU model). Other variants ignore it.

@@ -4,7 +4,7 @@
 
 #include "attention/axial_common.h"
 #include "attention/decode.h"
-#include "attention/fused.h"
+#include "attention/fused/fused.h"
 #include "attention/span_ops.h"
 
 namespace combiner::attention {

@@ -3,7 +3,7 @@
 #include "attention/combiner_fixed.h"
 
 #include "attention/decode.h"
-#include "attention/fused.h"
+#include "attention/fused/fused.h"
 #include "attention/span_ops.h"
 
 #include <cmath>

@@ -8,7 +8,7 @@
 #include <cstdio>
 
 #include "attention/attention.h"
-#include "attention/fused.h"
+#include "attention/fused/fused.h"
 #include "attention/reference.h"
 #include "attention/span_ops.h"
 
@@ -149,17 +149,26 @@ double joint_error(const KernelCheckCase& c,
 }  // namespace kernel_check_detail
 
 std::vector<KernelCheckCase> kernel_check_cases(const std::string& device,
-                                                const std::vector<int64_t>& dims) {
+                                                const std::vector<int64_t>& dims,
+                                                KernelCheckSizes sizes) {
   const bool cuda = torch::Device(device).is_cuda();
   const std::vector<std::string> dtypes = cuda ? std::vector<std::string>{"float32", "bfloat16"}
                                                : std::vector<std::string>{"float32", "float64"};
   // {length, input length, layout}: a short last block (200 = 8 * 24 + 8); blocks of 96 > one
   // 64-row tile with a short last one; a short last row (163 of 7 rows of 24); rows of 96.
-  const std::vector<std::pair<std::string, std::vector<int64_t>>> layouts = {
+  // Then the large-n paths: 1600 / 24 has 66 summaries (a second 64-row summary tile) whose
+  // gradients come from two parts of 43 blocks each (several CTAs adding into the same rows);
+  // 1584 / 24 has columns of 66 queries over 65 summaries under the strict mask (a second query
+  // chunk and a second key tile, the second chunk's walk starting past f = 0) in two parts.
+  std::vector<std::pair<std::string, std::vector<int64_t>>> layouts = {
       {"combiner-fixed", {200, 200, 24}},
       {"combiner-fixed", {300, 300, 96}},
       {"combiner-axial-rowmajor", {168, 163, 24}},
       {"combiner-axial-rowmajor", {288, 288, 96}}};
+  if (sizes != KernelCheckSizes::kSmall) {
+    layouts.push_back({"combiner-fixed", {1600, 1600, 24}});
+    layouts.push_back({"combiner-axial-rowmajor", {1584, 1584, 24}});
+  }
   const auto& abstractions = abstraction_names();
   std::vector<KernelCheckCase> out;
   for (const auto& dtype : dtypes)
@@ -261,7 +270,7 @@ std::string fused_mismatch(const std::string& variant,
                                                   : dtype == "float64" ? torch::kDouble
                                                                        : torch::kFloat));
   if (!fused_cuda_unavailable(probe, probe).empty()) return "";
-  for (const auto& c : kernel_check_cases(device, {dim})) {
+  for (const auto& c : kernel_check_cases(device, {dim}, KernelCheckSizes::kSmall)) {
     if (c.variant != variant || c.dtype != dtype) continue;
     const auto r = run_kernel_check(c, device);
     if (!r.pass) return kernel_check_line(c, r);

@@ -14,7 +14,7 @@ namespace combiner::attention {
 
 // The joint softmax of each variant given its summaries, composed of LibTorch ops (autograd):
 // the kernel-level reference for fused_attention() with fixed_joint_passes() /
-// rowmajor_joint_passes(). Shapes as in fused.h; ks and u undefined when L fits one block/row.
+// rowmajor_joint_passes(). Shapes as in fused/fused.h; ks and u undefined when L fits one block/row.
 torch::Tensor joint_fixed_reference(const torch::Tensor& q,
                                     const torch::Tensor& k,
                                     const torch::Tensor& v,
@@ -51,11 +51,16 @@ struct KernelCheckResult {
   std::string detail;  // an exception's message, when the case could not run
 };
 
+// kSmall: the cases up to L 300 (quick, e.g. under compute-sanitizer); kAll adds L ~1600, where
+// the summaries fill two 64-row tiles and their gradients come from several parts.
+enum class KernelCheckSizes { kSmall, kAll };
+
 // The grid for a device: CUDA float32 and bfloat16, CPU float32 and float64; both variants;
 // D in `dims`; odd L (a short last block, a short last row, blocks and rows longer than a 64-row
-// tile); the abstractions in turn.
+// tile, more than 64 segments); the abstractions in turn.
 std::vector<KernelCheckCase> kernel_check_cases(const std::string& device,
-                                                const std::vector<int64_t>& dims);
+                                                const std::vector<int64_t>& dims,
+                                                KernelCheckSizes sizes = KernelCheckSizes::kAll);
 
 KernelCheckResult run_kernel_check(const KernelCheckCase& c, const std::string& device);
 

@@ -44,6 +44,7 @@ struct KernelCheckFlags {
   std::string device = "cpu";
   std::vector<int64_t> dims = {32, 64, 128};
   std::string variants = "all";  // all | comma-separated names with fused kernels
+  std::string sizes = "all";     // all | small (no case above L 300)
 };
 
 struct TrainFlags {
@@ -164,7 +165,8 @@ int bench_kernel_check(const KernelCheckFlags& f) {
               device.is_cuda() ? "the CUDA kernels" : "the kernels' CPU model");
   std::printf("%s\n", att::kernel_check_header().c_str());
   int64_t cases = 0, failed = 0;
-  for (const auto& c : att::kernel_check_cases(f.device, f.dims)) {
+  const auto sizes = f.sizes == "small" ? att::KernelCheckSizes::kSmall : att::KernelCheckSizes::kAll;
+  for (const auto& c : att::kernel_check_cases(f.device, f.dims, sizes)) {
     if (std::find(variants.begin(), variants.end(), c.variant) == variants.end()) continue;
     const auto r = att::run_kernel_check(c, f.device);
     std::printf("%s\n", att::kernel_check_line(c, r).c_str());
@@ -282,6 +284,11 @@ int main(int argc, char** argv) {
         ->delimiter(',')
         ->capture_default_str();
     check->add_option("--variants", check_flags.variants, "all, or comma-separated variant names")
+        ->capture_default_str();
+    check->add_option("--sizes", check_flags.sizes,
+                      "all, or small: only the cases up to L 300 (quick, e.g. under "
+                      "compute-sanitizer); all adds L ~1600 (more than 64 summaries)")
+        ->check(CLI::IsMember({"all", "small"}))
         ->capture_default_str();
     try {
       app.parse(argc, argv);

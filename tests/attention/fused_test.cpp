@@ -1,12 +1,13 @@
-// The fused kernels' CPU model (attention/fused_kernel_cpu.cpp, the algorithm the CUDA kernels
+// The fused kernels' CPU model (attention/fused/kernel_cpu.cpp, the algorithm the CUDA kernels
 // run) through the fused path of combiner-fixed and combiner-axial-rowmajor: outputs and the
 // gradients of q, k, v and the DeepSets maps against the LibTorch composition (float64 and
 // float32) and the dense reference; the joint pass's summary gradients against its LibTorch
-// composition; short last blocks and rows, blocks and rows longer than one 64-row tile.
+// composition; short last blocks and rows, blocks and rows longer than one 64-row tile, more
+// than 64 blocks or rows (a second summary tile, several summary-gradient parts, long columns).
 #include <gtest/gtest.h>
 
 #include "attention/attention.h"
-#include "attention/fused.h"
+#include "attention/fused/fused.h"
 #include "attention/kernel_check.h"
 #include "attention/reference.h"
 #include "attention/span_ops.h"
@@ -145,7 +146,9 @@ INSTANTIATE_TEST_SUITE_P(CpuModel,
 // The joint pass alone, random summaries: o and every gradient, ks and u included.
 TEST(FusedJointTest, SummaryGradientsMatchComposition) {
   for (const auto& [fixed, L, s] : std::vector<std::tuple<bool, int64_t, int64_t>>{
-           {true, 20, 3}, {true, 150, 70}, {false, 21, 5}, {false, 200, 100}}) {
+           {true, 20, 3}, {true, 150, 70}, {false, 21, 5}, {false, 200, 100},
+           // More than 64 summaries in two gradient parts; columns of 66 queries (fused/kernel.h).
+           {true, 1600, 24}, {false, 1584, 24}}) {
     torch::manual_seed(L);
     const int64_t spans = (L + s - 1) / s - 1;
     auto draw = [&](int64_t rows) {
@@ -186,7 +189,8 @@ TEST(FusedJointTest, BadInputsGiveOneLineErrors) {
 
 TEST(KernelCheckTest, CpuModelPassesItsGrid) {
   const auto cases = kernel_check_cases("cpu", {32});
-  ASSERT_EQ(cases.size(), 8u);
+  ASSERT_EQ(cases.size(), 12u);
+  EXPECT_EQ(kernel_check_cases("cpu", {32}, KernelCheckSizes::kSmall).size(), 8u);
   for (const auto& c : cases) {
     const auto r = run_kernel_check(c, "cpu");
     EXPECT_TRUE(r.pass) << kernel_check_line(c, r);

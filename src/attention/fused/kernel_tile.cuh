@@ -14,7 +14,7 @@
 
 #include <cstdint>
 
-#include "attention/fused_kernel.h"
+#include "attention/fused/kernel.h"
 
 namespace combiner::attention::fused::cuda_detail {
 
@@ -42,12 +42,18 @@ __device__ __forceinline__ const T* at(const Operand& x, int64_t b, int64_t h, i
   return static_cast<const T*>(x.data) + b * x.batch + h * x.head + row * x.row;
 }
 
-// ---- cp.async: 16 bytes per call, zero-filled where the row does not exist ----
+// ---- cp.async: 16 bytes (or 4) per call, zero-filled where the row does not exist ----
 
 __device__ __forceinline__ void cp_async16(void* smem, const void* gmem, bool valid) {
   const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
   asm volatile(
       "cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem), "r"(valid ? 16 : 0));
+}
+// 4 bytes (a float of lse or delta); zero-filled where !valid.
+__device__ __forceinline__ void cp_async4(float* smem, const float* gmem, bool valid) {
+  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  asm volatile(
+      "cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(s), "l"(gmem), "r"(valid ? 4 : 0));
 }
 __device__ __forceinline__ void cp_async_commit() {
   asm volatile("cp.async.commit_group;\n" ::);

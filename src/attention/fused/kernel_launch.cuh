@@ -1,16 +1,19 @@
 // Host side of the fused kernels: the (dtype, D) dispatch onto template instances, and a launch
-// that raises the dynamic shared-memory limit, launches on the caller's stream and turns a
-// launch error into std::runtime_error naming the kernel.
+// that raises the dynamic shared-memory limit (once per kernel and device), launches on the
+// caller's stream and turns a launch error into std::runtime_error naming the kernel.
 #pragma once
 
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
+#include <mutex>
+#include <set>
 #include <stdexcept>
 #include <string>
 #include <type_traits>
+#include <utility>
 
-#include "attention/fused_kernel.h"
+#include "attention/fused/kernel.h"
 
 namespace combiner::attention::fused::cuda_detail {
 
@@ -38,11 +41,26 @@ inline void check(cudaError_t status, const char* what) {
     throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(status));
 }
 
+// The dynamic shared-memory limit is an attribute of a kernel on a device: raised on the first
+// launch there, not on every one (each instance asks for one constant size).
+template <typename Arg>
+void raise_smem_limit(void (*kernel)(Arg), size_t smem, const char* what) {
+  static std::mutex mutex;
+  static std::set<std::pair<const void*, int>> raised;  // (kernel, device)
+  int device = 0;
+  check(cudaGetDevice(&device), what);
+  const std::pair<const void*, int> key(reinterpret_cast<const void*>(kernel), device);
+  const std::lock_guard<std::mutex> lock(mutex);
+  if (raised.count(key)) return;
+  check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)), what);
+  raised.insert(key);
+}
+
 template <typename Arg>
 void launch(
     void (*kernel)(Arg), dim3 grid, size_t smem, void* stream, const char* what, const Arg& arg) {
   if (grid.x == 0 || grid.y == 0) return;
-  check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)), what);
+  if (smem > 48 * 1024) raise_smem_limit(kernel, smem, what);
   kernel<<<grid, 128, smem, static_cast<cudaStream_t>(stream)>>>(arg);
   check(cudaGetLastError(), what);
 }

@@ -1,5 +1,5 @@
 // The fused forward (and the backward's delta = rowsum(dO * O)), line for line the CPU model's
-// forward_tile (fused_kernel_cpu.cpp). One CTA = 4 warps = one query tile of 64 rows of one
+// forward_tile (fused/kernel_cpu.cpp). One CTA = 4 warps = one query tile of 64 rows of one
 // segment and head; it walks the key tiles (source A: the segment's own keys up to the tile's
 // last query; then source B: the summaries of the earlier segments), double-buffered through
 // cp.async, with the online softmax in registers: no score leaves the chip. Shared memory:
@@ -22,9 +22,9 @@
 #include <string>
 #include <type_traits>
 
-#include "attention/fused_kernel.h"
-#include "attention/fused_kernel_launch.cuh"
-#include "attention/fused_kernel_tile.cuh"
+#include "attention/fused/kernel.h"
+#include "attention/fused/kernel_launch.cuh"
+#include "attention/fused/kernel_tile.cuh"
 
 namespace combiner::attention::fused::cuda_detail {
 

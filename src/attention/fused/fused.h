@@ -1,13 +1,13 @@
 // The fused path of combiner-fixed and combiner-axial-rowmajor: span summaries (DeepSets maps,
 // max/mean pooling) stay LibTorch ops with their autograd; every softmax over keys runs in the
-// fused kernels of fused_kernel.h through one autograd Function (forward saves o and the
+// fused kernels of fused/kernel.h through one autograd Function (forward saves o and the
 // per-query log-sum-exp; backward recomputes the weights). CUDA tensors run the CUDA kernels,
 // CPU tensors the CPU model of the same kernels (tests, kernel-check).
 #pragma once
 
 #include <torch/torch.h>
 
-#include "attention/fused_kernel.h"
+#include "attention/fused/kernel.h"
 #include "attention/summary.h"
 
 #include <cstdint>

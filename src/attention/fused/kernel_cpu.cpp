@@ -1,9 +1,9 @@
-// The CPU model of the fused kernels (fused_kernel.h): the same tiles, in the same order, with
-// the same formulas as fused_kernel_*.cu, in plain loops, so that what the tests prove here is
+// The CPU model of the fused kernels (fused/kernel.h): the same tiles, in the same order, with
+// the same formulas as kernel_*.cu, in plain loops, so that what the tests prove here is
 // what the GPU runs. Where a CUDA warp works on 16 rows of a tile at once, this works row by row;
 // the online-softmax rescaling, the log2-domain exponentials, the saved log-sum-exp and the
 // backward's recomputation dS = P (dP - delta) are the kernels' own.
-#include "attention/fused_kernel.h"
+#include "attention/fused/kernel.h"
 
 #include <algorithm>
 #include <cmath>
@@ -184,7 +184,7 @@ struct QueryRef {
   bool valid = false;
 };
 
-// dK, dV of one key tile (source A of segment g, or summary tile `g` when `summary`), walking
+// dK, dV of key tile `tile` (of source A in segment g, or of the summaries when `summary`), walking
 // the query tiles that can see it: P^T, dP^T and dS^T per (key, query), summed over queries.
 template <typename T>
 void backward_dkv_tile(
@@ -239,8 +239,10 @@ void backward_dkv_tile(
   for (auto& x : dk) x *= T(p.scale);
   for (int64_t c = 0; c < kKeyTile && j0 + c < key_count; ++c) {
     const int64_t j = j0 + c;
-    write_grad(summary ? bw.dks : bw.dk, p, b, h, summary ? j : row_of(p.key, g, j), &dk[c * D]);
-    write_grad(summary ? bw.du : bw.dv, p, b, h, summary ? j : row_of(p.value, g, j), &dv[c * D]);
+    const int64_t k_row = row_of(p.key, g, j) + g * bw.dk.segment_rows;
+    const int64_t v_row = row_of(p.value, g, j) + g * bw.dv.segment_rows;
+    write_grad(summary ? bw.dks : bw.dk, p, b, h, summary ? j : k_row, &dk[c * D]);
+    write_grad(summary ? bw.du : bw.dv, p, b, h, summary ? j : v_row, &dv[c * D]);
   }
 }
 
@@ -276,7 +278,7 @@ void backward_all(const Backward& bw) {
       const int64_t parts = ceil_div(p.query.segments, segments_per_part(p));
       for (int64_t st = 0; st < ceil_div(p.summary_count, kKeyTile); ++st)
         for (int64_t part = 0; part < parts; ++part)
-          backward_dkv_tile<T>(bw, b, h, true, st, 0, part);
+          backward_dkv_tile<T>(bw, b, h, true, 0, st, part);
     }
 }
 

@@ -3,7 +3,7 @@
 // two variants' plans. Gradient buffers: a slot read by one pass as source A whose segments own
 // disjoint rows covering the tensor is stored directly in the kernel dtype; any other is a zeroed
 // Acc buffer the kernels add into (summaries, shared by every later segment).
-#include "attention/fused.h"
+#include "attention/fused/fused.h"
 
 #include <spdlog/spdlog.h>
 
@@ -57,6 +57,48 @@ bool covers(const fused::Geometry& g, int64_t rows) {
   const bool blocks = g.row_stride == 1 && g.seg_stride == g.seg_len;
   const bool columns = g.seg_stride == 1 && g.row_stride == g.segments;
   return (blocks || columns) && g.segments * g.seg_len >= rows && g.limit >= rows;
+}
+
+// What the kernels index must exist: o, lse and dq have exactly Lq rows, so every pass's queries
+// end at Lq; a geometry never reaches past the rows of the tensor it reads; the summary rows a
+// pass reads (summary_count = rows of ks) exist in u; every tensor on q's device with q's B, H, D.
+void check_operands(const torch::Tensor& q,
+                    const torch::Tensor& k,
+                    const torch::Tensor& v,
+                    const torch::Tensor& ks,
+                    const torch::Tensor& u,
+                    const std::vector<FusedPass>& passes) {
+  const int64_t Lq = q.size(2);
+  TORCH_CHECK(!passes.empty() && covers(passes[0].query, Lq) && covers(passes.back().query, Lq),
+              "fused attention: the first and last pass must cover every query row");
+  auto same_frame = [&](const torch::Tensor& x, const char* name) {
+    TORCH_CHECK(x.dim() == 4 && x.size(0) == q.size(0) && x.size(1) == q.size(1) &&
+                    x.size(3) == q.size(3),
+                "fused attention: ", name, " must be [B, H, rows, D] with q's B, H, D ",
+                q.sizes(), ", got ", x.sizes());
+    TORCH_CHECK(x.device() == q.device(),
+                "fused attention: ", name, " is on ", x.device(), ", q on ", q.device());
+  };
+  same_frame(k, "k");
+  same_frame(v, "v");
+  if (ks.defined()) same_frame(ks, "ks");
+  if (u.defined()) same_frame(u, "u");
+  auto fits = [](const fused::Geometry& g, int64_t rows, const char* what) {
+    TORCH_CHECK(g.limit <= rows, "fused attention: ", what, " rows end at ", g.limit,
+                " but the tensor has ", rows);
+  };
+  for (const auto& p : passes) {
+    TORCH_CHECK(p.query.limit == Lq, "fused attention: a pass's queries end at ", p.query.limit,
+                ", q has ", Lq, " rows (o, lse and dq are indexed by it)");
+    const bool summaries = p.summaries || p.a_from_summaries;
+    TORCH_CHECK(!summaries || (ks.defined() && u.defined()),
+                "fused attention: a pass reads summaries but ks or u is undefined");
+    fits(p.key, p.a_from_summaries ? ks.size(2) : k.size(2), "source A key");
+    fits(p.value, p.a_from_summaries ? u.size(2) : v.size(2), "source A value");
+    if (p.summaries)
+      TORCH_CHECK(u.size(2) >= ks.size(2), "fused attention: ", ks.size(2),
+                  " summary keys but only ", u.size(2), " summary values");
+  }
 }
 
 // The plan travels in the context as integers: 5 per geometry, then mask and two flags.
@@ -264,13 +306,26 @@ class FusedFunction : public torch::autograd::Function<FusedFunction> {
       bw.dq.kind = last ? GradOut::kStore : i == 0 ? GradOut::kStoreAcc : GradOut::kAtomic;
       bw.dq.addend = last && i > 0 ? dq_acc.data_ptr() : nullptr;
       const bool a_summ = passes[i].a_from_summaries;
-      bw.dk = (a_summ ? dks : dk).out();
+      Grad& key_grad = a_summ ? dks : dk;
+      bw.dk = key_grad.out();
       bw.dv = (a_summ ? du : dv).out();
+      // Segments sharing their key rows: one slab each (no atomics), summed after the pass.
+      const auto& key = passes[i].key;
+      torch::Tensor slabs;
+      if (key_grad.buffer.defined() && key.seg_stride == 0 && key.segments > 1) {
+        slabs = torch::zeros({B, H, key.segments * key.limit, D}, lse.options());
+        bw.dk = {slabs.data_ptr(), GradOut::kStoreAcc, slabs.size(2), nullptr, key.limit};
+      }
       if (passes[i].summaries) {
         bw.dks = dks.out();
         bw.du = du.out();
       }
       run(q, bw, &fused::backward_cpu, kBackwardCuda);
+      if (slabs.defined()) {
+        TORCH_INTERNAL_ASSERT(key_grad.kind == GradOut::kAtomic);  // shared rows never cover
+        key_grad.buffer.narrow(2, 0, key.limit)
+            .add_(slabs.view({B, H, key.segments, key.limit, D}).sum(2));
+      }
     }
     auto as = [&](const Grad& g, int64_t type) {
       return g.buffer.defined() ? g.buffer.to(torch::ScalarType(type)) : torch::Tensor();
@@ -304,12 +359,7 @@ torch::Tensor fused_attention(const torch::Tensor& q,
               q.sizes(),
               " and v ",
               v.sizes());
-  TORCH_CHECK(!passes.empty() && fused_glue::covers(passes[0].query, q.size(2)) &&
-                  fused_glue::covers(passes.back().query, q.size(2)),
-              "fused attention: the first and last pass must cover every query row");
-  for (const auto& p : passes)
-    TORCH_CHECK(!(p.summaries || p.a_from_summaries) || (ks.defined() && u.defined()),
-                "fused attention: a pass reads summaries but ks or u is undefined");
+  fused_glue::check_operands(q, k, v, ks, u, passes);
   auto optional = [](const torch::Tensor& x) {
     return x.defined() ? c10::optional<torch::Tensor>(x) : c10::nullopt;
   };

@@ -1,5 +1,5 @@
 // The fused backward, line for line the CPU model's backward_dq_tile and backward_dkv_tile
-// (fused_kernel_cpu.cpp). Weights are recomputed from the saved log-sum-exp: P = exp2(S * scale
+// (fused/kernel_cpu.cpp). Weights are recomputed from the saved log-sum-exp: P = exp2(S * scale
 // * log2 e - lse * log2 e); dP = dO V^T; dS = P (dP - delta), delta = rowsum(dO * O).
 //   dq kernel: one CTA per query tile (as the forward), dQ += dS K over the same key tiles.
 //   dkv kernel: one CTA per 64-key tile; each warp owns 16 keys and computes S^T = K Q^T and
@@ -11,9 +11,9 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
-#include "attention/fused_kernel.h"
-#include "attention/fused_kernel_launch.cuh"
-#include "attention/fused_kernel_tile.cuh"
+#include "attention/fused/kernel.h"
+#include "attention/fused/kernel_launch.cuh"
+#include "attention/fused/kernel_tile.cuh"
 
 namespace combiner::attention::fused::cuda_detail {
 
@@ -26,7 +26,7 @@ constexpr size_t dq_smem() {
 template <typename T, int D>
 constexpr size_t dkv_smem() {
   constexpr int MQ = backward_query_tile(D);
-  return size_t(2 * kKeyTile + 4 * MQ) * pitch<T, D>() * sizeof(T) + 2 * 3 * MQ * sizeof(float) +
+  return size_t(2 * kKeyTile + 4 * MQ) * pitch<T, D>() * sizeof(T) + 2 * 4 * MQ * sizeof(float) +
          size_t(kWarps) * scratch_floats<T, MQ>() * sizeof(float);
 }
 
@@ -159,11 +159,12 @@ __global__ void __launch_bounds__(kThreads, 1) dkv_kernel(const Backward bw) {
   T* vs = ks + N * P;
   T* qs = vs + N * P;                                         // [2][MQ][P]
   T* dos = qs + 2 * MQ * P;                                   // [2][MQ][P]
-  float* lse2s = reinterpret_cast<float*>(dos + 2 * MQ * P);  // [2][MQ]
-  float* deltas = lse2s + 2 * MQ;                             // [2][MQ]
-  int* seen = reinterpret_cast<int*>(deltas + 2 * MQ);        // [2][MQ]
+  float* lses = reinterpret_cast<float*>(dos + 2 * MQ * P);  // [2][MQ], natural log
+  float* deltas = lses + 2 * MQ;                             // [2][MQ]
+  int* seen = reinterpret_cast<int*>(deltas + 2 * MQ);       // [2][MQ]
+  int* rows = seen + 2 * MQ;                                 // [2][MQ]
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, gq = lane / 4, qq = lane % 4;
-  float* scratch = reinterpret_cast<float*>(seen + 2 * MQ) + warp * scratch_floats<T, MQ>();
+  float* scratch = reinterpret_cast<float*>(rows + 2 * MQ) + warp * scratch_floats<T, MQ>();
 
   const Pass& p = bw.pass;
   const int64_t b = blockIdx.y / p.heads, h = blockIdx.y % p.heads;
@@ -207,34 +208,32 @@ __global__ void __launch_bounds__(kThreads, 1) dkv_kernel(const Backward bw) {
         return j0 + c < key_count ? v0 + value_row(j0 + c) * v_row : nullptr;
       },
       v0);
-  // Query tile at flat index f0 into stage `stage`: rows of q and dO, and per query its lse,
-  // delta and `seen` (source A: its index t, -1 if none; source B: how many summaries it sees).
-  const int64_t base = (b * p.heads + h) * p.query.limit;
+  // Query tile at flat index f0 into stage `stage`, all asynchronous: per query once (not per
+  // 16-byte chunk) its row (-1 if none), lse and delta by cp.async and `seen` (source A: its
+  // index t, -1 if none; source B: how many summaries it sees); then the rows of q and dO.
+  const float* lse0 = static_cast<const float*>(bw.lse) + (b * p.heads + h) * p.query.limit;
+  const float* delta0 = static_cast<const float*>(bw.delta) + (b * p.heads + h) * p.query.limit;
   auto load_queries = [&](int64_t f0, int stage) {
-    auto query_of = [&](int i, int64_t& gi, int& t) {
+    for (int i = threadIdx.x; i < MQ; i += kThreads) {
       const int64_t f = f0 + i;
-      gi = SUMMARY ? f / p.query.seg_len : g;
-      t = int(SUMMARY ? f % p.query.seg_len : f);
-      return f < f_end && t < valid_count(p.query, gi);
-    };
+      const int64_t gi = SUMMARY ? f / p.query.seg_len : g;
+      const int64_t t = SUMMARY ? f % p.query.seg_len : f;
+      const bool valid = f < f_end && t < valid_count(p.query, gi);
+      const int64_t row = valid ? row_of(p.query, gi, t) : 0;
+      rows[stage * MQ + i] = valid ? int(row) : -1;
+      cp_async4(lses + stage * MQ + i, lse0 + row, valid);
+      cp_async4(deltas + stage * MQ + i, delta0 + row, valid);
+      seen[stage * MQ + i] = SUMMARY ? (valid ? int(summary_terms(p, gi)) : 0) : (valid ? int(t) : -1);
+    }
+    __syncthreads();  // every thread reads the rows below
     auto rows_of = [&](const T* x0, int64_t stride) {
-      return [=, &query_of](int i) -> const T* {
-        int64_t gi;
-        int t;
-        return query_of(i, gi, t) ? x0 + row_of(p.query, gi, t) * stride : nullptr;
+      return [=](int i) -> const T* {
+        const int row = rows[stage * MQ + i];
+        return row >= 0 ? x0 + int64_t(row) * stride : nullptr;
       };
     };
     load_rows<T, D, MQ>(qs + stage * MQ * P, rows_of(q0, p.q.row), q0);
     load_rows<T, D, MQ>(dos + stage * MQ * P, rows_of(do0, bw.d_o.row), do0);
-    for (int i = threadIdx.x; i < MQ; i += kThreads) {
-      int64_t gi;
-      int t;
-      const bool valid = query_of(i, gi, t);
-      const int64_t row = base + (valid ? row_of(p.query, gi, t) : 0);
-      lse2s[stage * MQ + i] = valid ? static_cast<const float*>(bw.lse)[row] * kLog2e : 0.f;
-      deltas[stage * MQ + i] = valid ? static_cast<const float*>(bw.delta)[row] : 0.f;
-      seen[stage * MQ + i] = SUMMARY ? (valid ? int(summary_terms(p, gi)) : 0) : (valid ? t : -1);
-    }
   };
   const int n_tiles = f_end > f_begin ? int(ceil_div(f_end - f_begin, MQ)) : 0;
   if (n_tiles > 0) load_queries(f_begin, 0);
@@ -276,7 +275,7 @@ __global__ void __launch_bounds__(kThreads, 1) dkv_kernel(const Backward bw) {
           const int info = seen[stage * MQ + c];
           const bool ok =
               j < key_count && (SUMMARY ? j < info : info >= 0 && mask_allows(p.mask, info, j));
-          const float w = ok ? exp2f(s[i][e] * scale2 - lse2s[stage * MQ + c]) : 0.f;
+          const float w = ok ? exp2f(s[i][e] * scale2 - lses[stage * MQ + c] * kLog2e) : 0.f;
           s[i][e] = w;                                         // P^T
           dp[i][e] = w * (dp[i][e] - deltas[stage * MQ + c]);  // dS^T
         }
@@ -295,8 +294,10 @@ __global__ void __launch_bounds__(kThreads, 1) dkv_kernel(const Backward bw) {
   for (int r = 0; r < 2; ++r) {
     const int j = jw + gq + 8 * r;
     if (j >= key_count) continue;
-    const int64_t at_k = ((b * p.heads + h) * out_k.rows + key_row(j)) * D + 2 * qq;
-    const int64_t at_v = ((b * p.heads + h) * out_v.rows + value_row(j)) * D + 2 * qq;
+    const int64_t k_out = key_row(j) + (SUMMARY ? 0 : g * out_k.segment_rows);
+    const int64_t v_out = value_row(j) + (SUMMARY ? 0 : g * out_v.segment_rows);
+    const int64_t at_k = ((b * p.heads + h) * out_k.rows + k_out) * D + 2 * qq;
+    const int64_t at_v = ((b * p.heads + h) * out_v.rows + v_out) * D + 2 * qq;
 #pragma unroll
     for (int dt = 0; dt < D / 8; ++dt) {
       write_grad_pair<T>(out_k, at_k + dt * 8, dk[dt][2 * r] * scale, dk[dt][2 * r + 1] * scale);

@@ -53,12 +53,17 @@ struct Operand {
 // A gradient output: contiguous [B, H, rows, width]. kStore writes the pass dtype (plus
 // `addend`, an Acc tensor of the same shape, when given); kStoreAcc writes Acc; kAtomic adds
 // into Acc data (atomically on the GPU, where CTAs share rows).
+// `segment_rows`: source A's gradient of segment g's row r goes to row r + g * segment_rows. A
+// pass whose segments all read the same key rows (seg_stride 0: rowmajor's columns over the row
+// summaries) writes one slab per segment, summed afterwards, instead of W CTAs adding into the
+// same rows.
 struct GradOut {
   enum Kind : int { kNone, kStore, kStoreAcc, kAtomic };
   void* data = nullptr;
   Kind kind = kNone;
   int64_t rows = 0;
   const void* addend = nullptr;
+  int64_t segment_rows = 0;
 };
 
 // One pass: queries of `query`; source A = keys of `key` (rows of k) with values at the same
@@ -150,12 +155,12 @@ COMBINER_HD int64_t segments_per_part(const Pass& p) {
   return s > 0 ? s : 1;
 }
 
-// ---- the CPU model (fused_kernel_cpu.cpp): float32 and float64 ----
+// ---- the CPU model (fused/kernel_cpu.cpp): float32 and float64 ----
 void forward_cpu(const Forward& f);
 void delta_cpu(const Delta& d);
 void backward_cpu(const Backward& b);
 
-// ---- the CUDA kernels (fused_kernel_*.cu; CUDA builds only): float32 and bfloat16, D = Dv in
+// ---- the CUDA kernels (kernel_*.cu; CUDA builds only): float32 and bfloat16, D = Dv in
 // {32, 64, 128}, every row 16-byte aligned. `stream` is a cudaStream_t. Errors throw
 // std::runtime_error naming the launch.
 bool cuda_supports(Dtype dtype, int64_t dim);
