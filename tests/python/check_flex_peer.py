@@ -15,7 +15,11 @@ A's own properties (rows sum to 1, causal, full support). Against it, max |error
     only, float32, without the log-sum-exp that combiner-axial-rowmajor merges by): 2e-5.
 With --inspect PATH (combiner-inspect; ctest passes it), our C++ fast path on the same float32
 inputs must match the reference within 2e-5 (the C++ tests hold it to the C++ reference within
-1e-5), which ties this reference to reference.cpp. Runs with pip's torch >= 2.9.
+1e-5), which ties this reference to reference.cpp. (No binary writes the dense reference's
+output itself: combiner-inspect writes the fast path's and draws the reference as a picture.)
+The peer-flex model of scripts/peer_gpu.py takes one training step's forward and backward on the
+CPU (dense stand-in); with --bench PATH (combiner-bench) its parameter count, DeepSets maps
+included, must equal ours for the same configuration. Runs with pip's torch >= 2.9.
 """
 import argparse
 import math
@@ -34,8 +38,10 @@ os.environ.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "scripts"))
+ROOT = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
+sys.path.insert(0, os.path.join(ROOT, "scripts"))
 import peer_flex  # noqa: E402
+import peer_gpu  # noqa: E402
 
 FAILURES = []
 
@@ -209,13 +215,58 @@ def inspect_case(binary, variant, L, layout, abstraction, seed):
            f"{layout} {abstraction}: max |out - this reference| {error:.2e} <= 2e-05")
 
 
+def model_case(bench, variant, abstraction):
+    """peer_gpu.py's peer-flex model, tiny: one step's loss is finite and near log2(256) = 8
+    bits, every parameter (the DeepSets maps too) gets a gradient, and with `bench` its count
+    equals combiner-bench's for the same configuration."""
+    config = os.path.join(ROOT, "configs", f"fashion_mnist_{variant.replace('-', '_')}.yaml")
+    argv = ["--system", "peer-flex", "--attention", variant, "--abstraction", abstraction,
+            "--layers", "2", "--width", "16", "--heads", "2", "--mlp", "3", "--length", "784",
+            "--device", "cpu"]
+    args = peer_gpu.parse_args(argv)
+    flex = make_dense_flex()
+    torch.manual_seed(0)
+    model = peer_gpu.ImageTransformer(
+        args.layers, args.width, args.heads, args.mlp, peer_gpu.IMAGES[784][1:], 0.0, False,
+        lambda: peer_flex.CombinerFlex(variant, args.layout, abstraction,
+                                       args.width // args.heads, flex=flex))
+    x = torch.randint(0, peer_gpu.VOCAB, (1, 784), dtype=torch.uint8)
+    loss = peer_gpu.mean_bits(model(x), x)
+    loss.backward()
+    name = f"peer-flex model {variant} {abstraction} (layout {args.layout})"
+    expect(abs(loss.item() - 8.0) < 0.5, f"{name}: first loss {loss.item():.3f} bits near 8")
+    missing = [n for n, t in model.named_parameters() if t.grad is None]
+    expect(not missing, f"{name}: every parameter has a gradient (missing: {missing})")
+    count = sum(t.numel() for t in model.parameters())
+    if not bench:
+        return
+    with tempfile.TemporaryDirectory() as tmp:
+        csv_path = os.path.join(tmp, "ours.csv")
+        run = subprocess.run(
+            [bench, "train", "--config", config, "--steps", "1", "--warmup", "0", "--threads",
+             "1", "--matmul-size", "64", "--set", "model.layers=2", "--set", "model.width=16",
+             "--set", "model.heads=2", "--set", "model.mlp_ratio=3", "--set",
+             f"model.attention.abstraction={abstraction}", "--set", "train.batch_size=1",
+             "--set", "train.grad_accum=1", "--out", csv_path], capture_output=True, text=True)
+        if run.returncode != 0:
+            expect(False, f"{bench} train {config}: exit {run.returncode}: "
+                   f"{run.stderr.strip()[-500:]}")
+            return
+        with open(csv_path) as f:
+            header, row = f.read().splitlines()[:2]
+        ours = int(dict(zip(header.split(","), row.split(",")))["parameters"])
+    expect(count == ours, f"{name}: {count} parameters, combiner-bench {ours}")
+
+
 def main(argv):
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--inspect", help="combiner-inspect binary: tie the reference to the C++ one")
+    p.add_argument("--bench", help="combiner-bench binary: compare the model's parameter count")
     p.add_argument("--no-compile", action="store_true", help="skip the torch.compile case")
     args = p.parse_args(argv)
-    if args.inspect and not os.access(args.inspect, os.X_OK):
-        p.error(f"--inspect: '{args.inspect}' is not an executable file")
+    for flag, path in (("--inspect", args.inspect), ("--bench", args.bench)):
+        if path and not os.access(path, os.X_OK):
+            p.error(f"{flag}: '{path}' is not an executable file")
     torch.set_num_threads(1)
     warnings.filterwarnings("ignore", message=".*flex_attention called without torch.compile")
     from torch.nn.attention.flex_attention import flex_attention
@@ -263,6 +314,10 @@ def main(argv):
             inspect_case(args.inspect, variant, L, layout, abstraction, 200 + L)
     else:
         print("note: no --inspect binary; the tie to the C++ fast path is not checked")
+    model_case(args.bench, "combiner-fixed", "deepsets-max")
+    model_case(args.bench, "combiner-axial-rowmajor", "deepsets-mean")
+    if not args.bench:
+        print("note: no --bench binary; the parameter counts are not compared with ours")
     if not args.no_compile:
         compiled_case(72, 16, 300)
     print(f"{len(FAILURES)} failure(s); {time.perf_counter() - start:.1f} s")
