@@ -200,7 +200,7 @@ def attention_factory(args):
     """None for the SDPA peer; for peer-flex, a function making one layer's CombinerFlex."""
     if args.system != "peer-flex":
         return None
-    import peer_flex  # beside this file; torch >= 2.9 only
+    import peer_flex  # beside this file; needs flex_attention (torch 2.11)
     head_dim = args.width // args.heads
     return lambda: peer_flex.CombinerFlex(args.attention, args.layout, args.abstraction,
                                           head_dim)

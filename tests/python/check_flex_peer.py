@@ -19,7 +19,8 @@ inputs must match the reference within 2e-5 (the C++ tests hold it to the C++ re
 output itself: combiner-inspect writes the fast path's and draws the reference as a picture.)
 The peer-flex model of scripts/peer_gpu.py takes one training step's forward and backward on the
 CPU (dense stand-in); with --bench PATH (combiner-bench) its parameter count, DeepSets maps
-included, must equal ours for the same configuration. Runs with pip's torch >= 2.9.
+included, must equal ours for the same configuration. Runs with pip's torch 2.11 (the GPU
+machines' version).
 """
 import argparse
 import math
