@@ -17,6 +17,7 @@ import os
 import statistics
 import sys
 import time
+import warnings
 
 import torch
 import torch.nn as nn
@@ -182,7 +183,10 @@ def time_case(variant, length, args, device):
     """(ms, peak_mib): median forward (+ backward) time and the CUDA allocator's peak above what
     the inputs hold (0 on the CPU), after one untimed run that compiles and builds the masks."""
     dtype = getattr(torch, args.dtype)
-    flex = flex_api()[0] if args.eager else None  # None: torch.compile(flex_attention)
+    flex = None  # torch.compile(flex_attention)
+    if args.eager:
+        warnings.filterwarnings("ignore", message=".*flex_attention called without torch.compile")
+        flex = flex_api()[0]
     module = CombinerFlex(variant, args.layout or default_layout(length), "max", args.dim, flex)
     module.to(device)
     shape = (args.batch, args.heads, length, args.dim)
