@@ -12,6 +12,7 @@ Block s and row length W default to the divisor of L nearest sqrt(L), as combine
 attention picks them. Written against torch 2.11 (flex_attention with AuxRequest).
 """
 import argparse
+import functools
 import math
 import os
 import statistics
@@ -25,6 +26,8 @@ import torch.nn as nn
 VARIANTS = ("combiner-fixed", "combiner-axial-rowmajor")
 ABSTRACTIONS = ("max", "mean", "deepsets-max", "deepsets-mean")
 ATTENTION_COLUMNS = "gpu,L,batch,heads,dim,dtype,variant,ms,peak_mib,status"
+# (mask name, s or W, Q length, KV length, device) -> BlockMask: the masks depend on nothing else.
+BLOCK_MASKS = {}
 
 
 def flex_api():
@@ -36,6 +39,14 @@ def flex_api():
                            f"(written against torch 2.11), this is torch {torch.__version__}: "
                            f"{e}") from None
     return flex_attention, create_block_mask, AuxRequest
+
+
+@functools.lru_cache(maxsize=None)
+def compiled_create_block_mask():
+    """torch.compile(create_block_mask): on a GPU it never holds the L x (L + n) mask in memory
+    (eager create_block_mask evaluates mask_mod on the whole grid: gigabytes at L 49152), as
+    FlexAttention's documentation advises. One per process."""
+    return torch.compile(flex_api()[1])
 
 
 def check_layout(variant, length, layout):
@@ -75,7 +86,6 @@ class CombinerFlex(nn.Module):
             if variant == "combiner-fixed":
                 self.phi_query = nn.Parameter(torch.randn(head_dim, head_dim) * scale)
             self.phi_key = nn.Parameter(torch.randn(head_dim, head_dim) * scale)
-        self._masks = {}  # (name, L, device) -> BlockMask: built once per shape, as users do
 
     def forward(self, q, k, v):
         check_layout(self.variant, q.shape[-2], self.layout)
@@ -91,11 +101,13 @@ class CombinerFlex(nn.Module):
         return x.amax(dim) if self.max else x.mean(dim)
 
     def _mask(self, name, mask_mod, q_len, kv_len, device):
-        key = (name, q_len, kv_len, str(device))
-        if key not in self._masks:
-            self._masks[key] = self._create_block_mask(mask_mod, None, None, q_len, kv_len,
-                                                       device=device)
-        return self._masks[key]
+        """The BlockMask of `mask_mod`, built once per shape and shared by every layer."""
+        key = (name, self.layout, q_len, kv_len, str(device))
+        if key not in BLOCK_MASKS:
+            make = compiled_create_block_mask() if device.type == "cuda" else \
+                self._create_block_mask
+            BLOCK_MASKS[key] = make(mask_mod, None, None, q_len, kv_len, device=device)
+        return BLOCK_MASKS[key]
 
     # -- combiner-fixed ------------------------------------------------------------------------
     def _fixed(self, q, k, v):

@@ -245,7 +245,7 @@ if wanted 4; then
     # shellcheck disable=SC2086  # lengths and batch
     set -- $shape
     echo "-- flex: L $1, batch $2"
-    PYTHONUNBUFFERED=1 run_for 90 python3 scripts/peer_flex.py attention --lengths "$1" \
+    PYTHONUNBUFFERED=1 run_for 120 python3 scripts/peer_flex.py attention --lengths "$1" \
       --batch "$2" --heads 8 --dim 64 --variants combiner-fixed,combiner-axial-rowmajor \
       --repeats 5 "${flex_pass[@]}" --csv "$work/flex-attention.csv" ||
       echo "flex attention L $1: exit status $?"
