@@ -22,7 +22,8 @@
 #      validation bits/dim must agree within 0.01 -> OUT/fused-vs-libtorch.csv;
 #   6. cached sampling of 16 CIFAR-10 images from a fresh 6 x 512 model (combiner-sample,
 #      images/s) -> OUT/sampling-cuda.csv;
-#   7. the 128-layer CIFAR-10 preset, bf16, with and without activation checkpointing;
+#   7. the 128-layer CIFAR-10 preset, bf16, with and without activation checkpointing (the
+#      preset's own setting, with, is also a gpu-vs-peer.csv row of shape cifar10-128x256);
 #   8. the peer under torch.compile, both shapes (appended to gpu-vs-peer.csv).
 # Everything lands in OUT (at most 8 files come back from a lease): test-gpu.log (all output),
 # build.log, gpu-vs-peer.csv, attention-vs-flash.csv, train-cuda.csv (our raw combiner-bench train
@@ -315,7 +316,7 @@ else
 fi
 
 section "7. the 128-layer CIFAR-10 preset (bf16)"
-deep=$(grep -l "layers: 128" configs/*.yaml | head -1)  # cifar10_main_128layer.yaml today
+deep=$(grep -l "layers: 128" configs/*.yaml | head -1)  # cifar_axial.yaml today
 echo "preset: ${deep:-none found in configs/}"
 if wanted 7 && [ -x "$bench" ] && [ -n "$deep" ]; then
   for checkpointing in true false; do
@@ -326,10 +327,19 @@ if wanted 7 && [ -x "$bench" ] && [ -n "$deep" ]; then
       --set train.activation_checkpointing=$checkpointing "${ours_128[@]}" \
       --out "$work/128-$checkpointing.csv" 2>&1 | tee "$log"
     code=${PIPESTATUS[0]}
+    # The preset as configured (checkpointing on) is also a row of gpu-vs-peer.csv, shape
+    # cifar10-128x256 (perf_csv.py names it from the row's dataset, layers and width).
     if [ "$code" -eq 0 ]; then
       awk 'NR > 1' "$work/128-$checkpointing.csv" >>"$out/train-cuda.csv"
+      [ "$checkpointing" = true ] && python3 scripts/perf_csv.py ours --gpu "$gpu" \
+        "$work/128-$checkpointing.csv" >>"$out/gpu-vs-peer.csv"
     else
       echo "128 layers, checkpointing $checkpointing: $(status_of "$code" "$log")"
+      [ "$checkpointing" = true ] && python3 scripts/perf_csv.py ours --gpu "$gpu" \
+        --status "$(status_of "$code" "$log")" --shape cifar10-128x256 \
+        --attention "$(sed -n 's/.*type: \([a-z-]*\).*/\1/p' "$deep" | head -1)" --L 3072 \
+        --batch "$(sed -n 's/^  batch_size: //p' "$deep" | head -1)" --precision "$precision" \
+        >>"$out/gpu-vs-peer.csv"
     fi
   done
 fi
