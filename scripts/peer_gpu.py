@@ -10,6 +10,10 @@ per step to skip a non-finite update. Times training steps on random tokens (as
     gpu,shape,L,batch,system,attention,precision,ms_per_step,tokens_per_s,peak_mib,status
 On the CPU (Debian's torch 1.13, no SDPA, no compile) it runs in fp32 with an explicit causal
 softmax: a smoke test of the model, not a measurement.
+`--system peer-flex --attention combiner-fixed|combiner-axial-rowmajor` swaps SDPA for our
+Combiner written in FlexAttention (scripts/peer_flex.py, torch.compile(flex_attention)), the rest
+of the model unchanged; rows say system `peer-flex` and the variant. It needs a CUDA device
+(flex_attention has no backward on the CPU).
 """
 import argparse
 import math
@@ -45,11 +49,14 @@ def causal_attention(q, k, v):
 
 
 class Block(nn.Module):
-    """Pre-LayerNorm: x + attn_out(Attn(LN(x))), then h + mlp_out(GELU(mlp_in(LN(h))))."""
+    """Pre-LayerNorm: x + attn_out(Attn(LN(x))), then h + mlp_out(GELU(mlp_in(LN(h)))).
+    `attention` maps q, k, v [B, H, L, D] to [B, H, L, D]: causal SDPA unless given (a
+    peer_flex.CombinerFlex, whose DeepSets maps, if any, are this block's parameters)."""
 
-    def __init__(self, width, heads, mlp, dropout):
+    def __init__(self, width, heads, mlp, dropout, attention=None):
         super().__init__()
         self.heads = heads
+        self.attention = attention
         self.ln_attn = nn.LayerNorm(width)
         self.qkv = nn.Linear(width, 3 * width)
         self.attn_out = nn.Linear(width, width)
@@ -63,13 +70,16 @@ class Block(nn.Module):
         # [B, L, 3W] -> three [B, H, L, W/H], the split combiner's BlockImpl uses.
         qkv = self.qkv(self.ln_attn(x)).view(B, L, 3, self.heads, W // self.heads)
         q, k, v = qkv.permute(2, 0, 3, 1, 4)
-        merged = causal_attention(q, k, v).transpose(1, 2).reshape(B, L, W)
+        attend = self.attention if self.attention is not None else causal_attention
+        merged = attend(q, k, v).transpose(1, 2).reshape(B, L, W)
         h = x + self.dropout(self.attn_out(merged))
         return h + self.dropout(self.mlp_out(F.gelu(self.mlp_in(self.ln_mlp(h)))))
 
 
 class ImageTransformer(nn.Module):
-    def __init__(self, layers, width, heads, mlp, image, dropout, bf16):
+    """`make_attention()`, when given, builds each block's attention module (peer-flex)."""
+
+    def __init__(self, layers, width, heads, mlp, image, dropout, bf16, make_attention=None):
         super().__init__()
         height, row, channels = image
         self.bf16 = bf16
@@ -78,7 +88,9 @@ class ImageTransformer(nn.Module):
         self.col_embed = nn.Embedding(row, width)
         self.channel_embed = nn.Embedding(channels, width)
         self.embed_dropout = nn.Dropout(dropout)
-        self.blocks = nn.ModuleList(Block(width, heads, mlp, dropout) for _ in range(layers))
+        self.blocks = nn.ModuleList(
+            Block(width, heads, mlp, dropout, make_attention() if make_attention else None)
+            for _ in range(layers))
         self.ln_final = nn.LayerNorm(width)
         self.head = nn.Linear(width, VOCAB)
         p = torch.arange(height * row * channels)  # raster order, channels innermost
@@ -89,7 +101,7 @@ class ImageTransformer(nn.Module):
         # N(0, 0.02 / sqrt(2 layers)), LayerNorm ones and zeros.
         with torch.no_grad():
             for name, t in self.named_parameters():
-                if "ln_" in name:
+                if "ln_" in name or ".phi_" in name:  # DeepSets maps keep their own init
                     continue
                 if name.endswith("bias"):
                     t.zero_()
@@ -137,6 +149,15 @@ def parse_args(argv):
     p.add_argument("--steps", type=int, default=10, help="timed steps (median)")
     p.add_argument("--warmup", type=int, default=3, help="untimed steps first (compile happens here)")
     p.add_argument("--compile", action="store_true", help="torch.compile the model")
+    p.add_argument("--system", choices=["peer", "peer-flex"], default="peer",
+                   help="peer: causal SDPA; peer-flex: our Combiner in FlexAttention")
+    p.add_argument("--attention", choices=["combiner-fixed", "combiner-axial-rowmajor"],
+                   help="peer-flex's variant (required with it)")
+    p.add_argument("--layout", type=int, default=0,
+                   help="peer-flex's block s / row length W; 0 = one image row in subpixels, "
+                        "as configs/*_ablation_combiner_*.yaml")
+    p.add_argument("--abstraction", default="max",
+                   choices=["max", "mean", "deepsets-max", "deepsets-mean"])
     p.add_argument("--csv", help="append the row to this file (header if new)")
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     p.add_argument("--precision", choices=["bfloat16", "float32"],
@@ -158,7 +179,31 @@ def parse_args(argv):
         p.error("--steps >= 1, --warmup >= 0 and --batch >= 1 required")
     if args.compile and not hasattr(torch, "compile"):
         p.error(f"--compile needs torch >= 2.0, this is {torch.__version__}")
+    if args.system == "peer-flex":
+        if not args.attention:
+            p.error("--system peer-flex needs --attention combiner-fixed|combiner-axial-rowmajor")
+        if args.compile:
+            p.error("--compile is the SDPA peer's; peer-flex compiles flex_attention itself")
+        if args.layout < 0:
+            p.error(f"--layout must be >= 0, got {args.layout}")
+        _, height, row, channels = IMAGES[args.length]
+        args.layout = args.layout or row * channels
+        if args.attention == "combiner-axial-rowmajor" and args.length % args.layout:
+            p.error(f"--layout {args.layout} must divide --length {args.length} "
+                    "for combiner-axial-rowmajor")
+    elif args.attention:
+        p.error(f"--attention {args.attention} needs --system peer-flex")
     return args
+
+
+def attention_factory(args):
+    """None for the SDPA peer; for peer-flex, a function making one layer's CombinerFlex."""
+    if args.system != "peer-flex":
+        return None
+    import peer_flex  # beside this file; needs flex_attention (torch 2.11)
+    head_dim = args.width // args.heads
+    return lambda: peer_flex.CombinerFlex(args.attention, args.layout, args.abstraction,
+                                          head_dim)
 
 
 def main(argv):
@@ -166,12 +211,16 @@ def main(argv):
     device = torch.device(args.device)
     cuda = device.type == "cuda"
     precision = args.precision or ("bfloat16" if cuda else "float32")
+    if args.system == "peer-flex" and not cuda:
+        print("peer_gpu.py: --system peer-flex needs a CUDA device (flex_attention has no "
+              f"backward on the CPU), got --device {args.device}", file=sys.stderr)
+        return 2
     if args.threads > 0:
         torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
     dataset, *image = IMAGES[args.length]
     model = ImageTransformer(args.layers, args.width, args.heads, args.mlp, image, args.dropout,
-                             precision == "bfloat16").to(device)
+                             precision == "bfloat16", attention_factory(args)).to(device)
     model.train()
     parameters = sum(p.numel() for p in model.parameters())
     optimizer = make_optimizer(model, args, cuda)
@@ -181,6 +230,8 @@ def main(argv):
     x = torch.randint(0, VOCAB, (args.batch, args.length), dtype=torch.uint8, device=device)
     attention = "sdpa-causal" if has_sdpa() else "explicit-softmax"
     system = "peer-compile" if args.compile else "peer-eager"
+    if args.system == "peer-flex":
+        attention, system = args.attention, "peer-flex"
     print(f"peer: torch {torch.__version__}, {device}, {precision}, {system}, {attention}, "
           f"{parameters} parameters", flush=True)
 

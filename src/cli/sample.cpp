@@ -1,7 +1,8 @@
 // combiner-sample: draws images from a checkpoint or an exported .safetensors file (or, for speed
 // measurements, from the untrained model of a config), writes a PNG grid and optionally the raw
 // uint8 [N, H, W, C] array as .npy, and prints images/s. Cached decoding by default; --no-cache
-// re-runs the network per subpixel.
+// re-runs the network per subpixel. The model runs on the config's train.device (auto: a GPU when
+// LibTorch sees one); the draws themselves are on the CPU either way.
 #include <spdlog/spdlog.h>
 #include <CLI/CLI.hpp>
 
@@ -10,6 +11,7 @@
 
 #include "config/load.h"
 #include "sample/sampler.h"
+#include "train/distributed.h"
 #include "train/model_loading.h"
 #include "util/cli_main.h"
 #include "util/image_io.h"
@@ -21,11 +23,15 @@ namespace {
 namespace cb = combiner;
 
 // The untrained model of a config: initialised from train.seed, as a fresh run would be.
-cb::model::ImageTransformer untrained_model(const std::string& path,
-                                            const std::vector<std::string>& overrides) {
-  const auto config = cb::config::load_config_with_overrides(path, overrides);
-  torch::manual_seed(static_cast<uint64_t>(config.train.seed));
-  return cb::model::ImageTransformer(cb::model::TransformerOptions::from_config(config));
+cb::train::LoadedModel untrained_model(const std::string& path,
+                                       const std::vector<std::string>& overrides) {
+  cb::train::LoadedModel loaded;
+  loaded.config = cb::config::load_config_with_overrides(path, overrides);
+  torch::manual_seed(static_cast<uint64_t>(loaded.config.train.seed));
+  loaded.model =
+      cb::model::ImageTransformer(cb::model::TransformerOptions::from_config(loaded.config));
+  loaded.weights = "untrained";
+  return loaded;
 }
 
 }  // namespace
@@ -70,20 +76,25 @@ int main(int argc, char** argv) {
     if (ema && checkpoint.empty()) throw std::invalid_argument("--ema needs --checkpoint");
     options.cache = !no_cache;
     cb::util::set_threads(threads);
-    auto model = checkpoint.empty() ? untrained_model(config, overrides)
-                                    : cb::train::load_model(checkpoint, overrides, ema).model;
+    auto loaded = checkpoint.empty() ? untrained_model(config, overrides)
+                                     : cb::train::load_model(checkpoint, overrides, ema);
+    auto& model = loaded.model;
+    const auto device = cb::train::resolve_device(loaded.config.train.device,
+                                                  cb::train::read_launch_environment());
+    model->to(device);
     const auto start = std::chrono::steady_clock::now();
     const auto images = cb::sample::sample_images(model, options);
     const double seconds =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     cb::util::write_image_grid(out, images, scale);
     if (!npy.empty()) cb::util::save_npy(npy, images);
-    spdlog::info("{} images of L = {} in {:.2f}s ({}, {} weights): {:.3f} images/s",
+    spdlog::info("{} images of L = {} in {:.2f}s ({}, {} weights, {}): {:.3f} images/s",
                  options.count,
                  model->options().length(),
                  seconds,
                  options.cache ? "cached" : "uncached",
-                 checkpoint.empty() ? "untrained" : (ema ? "ema" : "model"),
+                 loaded.weights,
+                 device.str(),
                  double(options.count) / seconds);
     std::printf("samples: %s\n", out.c_str());
     return 0;

@@ -51,12 +51,18 @@ struct TrainConfig {
   // logits in fp32); the device; how long a collective waits for the other ranks.
   bool activation_checkpointing = false;
   std::string precision = "float32";  // float32 | bfloat16
+  // Which implementation the Combiner variants with fused kernels run: auto = the fused CUDA
+  // kernels where they apply (CUDA, float32/bfloat16, D 32/64/128), else the LibTorch
+  // composition; composed = always the LibTorch composition (the fused path's reference).
+  std::string attention_path = "auto";
   std::string device = "auto";        // auto | cpu | cuda | cuda:N
   int64_t dist_timeout_s = 300;       // seconds; a rank that dies stops the others after this
 };
 
 // The names train.precision accepts.
 const std::vector<std::string>& precision_names();
+// The names train.attention_path accepts.
+const std::vector<std::string>& attention_path_names();
 
 struct Config {
   data::DataOptions data;

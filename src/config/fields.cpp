@@ -127,6 +127,9 @@ std::vector<Field> build_table() {
     make("train.precision", [](auto& c) -> auto& { return c.train.precision; },
          "block math: float32, or bfloat16 autocast (fp32 weights, softmax, logits)")
         .one_of(&precision_names),
+    make("train.attention_path", [](auto& c) -> auto& { return c.train.attention_path; },
+         "auto (fused CUDA kernels where they apply) or composed (always the LibTorch path)")
+        .one_of(&attention_path_names),
     make("train.device", [](auto& c) -> auto& { return c.train.device; },
          "auto (cuda if LibTorch sees a GPU, else cpu), cpu, cuda or cuda:N").required(),
     make("train.dist_timeout_s", [](auto& c) -> auto& { return c.train.dist_timeout_s; },
@@ -231,6 +234,11 @@ void check_field(const Field& field, const Config& config) {
 
 const std::vector<std::string>& precision_names() {
   static const std::vector<std::string> names = {"float32", "bfloat16"};
+  return names;
+}
+
+const std::vector<std::string>& attention_path_names() {
+  static const std::vector<std::string> names = {"auto", "composed"};
   return names;
 }
 

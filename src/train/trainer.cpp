@@ -10,6 +10,7 @@
 #include <limits>
 #include <stdexcept>
 
+#include "attention/attention.h"
 #include "data/dataset.h"
 #include "model/transformer.h"
 #include "sample/sampler.h"
@@ -139,6 +140,12 @@ RunResult run_training(const config::Config& config, const RunOptions& options) 
   torch::manual_seed(static_cast<uint64_t>(t.seed));
   model::ImageTransformer model(model::TransformerOptions::from_config(config));
   model->to(device);
+  if (t.attention_path == "composed") {  // the fused kernels' reference run (train.attention_path)
+    for (const auto& module : model->modules())
+      if (auto* layer = dynamic_cast<attention::AttentionImpl*>(module.get()))
+        layer->set_path(attention::AttentionImpl::Path::kComposed);
+    spdlog::info("train.attention_path composed: every attention layer runs the LibTorch path");
+  }
   auto optimizer = make_optimizer(model, t);
   BatchLoader loader(train_set, t.seed, device);
   int64_t step = 0, samples_seen = 0;

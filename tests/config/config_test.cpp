@@ -45,6 +45,7 @@ void expect_equal(const Config& a, const Config& b) {
   EXPECT_EQ(s.ema_decay, t.ema_decay);
   EXPECT_EQ(s.activation_checkpointing, t.activation_checkpointing);
   EXPECT_EQ(s.precision, t.precision);
+  EXPECT_EQ(s.attention_path, t.attention_path);
   EXPECT_EQ(s.device, t.device);
   EXPECT_EQ(s.dist_timeout_s, t.dist_timeout_s);
   EXPECT_EQ(s.seed, t.seed);
@@ -91,6 +92,7 @@ Config unusual_config() {
   t.ema_decay = 0.9995;
   t.activation_checkpointing = true;
   t.precision = "bfloat16";
+  t.attention_path = "composed";
   t.device = "cuda:1";
   t.dist_timeout_s = 60;
   t.seed = 42;
@@ -147,6 +149,7 @@ TEST(ConfigKeys, KeyPathsListEveryFieldOnceInFileOrder) {
                                              "train.tensorboard",
                                              "train.activation_checkpointing",
                                              "train.precision",
+                                             "train.attention_path",
                                              "train.device",
                                              "train.dist_timeout_s"};
   const std::vector<std::string> paths = key_paths();
