@@ -5,7 +5,7 @@
 #      combiner-bench, combiner-train and combiner-sample against pip's LibTorch
 #      (scripts/build-cuda.sh); if that build fails, again with the LibTorch 2 fast paths compiled
 #      out (COMBINER_TORCH2_PATHS=OFF);
-#   2. a reduced kernel-check (--dims 64: its 8 cases at D 64) under compute-sanitizer, --tool
+#   2. a reduced kernel-check (--dims 64 --sizes small: 8 cases up to L 300) under compute-sanitizer, --tool
 #      memcheck then --tool racecheck, with CUDA_LAUNCH_BLOCKING=1 (one line and on where the
 #      tool is missing or refused, as under gVisor); then kernel-check --device cuda, every case;
 #   3. training steps, ours against the plain-PyTorch peer (scripts/peer_gpu.py, eager) and the
@@ -134,9 +134,9 @@ section "2. kernel-check: reduced under compute-sanitizer, then every case"
 # the tool itself could not run here (kernel-check printed no summary).
 sanitized() {
   local tool=$1 log="$work/sanitizer-$1.log" code
-  echo "-- compute-sanitizer --tool $tool: kernel-check --dims 64 (kernel-check has no finer case filter)"
+  echo "-- compute-sanitizer --tool $tool: kernel-check --dims 64 --sizes small"
   CUDA_LAUNCH_BLOCKING=1 run_for 75 "$sanitizer" --tool "$tool" --error-exitcode 99 \
-    --print-limit 20 "$bench" kernel-check --device cuda --dims 64 >"$log" 2>&1
+    --print-limit 20 "$bench" kernel-check --device cuda --dims 64 --sizes small >"$log" 2>&1
   code=$?
   tail -n 30 "$log"
   if [ "$code" -eq 124 ] || [ "$code" -eq 137 ]; then
@@ -165,7 +165,7 @@ elif [ -x "$bench" ] && "$bench" --help 2>&1 | grep -q "kernel-check"; then
   else
     sanitized memcheck && sanitized racecheck
   fi
-  run_for 90 "$bench" kernel-check --device "$device"
+  run_for 150 "$bench" kernel-check --device "$device"
   echo "kernel-check: exit status $?"
 else
   echo "kernel-check: not in this build (combiner-bench has no such subcommand); skipped"
