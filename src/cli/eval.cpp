@@ -1,7 +1,8 @@
 // combiner-eval: bits/dim of a checkpoint (or an exported .safetensors file) on a split. Last
 // line: "<split>_bpd: <value>". Under torchrun or scripts/launch.sh the processes share the
-// images and rank 0 alone prints. --heatmap also goes to TensorBoard: the run's tb/ folder when
-// the checkpoint lies in <run>/checkpoints/, or --tensorboard DIR.
+// images and rank 0 alone prints. --heatmap also goes to TensorBoard, in a folder of its own per
+// evaluated checkpoint (eval-step-<step>-<split>) inside the run's tb/ folder when the checkpoint
+// lies in <run>/checkpoints/, or inside --tensorboard DIR.
 #include <spdlog/spdlog.h>
 #include <CLI/CLI.hpp>
 
@@ -34,8 +35,9 @@ int main(int argc, char** argv) {
     app.add_option("--heatmap", heatmap, "write the mean bits per subpixel as a PNG heatmap");
     app.add_option("--tensorboard",
                    tensorboard,
-                   "with --heatmap: the TensorBoard folder for the heatmap and bits/dim "
-                   "(default: the run's tb/ when the checkpoint is in <run>/checkpoints/)");
+                   "with --heatmap: the TensorBoard folder whose eval-step-<step>-<split>/ "
+                   "gets the heatmap and bits/dim (default: the run's tb/ when the checkpoint "
+                   "is in <run>/checkpoints/)");
     app.add_option("--batch-size", batch_size, "images per batch (default: the config's)");
     app.add_option("--threads",
                    threads,
@@ -72,7 +74,11 @@ int main(int argc, char** argv) {
       if (tensorboard.empty() && loaded.config.train.tensorboard)
         tensorboard = combiner::train::run_tensorboard_folder(checkpoint).value_or("");
       if (!tensorboard.empty()) {
-        combiner::train::TensorBoardLog log(tensorboard, loaded.step, false);
+        combiner::train::TensorBoardLog log(
+            combiner::train::eval_tensorboard_folder(
+                tensorboard, loaded.step, split_name, loaded.weights),
+            loaded.step,
+            true);
         log.image("eval/" + split_name + "_bits_heatmap", loaded.step, png);
         log.scalar("eval/" + split_name + "_bpd", loaded.step, result.bits_per_dim);
         if (log.writing()) spdlog::info("heatmap and bits/dim also in {}", log.path());

@@ -3,6 +3,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include <cstdio>
 #include <filesystem>
 #include <stdexcept>
 
@@ -21,6 +22,15 @@ std::optional<std::string> run_tensorboard_folder(const std::string& checkpoint_
   std::error_code ec;
   if (!fs::is_directory(tb, ec)) return std::nullopt;
   return tb.string();
+}
+
+std::string eval_tensorboard_folder(const std::string& tb,
+                                    int64_t step,
+                                    const std::string& split,
+                                    const std::string& weights) {
+  char name[64];
+  std::snprintf(name, sizeof(name), "eval-step-%08lld-", static_cast<long long>(step));
+  return (fs::path(tb) / (name + split + (weights == "ema" ? "-ema" : ""))).string();
 }
 
 std::string config_markdown(const std::string& yaml) {

@@ -1,7 +1,8 @@
 // What a run shows in TensorBoard, and the rule that logging must never stop training. Tags:
 //   train/bpd train/lr train/grad_norm train/tokens_per_s train/skipped_steps  every log_every
 //   val/bpd (each evaluation), test/bpd (the final test), samples (the grid, every sample_every),
-//   config (the resolved config as text, step 0), and from `combiner-eval --heatmap`:
+//   config (the resolved config as text, at step 0 and at the first step after each resume), and
+//   from `combiner-eval --heatmap`, in a folder of their own (eval_tensorboard_folder):
 //   eval/<split>_bits_heatmap and eval/<split>_bpd at the checkpoint's step.
 // A folder or file that cannot be written, or a disk that fills up, warns once; the records after
 // that are dropped and the run goes on (its checkpoints are what must not be lost).
@@ -23,6 +24,16 @@ std::string tensorboard_folder(const std::string& out_dir);
 // The tb/ folder of the run a checkpoint belongs to (<run>/checkpoints/<file> -> <run>/tb), if
 // that folder exists; nullopt for a file anywhere else.
 std::optional<std::string> run_tensorboard_folder(const std::string& checkpoint_path);
+
+// Where combiner-eval logs one evaluation: tb/eval-step-<8-digit step>-<split>[-ema], a run of
+// its own in TensorBoard. No tag of any run then gets a lower step after a higher one when an
+// older checkpoint is evaluated after a newer one (TensorBoard's data server drops a tag's later
+// points when that happens); opened with `restart`, a second evaluation of the same checkpoint,
+// split and weights replaces the first.
+std::string eval_tensorboard_folder(const std::string& tb,
+                                    int64_t step,
+                                    const std::string& split,
+                                    const std::string& weights);
 
 // The resolved config as a Markdown code block, as the text summary "config" holds it.
 std::string config_markdown(const std::string& yaml);

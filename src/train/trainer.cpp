@@ -199,11 +199,13 @@ RunResult run_training(const config::Config& config, const RunOptions& options) 
   std::optional<MetricsLog> metrics;  // rank 0 alone writes the run folder
   if (dist.is_main()) metrics.emplace((fs::path(t.out_dir) / "metrics.jsonl").string());
   // A new event file per invocation, starting at the first step this one logs: a resumed run
-  // never repeats the steps up to its checkpoint.
+  // never repeats the steps up to its checkpoint. The resolved config goes there too, so a resume
+  // with new settings (--set) shows them in the Text dashboard from the step they apply to.
   std::optional<TensorBoardLog> tensorboard;
   if (dist.is_main() && t.tensorboard) {
-    tensorboard.emplace(tensorboard_folder(t.out_dir), step == 0 ? 0 : step + 1, true);
-    if (step == 0) tensorboard->text("config", 0, config_markdown(config::to_yaml(config)));
+    const int64_t first_logged = step == 0 ? 0 : step + 1;
+    tensorboard.emplace(tensorboard_folder(t.out_dir), first_logged, true);
+    tensorboard->text("config", first_logged, config_markdown(config::to_yaml(config)));
   }
   auto save = [&] {
     train_set.check_integrity(/*wait=*/true);  // never a checkpoint trained on a corrupt file

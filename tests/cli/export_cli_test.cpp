@@ -1,7 +1,7 @@
 // combiner-export end to end, and what the binaries write to TensorBoard: the exported file
 // evaluates to the checkpoint's bits/dim to the last digit and samples the same images, output
 // files are kept unless --force, bad files give one line naming the file and the tensor, and
-// combiner-eval --heatmap adds the heatmap to the run's TensorBoard folder.
+// combiner-eval --heatmap adds the heatmap to a folder of its own in the run's TensorBoard folder.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -145,19 +145,25 @@ TEST_F(Export, BadFilesGiveOneLineErrorsNamingTheFileAndTensor) {
   EXPECT_FALSE(fs::exists(dir_->file("y.safetensors")));
 }
 
-TEST_F(Export, EvalHeatmapGoesToTheRunsTensorBoard) {
+TEST_F(Export, EvalHeatmapGoesToTheRunsTensorBoardInAFolderOfItsOwn) {
   const std::string tb = dir_->file("run/tb");
   ASSERT_EQ(event_files(tb).size(), 1u);  // training's
   auto r = run_binary(
       "combiner-eval",
       "--checkpoint " + checkpoint_ + " --split val --heatmap " + dir_->file("heat.png"));
   ASSERT_EQ(r.status, 0) << r.output;
-  const auto files = event_files(tb);
-  ASSERT_EQ(files.size(), 2u);
-  const auto decoded = decode_event_files({files[1]}, dir_->path());
+  EXPECT_EQ(event_files(tb).size(), 1u);  // training's run gets no point of the evaluation
+  const std::string own = tb + "/eval-step-00000003-val";
+  const auto files = event_files(own);
+  ASSERT_EQ(files.size(), 1u);
+  EXPECT_NE(r.output.find("heatmap and bits/dim also in " + files[0]), std::string::npos)
+      << r.output;
+  const auto decoded = decode_event_files(files, dir_->path());
   const auto& f = decoded[0];
-  ASSERT_EQ(f.events.size(), 3u);  // version (no restart: training's steps stay), image, scalar
+  ASSERT_EQ(f.events.size(), 4u);  // version, restart (a second evaluation replaces), image, scalar
   EXPECT_EQ(f.events[0].kind, "version");
+  EXPECT_EQ(f.events[1].kind, "start");
+  EXPECT_EQ(f.events[1].step, 3);
   const auto heatmap = f.of("eval/val_bits_heatmap");
   ASSERT_EQ(heatmap.size(), 1u);
   EXPECT_EQ(heatmap[0].step, 3);
@@ -172,10 +178,12 @@ TEST_F(Export, EvalHeatmapGoesToTheRunsTensorBoard) {
                        "--checkpoint " + export_to("heat.safetensors") + " --split val --heatmap " +
                            dir_->file("heat2.png") + " --tensorboard " + other);
   ASSERT_EQ(st.status, 0) << st.output;
-  const auto elsewhere = decode_event_files(event_files(other), dir_->path());
+  EXPECT_TRUE(event_files(other).empty());
+  const auto elsewhere =
+      decode_event_files(event_files(other + "/eval-step-00000003-val"), dir_->path());
   ASSERT_EQ(elsewhere.size(), 1u);
   EXPECT_EQ(elsewhere[0].of("eval/val_bits_heatmap").size(), 1u);
-  EXPECT_EQ(event_files(tb).size(), 2u);
+  EXPECT_EQ(event_files(own).size(), 1u);
 }
 
 }  // namespace

@@ -1,7 +1,8 @@
 // TensorBoard event files of tiny training runs, read back with Python's protobuf
 // (tests/event_reader.h; every record's CRCs checked): the tags and steps of a run, a resumed run
-// appending a file that starts after its checkpoint, a file cut mid-record, train.tensorboard
-// false, and a folder or disk that fails: one warning, and training goes on.
+// appending a file that starts after its checkpoint with the config it runs with, a file cut
+// mid-record, train.tensorboard false, and a folder or disk that fails: one warning, and training
+// goes on.
 #include <gtest/gtest.h>
 #include <spdlog/sinks/ostream_sink.h>
 #include <spdlog/spdlog.h>
@@ -157,7 +158,8 @@ TEST(TensorBoardRun, AResumedRunAddsAFileThatStartsAfterItsCheckpoint) {
   EXPECT_EQ(resumed.events[0].step, 3);  // the step after the checkpoint's
   EXPECT_EQ(resumed.events[1].kind, "start");
   EXPECT_EQ(resumed.events[1].step, 3);
-  EXPECT_TRUE(resumed.of("config").empty());
+  ASSERT_EQ(resumed.of("config").size(), 1u);  // the config again, at the restart step
+  EXPECT_EQ(resumed.of("config")[0].step, 3);
   EXPECT_EQ(steps_of(resumed.of("train/bpd")), (std::vector<int64_t>{3, 4}));
   // What TensorBoard shows: the first file up to the restart, then the second; each step once,
   // and the resumed steps repeat the lost ones exactly (resume is bit-exact on the CPU).
@@ -168,6 +170,34 @@ TEST(TensorBoardRun, AResumedRunAddsAFileThatStartsAfterItsCheckpoint) {
   EXPECT_EQ(shown, (std::vector<int64_t>{1, 2, 3, 4}));
   EXPECT_EQ(decoded[0].of("train/bpd")[2].rest, resumed.of("train/bpd")[0].rest);
   EXPECT_EQ(decoded[0].of("train/bpd")[3].rest, resumed.of("train/bpd")[1].rest);
+}
+
+TEST(TensorBoardRun, AResumeWithNewSettingsWritesItsConfigAtItsFirstStep) {
+  TempDir dir;
+  auto c = tiny_run(dir.file("run"), 2);
+  run_training(c, {});
+  const std::string first = read_text(c.train.out_dir + "/config.yaml");
+  c.train.steps = 4;  // as --resume --set train.steps=4 would
+  c.train.lr = 1e-3;
+  RunOptions resume;
+  resume.resume = true;
+  run_training(c, resume);
+  const std::string second = read_text(c.train.out_dir + "/config.yaml");
+  ASSERT_NE(first, second);
+
+  const auto decoded =
+      decode_event_files(event_files(tensorboard_folder(c.train.out_dir)), dir.path());
+  ASSERT_EQ(decoded.size(), 2u);
+  // What the Text dashboard shows: the config each invocation ran with, from its first step.
+  const std::vector<std::pair<int64_t, std::string>> expected = {{0, first}, {3, second}};
+  for (size_t i = 0; i < expected.size(); ++i) {
+    const auto config = decoded[i].of("config");
+    ASSERT_EQ(config.size(), 1u) << decoded[i].path;
+    EXPECT_EQ(config[0].step, expected[i].first);
+    ASSERT_EQ(config[0].rest.rfind("text ", 0), 0u) << config[0].rest;
+    EXPECT_EQ(util::parse_json(config[0].rest.substr(5)).text, config_markdown(expected[i].second));
+  }
+  EXPECT_EQ(steps_of(decoded[1].of("train/bpd")), std::vector<int64_t>{4});  // log_every 1000
 }
 
 TEST(TensorBoardRun, AFileCutMidRecordReadsUpToItsLastWholeRecord) {
