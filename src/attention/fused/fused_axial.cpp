@@ -11,8 +11,9 @@
 namespace combiner::attention {
 
 namespace {
-// The direct part of the vertical and horizontal plans (the axial support): row R up to the query
-// (causal), then column c above it (strict). The column pass covers every query, so it runs last.
+// Row R up to the query (causal: rowmajor's direct part), and column c above it (strict): with
+// the row pass, the axial support that vertical and horizontal attend directly. The column pass
+// covers every query, so it runs last.
 FusedPass row_pass(int64_t length, int64_t W) {
   FusedPass p;
   p.query = p.key = p.value = {(length + W - 1) / W, W, W, 1, length};
@@ -43,9 +44,7 @@ torch::Tensor flat(const torch::Tensor& x) {
 // per row R: L n D / 2 per head, n / 2 = 64 times more at L = 12288, W = 96, and no tensor core.
 std::vector<FusedPass> rowmajor_joint_passes(int64_t length, int64_t row_len) {
   const int64_t W = row_len, n = (length + W - 1) / W, spans = n - 1;
-  std::vector<FusedPass> passes(1);
-  passes[0].query = passes[0].key = passes[0].value = {n, W, W, 1, length};
-  passes[0].mask = fused::Mask::kCausal;
+  std::vector<FusedPass> passes = {row_pass(length, W)};
   if (spans > 0) {
     // Column c: query (R, c) sees row r < R through key ks[r] and value u[(r, c)].
     FusedPass column;

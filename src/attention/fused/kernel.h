@@ -130,16 +130,8 @@ COMBINER_HD int64_t valid_count(const Geometry& g, int64_t segment) {
 }
 
 COMBINER_HD bool mask_allows(Mask mask, int64_t t, int64_t j) {
-  switch (mask) {
-    case Mask::kCausal:
-      return j <= t;
-    case Mask::kStrict:
-      return j < t;
-    case Mask::kOthers:
-      return j != t;
-    default:
-      return true;
-  }
+  return mask == Mask::kNone ||
+         (mask == Mask::kCausal ? j <= t : mask == Mask::kStrict ? j < t : j != t);
 }
 
 // Keys of source A that queries 0..last of a segment with `count` keys can see (a prefix of them;
