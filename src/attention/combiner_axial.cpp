@@ -11,7 +11,8 @@ namespace combiner::attention {
 
 CombinerAxialAttentionImpl::CombinerAxialAttentionImpl(const AttentionOptions& options,
                                                        int64_t head_dim)
-    : plan_(options.type == "combiner-axial-vertical"     ? Plan::kVertical
+    : type_(options.type),
+      plan_(options.type == "combiner-axial-vertical"     ? Plan::kVertical
             : options.type == "combiner-axial-horizontal" ? Plan::kHorizontal
             : options.type == "combiner-axial-rowmajor"   ? Plan::kRowMajor
                                                           : Plan::kMixture),
@@ -23,8 +24,7 @@ torch::Tensor CombinerAxialAttentionImpl::forward(const torch::Tensor& q,
                                                   const torch::Tensor& k,
                                                   const torch::Tensor& v) {
   check_inputs(q, k, v);
-  if (plan_ == Plan::kRowMajor && use_fused("combiner-axial-rowmajor", q, v))
-    return fused_combiner_rowmajor(q, k, v, summary_, row_len_);
+  if (use_fused(type_, q, v)) return forward_fused(q, k, v);
   // Any L works: the tail is zero-padded to whole rows, and since every output depends only on
   // earlier positions, the padding never reaches the L outputs kept (prefixes while sampling).
   const int64_t L = q.size(2), rows = (L + row_len_ - 1) / row_len_, padded = rows * row_len_;
@@ -50,6 +50,23 @@ torch::Tensor CombinerAxialAttentionImpl::forward(const torch::Tensor& q,
       break;
   }
   return out.reshape({v.size(0), v.size(1), padded, v.size(3)}).narrow(2, 0, L).to(v.scalar_type());
+}
+
+torch::Tensor CombinerAxialAttentionImpl::forward_fused(const torch::Tensor& q,
+                                                        const torch::Tensor& k,
+                                                        const torch::Tensor& v) const {
+  switch (plan_) {
+    case Plan::kVertical:
+      return fused_combiner_vertical(q, k, v, summary_, row_len_);
+    case Plan::kHorizontal:
+      return fused_combiner_horizontal(q, k, v, summary_, row_len_);
+    case Plan::kRowMajor:
+      return fused_combiner_rowmajor(q, k, v, summary_, row_len_);
+    case Plan::kMixture:
+      break;
+  }
+  return 0.5 * (fused_combiner_vertical(q, k, v, summary_, row_len_) +
+                fused_combiner_horizontal(q, k, v, summary_, row_len_));
 }
 
 namespace {

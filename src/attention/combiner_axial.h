@@ -48,10 +48,14 @@ class CombinerAxialAttentionImpl : public AttentionImpl {
                         const torch::Tensor& k,
                         const torch::Tensor& v) override;
   std::unique_ptr<DecodeState> start_decoding(int64_t length) const override;
-  bool has_fused_kernel() const override { return plan_ == Plan::kRowMajor; }
+  bool has_fused_kernel() const override { return true; }
 
  private:
   enum class Plan { kVertical, kHorizontal, kRowMajor, kMixture };
+  torch::Tensor forward_fused(const torch::Tensor& q,
+                              const torch::Tensor& k,
+                              const torch::Tensor& v) const;
+  std::string type_;
   Plan plan_;
   int64_t row_len_;
   SpanSummary summary_;

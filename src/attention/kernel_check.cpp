@@ -8,6 +8,7 @@
 #include <cstdio>
 
 #include "attention/attention.h"
+#include "attention/axial_common.h"
 #include "attention/fused/fused.h"
 #include "attention/reference.h"
 #include "attention/span_ops.h"
@@ -65,6 +66,79 @@ torch::Tensor joint_rowmajor_reference(const torch::Tensor& q,
   return out.reshape({B, H, n * W, v.size(3)}).narrow(2, 0, L);
 }
 
+torch::Tensor joint_vertical_reference(const torch::Tensor& q,
+                                       const torch::Tensor& k,
+                                       const torch::Tensor& v,
+                                       const torch::Tensor& ks,
+                                       const torch::Tensor& u,
+                                       int64_t row_len) {
+  const int64_t L = q.size(2), W = row_len, n = (L + W - 1) / W;
+  auto qr = to_blocks(q, W), kr = to_blocks(k, W), vr = to_blocks(v, W);  // [B, H, n, W, *]
+  const auto scores = axial_scores(qr, kr, score_scale(q.size(3)));
+  std::vector<torch::Tensor> parts = {scores.row, scores.column};
+  torch::Tensor u_above;
+  if (ks.defined()) {  // (R, c') sees ks[(R - 1, c)], u[(R - 1, c)] for c != c', R >= 1
+    auto above = [&](const torch::Tensor& x) {
+      auto rows = to_blocks(x, W);
+      return torch::cat({torch::zeros_like(rows.narrow(2, 0, 1)), rows}, 2);
+    };
+    auto allowed = torch::eye(W, torch::dtype(torch::kBool).device(q.device())).logical_not();
+    allowed = allowed.logical_and(torch::arange(n, q.device()).ge(1).view({n, 1, 1}));
+    parts.push_back(
+        masked(torch::matmul(qr, above(ks).transpose(-2, -1)) * score_scale(q.size(3)), allowed));
+    u_above = above(u);
+  }
+  auto w = joint_softmax(parts);
+  auto out = axial_output(w[0], w[1], vr);
+  if (ks.defined()) out = out + torch::matmul(w[2], u_above);
+  return out.reshape({q.size(0), q.size(1), n * W, v.size(3)}).narrow(2, 0, L);
+}
+
+torch::Tensor joint_horizontal_reference(const torch::Tensor& q,
+                                         const torch::Tensor& k,
+                                         const torch::Tensor& v,
+                                         const torch::Tensor& ks,
+                                         const torch::Tensor& u,
+                                         int64_t row_len) {
+  const int64_t L = q.size(2), W = row_len, n = (L + W - 1) / W;
+  const double scale = score_scale(q.size(3));
+  auto qr = to_blocks(q, W), kr = to_blocks(k, W), vr = to_blocks(v, W);  // [B, H, n, W, *]
+  const auto scores = axial_scores(qr, kr, scale);
+  std::vector<torch::Tensor> parts = {scores.row, scores.column};
+  std::vector<torch::Tensor> values;
+  if (ks.defined()) {
+    // (R, c) sees row r < R's prefix summary at (r, c - 1) when c > 0 and its suffix one at
+    // (r, c + 1) when c < W - 1: each half of ks, u shifted by one column towards (R, c).
+    const int64_t spans = ks.size(2) / (2 * W);
+    auto column = torch::arange(W, q.device()).view({W, 1});
+    auto earlier = causal_allowed(n, true, q.device()).narrow(1, 0, spans).unsqueeze(1);
+    for (bool suffix : {false, true}) {
+      auto half = [&](const torch::Tensor& x) {
+        auto rows = x.narrow(2, suffix ? spans * W : 0, spans * W)
+                        .reshape({x.size(0), x.size(1), spans, W, x.size(3)});
+        return shift_one(rows, 3, /*forward=*/!suffix);
+      };
+      auto e = torch::einsum("bhRcd,bhrcd->bhRcr", {qr, half(ks)}) * scale;
+      parts.push_back(masked(e, earlier.logical_and(suffix ? column.lt(W - 1) : column.gt(0))));
+      values.push_back(half(u));
+    }
+  }
+  auto w = joint_softmax(parts);
+  auto out = axial_output(w[0], w[1], vr);
+  for (size_t i = 0; i < values.size(); ++i)
+    out = out + torch::einsum("bhRcr,bhrcd->bhRcd", {w[2 + i], values[i]});
+  return out.reshape({q.size(0), q.size(1), n * W, v.size(3)}).narrow(2, 0, L);
+}
+
+const std::vector<std::string>& fused_variants() {
+  static const std::vector<std::string> names = {"combiner-fixed",
+                                                 "combiner-axial-rowmajor",
+                                                 "combiner-axial-vertical",
+                                                 "combiner-axial-horizontal",
+                                                 "combiner-mixture"};
+  return names;
+}
+
 namespace kernel_check_detail {
 
 double error(const torch::Tensor& got, const torch::Tensor& want) {
@@ -106,21 +180,52 @@ Run run(AttentionImpl& module,
   return r;
 }
 
-// The joint pass alone with random summaries: max error over o, dq, dk, dv, d ks, d u.
+// A variant's joint passes and their reference, and its summary rows (ks, u) per span.
+struct Joint {
+  std::vector<FusedPass> (*passes)(int64_t, int64_t);
+  torch::Tensor (*reference)(const torch::Tensor&,
+                             const torch::Tensor&,
+                             const torch::Tensor&,
+                             const torch::Tensor&,
+                             const torch::Tensor&,
+                             int64_t);
+  int64_t ks_rows, u_rows;  // per span, in units of 1 or of the layout (W)
+};
+
+Joint joint_of(const std::string& variant) {
+  if (variant == "combiner-fixed") return {fixed_joint_passes, joint_fixed_reference, 0, 0};
+  if (variant == "combiner-axial-rowmajor")
+    return {rowmajor_joint_passes, joint_rowmajor_reference, 0, 1};
+  if (variant == "combiner-axial-vertical")
+    return {vertical_joint_passes, joint_vertical_reference, 1, 1};
+  return {horizontal_joint_passes, joint_horizontal_reference, 2, 2};
+}
+
+// The joint passes alone with random summaries: max error over o, dq, dk, dv, d ks, d u (the
+// mixture: both of its plans').
 double joint_error(const KernelCheckCase& c,
                    const torch::Tensor& q,
                    const torch::Tensor& k,
                    const torch::Tensor& v,
                    const torch::Tensor& d_o) {
-  const bool fixed = c.variant == "combiner-fixed";
+  if (c.variant == "combiner-mixture") {
+    auto plan = c;
+    double worst = 0;
+    for (const auto* name : {"combiner-axial-vertical", "combiner-axial-horizontal"}) {
+      plan.variant = name;
+      worst = std::max(worst, joint_error(plan, q, k, v, d_o));
+    }
+    return worst;
+  }
+  const Joint joint = joint_of(c.variant);
   const int64_t L = q.size(2), s = c.layout, spans = (L + s - 1) / s - 1;
   if (spans <= 0) return 0;
-  const auto opts = q.options();
-  auto ks = torch::randn({c.batch, c.heads, spans, c.dim}, opts.dtype(torch::kDouble));
-  auto u = torch::randn({c.batch, c.heads, fixed ? spans : spans * s, c.dim},
-                        opts.dtype(torch::kDouble));
-  ks = ks.to(q.scalar_type());
-  u = u.to(q.scalar_type());
+  auto rows = [&](int64_t per) { return per == 0 ? spans : per * spans * s; };
+  auto draw = [&](int64_t n) {
+    return torch::randn({c.batch, c.heads, n, c.dim}, q.options().dtype(torch::kDouble))
+        .to(q.scalar_type());
+  };
+  auto ks = draw(rows(joint.ks_rows)), u = draw(rows(joint.u_rows));
   std::vector<torch::Tensor> fused_grads, ref_grads;
   for (bool reference : {false, true}) {
     auto as = [&](const torch::Tensor& x) {
@@ -129,11 +234,10 @@ double joint_error(const KernelCheckCase& c,
     std::vector<torch::Tensor> in = {as(q), as(k), as(v), as(ks), as(u)};
     torch::Tensor o;
     if (reference) {
-      o = fixed ? joint_fixed_reference(in[0], in[1], in[2], in[3], in[4], s)
-                : joint_rowmajor_reference(in[0], in[1], in[2], in[3], in[4], s);
+      o = joint.reference(in[0], in[1], in[2], in[3], in[4], s);
     } else {
-      const auto passes = fixed ? fixed_joint_passes(L, s) : rowmajor_joint_passes(L, s);
-      o = fused_attention(in[0], in[1], in[2], in[3], in[4], passes, score_scale(c.dim));
+      o = fused_attention(
+          in[0], in[1], in[2], in[3], in[4], joint.passes(L, s), score_scale(c.dim));
     }
     o.backward(d_o.to(o.scalar_type()));
     auto& grads = reference ? ref_grads : fused_grads;
@@ -160,14 +264,24 @@ std::vector<KernelCheckCase> kernel_check_cases(const std::string& device,
   // gradients come from two parts of 43 blocks each (several CTAs adding into the same rows);
   // 1584 / 24 has columns of 66 queries over 65 summaries under the strict mask (a second query
   // chunk and a second key tile, the second chunk's walk starting past f = 0) in two parts.
+  // The vertical, horizontal and mixture rows take the rowmajor shapes: rows of 96 are two key
+  // tiles for vertical's span pass (mask c != c', every query tile sees every key tile) and 1584
+  // / 24 gives columns of 66 queries to the column and prefix/suffix passes.
   std::vector<std::pair<std::string, std::vector<int64_t>>> layouts = {
       {"combiner-fixed", {200, 200, 24}},
       {"combiner-fixed", {300, 300, 96}},
       {"combiner-axial-rowmajor", {168, 163, 24}},
-      {"combiner-axial-rowmajor", {288, 288, 96}}};
+      {"combiner-axial-rowmajor", {288, 288, 96}},
+      {"combiner-axial-vertical", {168, 163, 24}},
+      {"combiner-axial-vertical", {288, 288, 96}},
+      {"combiner-axial-horizontal", {168, 163, 24}},
+      {"combiner-axial-horizontal", {288, 288, 96}},
+      {"combiner-mixture", {168, 150, 24}}};
   if (sizes != KernelCheckSizes::kSmall) {
     layouts.push_back({"combiner-fixed", {1600, 1600, 24}});
     layouts.push_back({"combiner-axial-rowmajor", {1584, 1584, 24}});
+    layouts.push_back({"combiner-axial-vertical", {1584, 1584, 24}});
+    layouts.push_back({"combiner-axial-horizontal", {1584, 1584, 24}});
   }
   const auto& abstractions = abstraction_names();
   std::vector<KernelCheckCase> out;
@@ -282,7 +396,7 @@ std::string kernel_check_header() {
   char line[256];
   std::snprintf(line,
                 sizeof line,
-                "%-24s %-13s %-8s %4s %5s %4s %9s %9s %9s %9s %9s %9s %9s %9s %9s  %s",
+                "%-25s %-13s %-8s %4s %5s %4s %9s %9s %9s %9s %9s %9s %9s %9s %9s  %s",
                 "variant",
                 "abstraction",
                 "dtype",
@@ -306,7 +420,7 @@ std::string kernel_check_line(const KernelCheckCase& c, const KernelCheckResult&
   char line[512];
   std::snprintf(line,
                 sizeof line,
-                "%-24s %-13s %-8s %4lld %5lld %4lld %9.2e %9.2e %9.2e %9.2e %9.2e %9.2e %9.2e "
+                "%-25s %-13s %-8s %4lld %5lld %4lld %9.2e %9.2e %9.2e %9.2e %9.2e %9.2e %9.2e "
                 "%9.1e %9.1e  %s",
                 c.variant.c_str(),
                 c.abstraction.c_str(),

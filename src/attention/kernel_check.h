@@ -14,7 +14,8 @@ namespace combiner::attention {
 
 // The joint softmax of each variant given its summaries, composed of LibTorch ops (autograd):
 // the kernel-level reference for fused_attention() with fixed_joint_passes() /
-// rowmajor_joint_passes(). Shapes as in fused/fused.h; ks and u undefined when L fits one block/row.
+// rowmajor_joint_passes() / vertical_joint_passes() / horizontal_joint_passes(). Shapes as in
+// fused/fused.h; ks and u undefined when L fits one block/row.
 torch::Tensor joint_fixed_reference(const torch::Tensor& q,
                                     const torch::Tensor& k,
                                     const torch::Tensor& v,
@@ -28,12 +29,28 @@ torch::Tensor joint_rowmajor_reference(const torch::Tensor& q,
                                        const torch::Tensor& u,
                                        int64_t row_len);
 
+torch::Tensor joint_vertical_reference(const torch::Tensor& q,
+                                       const torch::Tensor& k,
+                                       const torch::Tensor& v,
+                                       const torch::Tensor& ks,
+                                       const torch::Tensor& u,
+                                       int64_t row_len);
+torch::Tensor joint_horizontal_reference(const torch::Tensor& q,
+                                         const torch::Tensor& k,
+                                         const torch::Tensor& v,
+                                         const torch::Tensor& ks,
+                                         const torch::Tensor& u,
+                                         int64_t row_len);
+
+// The variants with fused kernels, which have kernel-check cases.
+const std::vector<std::string>& fused_variants();
+
 struct KernelCheckCase {
-  std::string variant;       // combiner-fixed | combiner-axial-rowmajor
+  std::string variant;       // one of fused_variants()
   std::string abstraction;   // max | mean | deepsets-max | deepsets-mean
   std::string dtype;         // float32 | bfloat16 | float64
   int64_t dim = 64;          // D = Dv
-  int64_t length = 0;        // L of the module (a multiple of the row length for rowmajor)
+  int64_t length = 0;        // L of the module (a multiple of the row length when axial)
   int64_t input_length = 0;  // L of the inputs: <= length (a prefix: a short last row)
   int64_t layout = 0;        // block s or row length W
   int64_t batch = 2, heads = 2;
@@ -55,7 +72,7 @@ struct KernelCheckResult {
 // the summaries fill two 64-row tiles and their gradients come from several parts.
 enum class KernelCheckSizes { kSmall, kAll };
 
-// The grid for a device: CUDA float32 and bfloat16, CPU float32 and float64; both variants;
+// The grid for a device: CUDA float32 and bfloat16, CPU float32 and float64; every variant;
 // D in `dims`; odd L (a short last block, a short last row, blocks and rows longer than a 64-row
 // tile, more than 64 segments); the abstractions in turn.
 std::vector<KernelCheckCase> kernel_check_cases(const std::string& device,

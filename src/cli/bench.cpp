@@ -154,11 +154,14 @@ int bench_kernel_check(const KernelCheckFlags& f) {
       throw std::invalid_argument("--dims: every D must be > 0, got " + std::to_string(d));
   std::vector<std::string> variants;
   for (const auto& v : chosen_variants(f.variants)) {
-    const bool fused = v == "combiner-fixed" || v == "combiner-axial-rowmajor";
+    const auto& with_kernels = att::fused_variants();
+    const bool fused = std::find(with_kernels.begin(), with_kernels.end(), v) != with_kernels.end();
     if (fused) variants.push_back(v);
-    if (!fused && f.variants != "all")
-      throw std::invalid_argument(
-          "--variants: '" + v + "' has no fused kernel (combiner-fixed, combiner-axial-rowmajor)");
+    if (!fused && f.variants != "all") {
+      std::string names;
+      for (const auto& name : with_kernels) names += (names.empty() ? "" : ", ") + name;
+      throw std::invalid_argument("--variants: '" + v + "' has no fused kernel (" + names + ")");
+    }
   }
   std::printf("kernel-check on %s: %s; errors are max |diff| / max(1, max |expected|)\n",
               f.device.c_str(),
@@ -215,8 +218,8 @@ void add_attention_flags(CLI::App& app, AttentionFlags& f) {
   app.add_flag("--backward", s.backward, "time forward + backward (pass column)");
   app.add_option("--path",
                  s.path,
-                 "auto: the fused CUDA kernels where a variant has them (combiner-fixed, "
-                 "combiner-axial-rowmajor); composed: always the LibTorch composition")
+                 "auto: the fused CUDA kernels where a variant has them (combiner-fixed and "
+                 "the axial Combiner variants); composed: always the LibTorch composition")
       ->check(CLI::IsMember({"auto", "composed"}))
       ->capture_default_str();
   app.add_option("--repeats", s.repeats, "timed runs after one warm-up (median)")

@@ -1,9 +1,10 @@
 // The fused kernels' CPU model (attention/fused/kernel_cpu.cpp, the algorithm the CUDA kernels
-// run) through the fused path of combiner-fixed and combiner-axial-rowmajor: outputs and the
-// gradients of q, k, v and the DeepSets maps against the LibTorch composition (float64 and
-// float32) and the dense reference; the joint pass's summary gradients against its LibTorch
-// composition; short last blocks and rows, blocks and rows longer than one 64-row tile, more
-// than 64 blocks or rows (a second summary tile, several summary-gradient parts, long columns).
+// run) through the fused path of combiner-fixed and the axial Combiner variants (rowmajor,
+// vertical, horizontal, mixture): outputs and the gradients of q, k, v and the DeepSets maps
+// against the LibTorch composition (float64 and float32) and the dense reference; the joint
+// passes' summary gradients against their LibTorch composition; short last blocks and rows,
+// blocks and rows longer than one 64-row tile, more than 64 blocks or rows (a second summary
+// tile, several summary-gradient parts, long columns).
 #include <gtest/gtest.h>
 
 #include "attention/attention.h"
@@ -34,18 +35,33 @@ std::string fused_case_name(const FusedCase& c) {
 
 std::vector<FusedCase> fused_cases() {
   // {length, input length, layout}: a short last block, one block only, blocks over 64 rows;
-  // a short last row (prefix), a single row, rows over 64.
+  // a short last row (prefix), a single row, rows over 64 (vertical: its span pass, mask c != c',
+  // over two key tiles that every query tile sees), rows of one column.
   const std::vector<std::pair<std::string, std::vector<int64_t>>> layouts = {
       {"combiner-fixed", {20, 20, 3}},
       {"combiner-fixed", {70, 70, 70}},
       {"combiner-fixed", {200, 200, 130}},
       {"combiner-axial-rowmajor", {168, 150, 24}},
       {"combiner-axial-rowmajor", {8, 8, 8}},
-      {"combiner-axial-rowmajor", {260, 260, 130}}};
+      {"combiner-axial-rowmajor", {260, 260, 130}},
+      {"combiner-axial-vertical", {168, 150, 24}},
+      {"combiner-axial-vertical", {8, 8, 8}},
+      {"combiner-axial-vertical", {260, 260, 130}},
+      {"combiner-axial-vertical", {12, 12, 1}},
+      {"combiner-axial-horizontal", {168, 150, 24}},
+      {"combiner-axial-horizontal", {8, 8, 8}},
+      {"combiner-axial-horizontal", {260, 260, 130}},
+      {"combiner-axial-horizontal", {12, 12, 1}},
+      {"combiner-mixture", {168, 150, 24}},
+      {"combiner-mixture", {260, 260, 130}}};
   std::vector<FusedCase> out;
   for (const auto& [type, l] : layouts)
     for (const auto& abstraction : abstraction_names())
       out.push_back({type, abstraction, l[0], l[1], l[2]});
+  // More than 64 rows (columns of 66 queries: a second query chunk and key tile for the column
+  // and span passes), one abstraction each to keep the run short.
+  out.push_back({"combiner-axial-vertical", "deepsets-max", 1584, 1584, 24});
+  out.push_back({"combiner-axial-horizontal", "mean", 1584, 1584, 24});
   return out;
 }
 
@@ -143,25 +159,46 @@ INSTANTIATE_TEST_SUITE_P(CpuModel,
                          ::testing::ValuesIn(fused_cases()),
                          [](const auto& info) { return fused_case_name(info.param); });
 
-// The joint pass alone, random summaries: o and every gradient, ks and u included.
+// The joint passes alone, random summaries: o and every gradient, ks and u included.
 TEST(FusedJointTest, SummaryGradientsMatchComposition) {
-  for (const auto& [fixed, L, s] : std::vector<std::tuple<bool, int64_t, int64_t>>{
-           {true, 20, 3}, {true, 150, 70}, {false, 21, 5}, {false, 200, 100},
-           // More than 64 summaries in two gradient parts; columns of 66 queries (fused/kernel.h).
-           {true, 1600, 24}, {false, 1584, 24}}) {
+  using Reference = torch::Tensor (*)(const torch::Tensor&,
+                                      const torch::Tensor&,
+                                      const torch::Tensor&,
+                                      const torch::Tensor&,
+                                      const torch::Tensor&,
+                                      int64_t);
+  struct Joint {
+    std::vector<FusedPass> (*passes)(int64_t, int64_t);
+    Reference reference;
+    int64_t ks_per_row, u_per_row;  // ks, u rows per span: 0 = one, else this many W (fused.h)
+  };
+  const Joint fixed{fixed_joint_passes, joint_fixed_reference, 0, 0},
+      rowmajor{rowmajor_joint_passes, joint_rowmajor_reference, 0, 1},
+      vertical{vertical_joint_passes, joint_vertical_reference, 1, 1},
+      horizontal{horizontal_joint_passes, joint_horizontal_reference, 2, 2};
+  // {joint, L, s}; the last four: more than 64 summaries in two gradient parts, columns of 66
+  // queries (fused/kernel.h).
+  const std::vector<std::tuple<Joint, int64_t, int64_t>> cases = {
+      {fixed, 20, 3},     {fixed, 150, 70},     {rowmajor, 21, 5},    {rowmajor, 200, 100},
+      {vertical, 21, 5},  {vertical, 200, 100}, {horizontal, 21, 5},  {horizontal, 200, 100},
+      {fixed, 1600, 24},  {rowmajor, 1584, 24}, {vertical, 1584, 24}, {horizontal, 1584, 24}};
+  for (const auto& [joint, L, s] : cases) {
     torch::manual_seed(L);
     const int64_t spans = (L + s - 1) / s - 1;
     auto draw = [&](int64_t rows) {
       return torch::randn({kB, kH, rows, kD}, torch::kDouble).requires_grad_();
     };
-    std::vector<torch::Tensor> in = {
-        draw(L), draw(L), draw(L), draw(spans), draw(fixed ? spans : spans * s)};
+    auto summary_rows = [&](int64_t per_row) { return per_row == 0 ? spans : per_row * spans * s; };
+    std::vector<torch::Tensor> in = {draw(L),
+                                     draw(L),
+                                     draw(L),
+                                     draw(summary_rows(joint.ks_per_row)),
+                                     draw(summary_rows(joint.u_per_row))};
     auto g = torch::randn({kB, kH, L, kD}, torch::kDouble);
-    const auto passes = fixed ? fixed_joint_passes(L, s) : rowmajor_joint_passes(L, s);
-    auto o = fused_attention(in[0], in[1], in[2], in[3], in[4], passes, score_scale(kD));
+    auto o =
+        fused_attention(in[0], in[1], in[2], in[3], in[4], joint.passes(L, s), score_scale(kD));
     auto grads = torch::autograd::grad({o}, in, {g});
-    auto ref = fixed ? joint_fixed_reference(in[0], in[1], in[2], in[3], in[4], s)
-                     : joint_rowmajor_reference(in[0], in[1], in[2], in[3], in[4], s);
+    auto ref = joint.reference(in[0], in[1], in[2], in[3], in[4], s);
     auto ref_grads = torch::autograd::grad({ref}, in, {g});
     EXPECT_LT(max_error(o, ref), 1e-12) << "L " << L << " s " << s;
     for (size_t i = 0; i < in.size(); ++i)
@@ -189,8 +226,8 @@ TEST(FusedJointTest, BadInputsGiveOneLineErrors) {
 
 TEST(KernelCheckTest, CpuModelPassesItsGrid) {
   const auto cases = kernel_check_cases("cpu", {32});
-  ASSERT_EQ(cases.size(), 12u);
-  EXPECT_EQ(kernel_check_cases("cpu", {32}, KernelCheckSizes::kSmall).size(), 8u);
+  ASSERT_EQ(cases.size(), 26u);  // 2 dtypes x (9 small + 4 large layouts)
+  EXPECT_EQ(kernel_check_cases("cpu", {32}, KernelCheckSizes::kSmall).size(), 18u);
   for (const auto& c : cases) {
     const auto r = run_kernel_check(c, "cpu");
     EXPECT_TRUE(r.pass) << kernel_check_line(c, r);

@@ -1,8 +1,9 @@
 // Glue between torch and the fused kernels: dtype and stride checks, allocation, the autograd
-// Function (saved: q, k, v, ks, u in the kernel dtype, o and lse), the CUDA stream, and the
-// two variants' plans. Gradient buffers: a slot read by one pass as source A whose segments own
-// disjoint rows covering the tensor is stored directly in the kernel dtype; any other is a zeroed
-// Acc buffer the kernels add into (summaries, shared by every later segment).
+// Function (saved: q, k, v, ks, u in the kernel dtype, o and lse), the CUDA stream, and
+// combiner-fixed's plan (the axial variants' plans: fused_axial.cpp). Gradient buffers: a slot
+// read by one pass as source A whose segments own disjoint rows covering the tensor is stored
+// directly in the kernel dtype; any other is a zeroed Acc buffer the kernels add into
+// (summaries, shared by every later segment; slots read by several passes).
 #include "attention/fused/fused.h"
 
 #include <spdlog/spdlog.h>
@@ -52,11 +53,21 @@ fused::Operand operand(const torch::Tensor& x) {
   return {x.data_ptr(), x.stride(0), x.stride(1), x.stride(2)};
 }
 
-// Whether the segments of g own disjoint rows that together are every row 0..rows-1.
+// Whether the segments of g own disjoint rows that together are every row 0..rows-1: blocks,
+// columns, or whole blocks read right to left (which exist whole or not at all).
 bool covers(const fused::Geometry& g, int64_t rows) {
-  const bool blocks = g.row_stride == 1 && g.seg_stride == g.seg_len;
-  const bool columns = g.seg_stride == 1 && g.row_stride == g.segments;
-  return (blocks || columns) && g.segments * g.seg_len >= rows && g.limit >= rows;
+  const bool blocks = g.row_stride == 1 && g.seg_stride == g.seg_len && g.first == 0;
+  const bool columns = g.seg_stride == 1 && g.row_stride == g.segments && g.first == 0;
+  const bool reversed = g.row_stride == -1 && g.seg_stride == g.seg_len &&
+                        g.first == g.seg_len - 1 && g.segments * g.seg_len == rows;
+  return (blocks || columns || reversed) && g.segments * g.seg_len >= rows && g.limit >= rows;
+}
+
+// The lowest row a geometry reads is not negative (a right-to-left segment ends at its first
+// row minus seg_len - 1).
+bool non_negative(const fused::Geometry& g) {
+  const int64_t last = g.row_stride < 0 ? (g.seg_len - 1) * g.row_stride : 0;
+  return g.segments == 0 || g.seg_len == 0 || (g.first + last >= 0 && g.seg_stride >= 0);
 }
 
 // What the kernels index must exist: o, lse and dq have exactly Lq rows, so every pass's queries
@@ -86,8 +97,11 @@ void check_operands(const torch::Tensor& q,
   auto fits = [](const fused::Geometry& g, int64_t rows, const char* what) {
     TORCH_CHECK(g.limit <= rows, "fused attention: ", what, " rows end at ", g.limit,
                 " but the tensor has ", rows);
+    TORCH_CHECK(non_negative(g), "fused attention: ", what, " reads rows below 0 (first ",
+                g.first, ", seg_stride ", g.seg_stride, ", row_stride ", g.row_stride, ")");
   };
   for (const auto& p : passes) {
+    fits(p.query, Lq, "query");
     TORCH_CHECK(p.query.limit == Lq, "fused attention: a pass's queries end at ", p.query.limit,
                 ", q has ", Lq, " rows (o, lse and dq are indexed by it)");
     const bool summaries = p.summaries || p.a_from_summaries;
@@ -101,12 +115,15 @@ void check_operands(const torch::Tensor& q,
   }
 }
 
-// The plan travels in the context as integers: 5 per geometry, then mask and two flags.
+// The plan travels in the context as integers: 6 per geometry, then mask and two flags.
+constexpr size_t kPassInts = 3 * 6 + 3;
+
 std::vector<int64_t> encode(const std::vector<FusedPass>& passes) {
   std::vector<int64_t> out;
   for (const auto& p : passes) {
     for (const auto* g : {&p.query, &p.key, &p.value})
-      out.insert(out.end(), {g->segments, g->seg_len, g->seg_stride, g->row_stride, g->limit});
+      out.insert(out.end(),
+                 {g->segments, g->seg_len, g->seg_stride, g->row_stride, g->limit, g->first});
     out.insert(out.end(), {int64_t(p.mask), int64_t(p.summaries), int64_t(p.a_from_summaries)});
   }
   return out;
@@ -114,12 +131,12 @@ std::vector<int64_t> encode(const std::vector<FusedPass>& passes) {
 
 std::vector<FusedPass> decode(const std::vector<int64_t>& in) {
   std::vector<FusedPass> out;
-  for (size_t i = 0; i + 18 <= in.size(); i += 18) {
+  for (size_t i = 0; i + kPassInts <= in.size(); i += kPassInts) {
     FusedPass p;
     size_t at = i;
     for (auto* g : {&p.query, &p.key, &p.value}) {
-      *g = {in[at], in[at + 1], in[at + 2], in[at + 3], in[at + 4]};
-      at += 5;
+      *g = {in[at], in[at + 1], in[at + 2], in[at + 3], in[at + 4], in[at + 5]};
+      at += 6;
     }
     p.mask = fused::Mask(in[at]);
     p.summaries = in[at + 1] != 0;
@@ -376,30 +393,6 @@ std::vector<FusedPass> fixed_joint_passes(int64_t length, int64_t block) {
   return {joint};
 }
 
-// rowmajor's span part lives in a per-column pass because its span value u[(r, c)] depends on the
-// query's column: column c is a causal attention of its n queries over the n - 1 row summaries
-// (ks[r], u[(r, c)]): W * n^2 / 2 terms = L n / 2 per head, each D x 2 products x 2 FLOP, the
-// same work as combiner-fixed's summary part, reading u once per column (L x D per head). Had
-// each row's query tile gathered the u of its own columns instead, it would read R x W x D values
-// per row R: L n D / 2 per head, n / 2 = 64 times more at L = 12288, W = 96, and no tensor core.
-std::vector<FusedPass> rowmajor_joint_passes(int64_t length, int64_t row_len) {
-  const int64_t W = row_len, n = (length + W - 1) / W, spans = n - 1;
-  std::vector<FusedPass> passes(1);
-  passes[0].query = passes[0].key = passes[0].value = {n, W, W, 1, length};
-  passes[0].mask = fused::Mask::kCausal;
-  if (spans > 0) {
-    // Column c: query (R, c) sees row r < R through key ks[r] and value u[(r, c)].
-    FusedPass column;
-    column.query = {W, n, 1, W, length};
-    column.key = {W, spans, 0, 1, spans};
-    column.value = {W, spans, 1, W, spans * W};
-    column.mask = fused::Mask::kStrict;
-    column.a_from_summaries = true;
-    passes.push_back(column);
-  }
-  return passes;
-}
-
 torch::Tensor fused_combiner_fixed(const torch::Tensor& q,
                                    const torch::Tensor& k,
                                    const torch::Tensor& v,
@@ -425,28 +418,6 @@ torch::Tensor fused_combiner_fixed(const torch::Tensor& q,
     u = fused_attention(q_span, head(k), head(v), {}, {}, {local}, scale);
   }
   return fused_attention(q, k, v, ks, u, fixed_joint_passes(L, s), scale);
-}
-
-torch::Tensor fused_combiner_rowmajor(const torch::Tensor& q,
-                                      const torch::Tensor& k,
-                                      const torch::Tensor& v,
-                                      const SpanSummary& summary,
-                                      int64_t row_len) {
-  check_inputs(q, k, v);
-  const int64_t B = q.size(0), H = q.size(1), L = q.size(2), D = q.size(3), W = row_len;
-  const int64_t spans = (L + W - 1) / W - 1;  // every row but the last is a span
-  const double scale = score_scale(D);
-  torch::Tensor ks, u;
-  if (spans > 0) {
-    auto rows = [&](const torch::Tensor& x) { return x.narrow(2, 0, spans * W); };
-    ks = summary.pool(summary.phi_key(rows(k).reshape({B, H, spans, W, D})), 3);
-    // u[(r, c)]: q_(r, c)'s unmasked softmax over row r.
-    FusedPass local;
-    local.query = local.key = local.value = {spans, W, W, 1, spans * W};
-    local.mask = fused::Mask::kNone;
-    u = fused_attention(rows(q), rows(k), rows(v), {}, {}, {local}, scale);
-  }
-  return fused_attention(q, k, v, ks, u, rowmajor_joint_passes(L, W), scale);
 }
 
 std::string fused_cuda_unavailable(const torch::Tensor& q, const torch::Tensor& v) {

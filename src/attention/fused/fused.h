@@ -1,5 +1,6 @@
-// The fused path of combiner-fixed and combiner-axial-rowmajor: span summaries (DeepSets maps,
-// max/mean pooling) stay LibTorch ops with their autograd; every softmax over keys runs in the
+// The fused path of combiner-fixed and the axial Combiner variants (rowmajor, vertical,
+// horizontal; the mixture averages the last two): span summaries (DeepSets maps, max/mean
+// pooling) stay LibTorch ops with their autograd; every softmax over keys runs in the
 // fused kernels of fused/kernel.h through one autograd Function (forward saves o and the
 // per-query log-sum-exp; backward recomputes the weights). CUDA tensors run the CUDA kernels,
 // CPU tensors the CPU model of the same kernels (tests, kernel-check).
@@ -17,7 +18,7 @@
 namespace combiner::attention {
 
 // One pass of the fused core: its geometry, and whether source A reads (k, v) or the summary
-// slots (ks, u) (rowmajor's per-column pass).
+// slots (ks, u) (the axial variants' span passes).
 struct FusedPass {
   fused::Geometry query, key, value;
   fused::Mask mask = fused::Mask::kCausal;
@@ -37,12 +38,22 @@ torch::Tensor fused_attention(const torch::Tensor& q,
                               const std::vector<FusedPass>& passes,
                               double scale);
 
-// The joint passes of each variant over L = `length` (rowmajor: the row pass, then the
-// per-column pass over the earlier rows' summaries, merged by log-sum-exp). ks [B, H, spans, D]
-// holds one pooled key per span (block / row but the last); u the span values: fixed
-// [B, H, spans, D], rowmajor [B, H, spans * W, D] (u[(r, c)] for query column c).
+// The joint passes of each variant over L = `length`, merged by log-sum-exp. n = ceil(L / W)
+// rows, spans = n - 1 (every block / row but the last).
+//   fixed: one pass; ks [B, H, spans, D] one pooled key per block, u [B, H, spans, D].
+//   rowmajor: the row pass, then the per-column pass over the earlier rows' summaries;
+//     ks [B, H, spans, D] one pooled key per row, u [B, H, spans * W, D] (u[(r, c)] for query
+//     column c).
+//   vertical: the row pass, the span pass (rows R >= 1, columns c != c'), the column pass;
+//     ks, u [B, H, spans * W, D]: [(r, c)] = column c's rows 0..r (cumulative pooled key, local
+//     expectation).
+//   horizontal: the row pass, the prefix and suffix passes (per column, rows r < R), the column
+//     pass; ks, u [B, H, 2 * spans * W, D]: rows 0..spans*W-1 hold [(r, c)] = row r's columns
+//     0..c, the next spans*W its columns c..W-1.
 std::vector<FusedPass> fixed_joint_passes(int64_t length, int64_t block);
 std::vector<FusedPass> rowmajor_joint_passes(int64_t length, int64_t row_len);
+std::vector<FusedPass> vertical_joint_passes(int64_t length, int64_t row_len);
+std::vector<FusedPass> horizontal_joint_passes(int64_t length, int64_t row_len);
 
 // The variants through the fused core. q, k, v: [B, H, L, D] (any L; D = Dv) -> [B, H, L, D].
 torch::Tensor fused_combiner_fixed(const torch::Tensor& q,
@@ -55,6 +66,16 @@ torch::Tensor fused_combiner_rowmajor(const torch::Tensor& q,
                                       const torch::Tensor& v,
                                       const SpanSummary& summary,
                                       int64_t row_len);
+torch::Tensor fused_combiner_vertical(const torch::Tensor& q,
+                                      const torch::Tensor& k,
+                                      const torch::Tensor& v,
+                                      const SpanSummary& summary,
+                                      int64_t row_len);
+torch::Tensor fused_combiner_horizontal(const torch::Tensor& q,
+                                        const torch::Tensor& k,
+                                        const torch::Tensor& v,
+                                        const SpanSummary& summary,
+                                        int64_t row_len);
 
 // Why the CUDA kernels cannot take these inputs ("" when they can): not CUDA, dtype other than
 // float32/bfloat16, D != Dv or D not in {32, 64, 128}, a build without the kernels, B*H > 65535.

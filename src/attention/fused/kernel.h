@@ -19,8 +19,8 @@ namespace combiner::attention::fused {
 
 enum class Dtype : int { kFloat32, kBFloat16, kFloat64 };  // kFloat64: CPU model only
 
-// Which keys of its own segment query t sees: all, j <= t, or j < t.
-enum class Mask : int { kNone, kCausal, kStrict };
+// Which keys of its own segment query t sees: all, j <= t, j < t, or all but j = t.
+enum class Mask : int { kNone, kCausal, kStrict, kOthers };
 
 // Tiles: queries in tiles of kQueryTile rows (4 warps x 16), keys in tiles of kKeyTile. The
 // key-side backward walks queries in tiles of backward_query_tile(D) (smaller for D = 128, so
@@ -33,14 +33,17 @@ COMBINER_HD constexpr int backward_query_tile(int64_t dim) {
 // Summary gradients: each CTA walks the queries of at most this many rows' worth of segments.
 constexpr int64_t kSummaryPartRows = 1024;
 
-// Index t of segment g is row g * seg_stride + t * row_stride of its tensor; it exists iff
-// t < seg_len and that row < limit. (A block of s: {s, 1}; a column of W-long rows: {1, W}.)
+// Index t of segment g is row first + g * seg_stride + t * row_stride of its tensor; it exists
+// iff t < seg_len and that row < limit. (A block of s: {s, 1}; a column of W-long rows: {1, W};
+// the rows after the first: first = W; a row read right to left: row_stride -1, first = W - 1,
+// which exists whole or not at all.)
 struct Geometry {
   int64_t segments = 0;
   int64_t seg_len = 0;
   int64_t seg_stride = 0;
   int64_t row_stride = 1;
   int64_t limit = 0;
+  int64_t first = 0;
 };
 
 // A [B, H, rows, width] tensor whose last axis is contiguous; strides in elements.
@@ -114,27 +117,41 @@ struct Backward {
 // ---- index rules (CPU model and CUDA kernels) ----
 
 COMBINER_HD int64_t row_of(const Geometry& g, int64_t segment, int64_t t) {
-  return segment * g.seg_stride + t * g.row_stride;
+  return g.first + segment * g.seg_stride + t * g.row_stride;
 }
 
 // How many t of `segment` exist (they are always a prefix 0..count-1).
 COMBINER_HD int64_t valid_count(const Geometry& g, int64_t segment) {
-  const int64_t first = segment * g.seg_stride;
-  if (first >= g.limit) return 0;
+  const int64_t start = row_of(g, segment, 0);
+  if (start >= g.limit) return 0;
   if (g.row_stride <= 0) return g.seg_len;
-  const int64_t fit = (g.limit - first + g.row_stride - 1) / g.row_stride;
+  const int64_t fit = (g.limit - start + g.row_stride - 1) / g.row_stride;
   return fit < g.seg_len ? fit : g.seg_len;
 }
 
 COMBINER_HD bool mask_allows(Mask mask, int64_t t, int64_t j) {
-  return mask == Mask::kNone || (mask == Mask::kCausal ? j <= t : j < t);
+  return mask == Mask::kNone ||
+         (mask == Mask::kCausal ? j <= t : mask == Mask::kStrict ? j < t : j != t);
 }
 
-// Keys of source A that queries 0..last of a segment with `count` keys can see.
+// Keys of source A that queries 0..last of a segment with `count` keys can see (a prefix of them;
+// kOthers: all, as query 0 sees keys 1.. and query 1 key 0).
 COMBINER_HD int64_t direct_keys(Mask mask, int64_t count, int64_t last) {
-  if (mask == Mask::kNone) return count;
+  if (mask == Mask::kNone || mask == Mask::kOthers) return count;
   const int64_t seen = mask == Mask::kCausal ? last + 1 : last;
   return seen < count ? seen : count;
+}
+
+// The tile shortcuts. A group of queries t <= last (a warp's 16, a tile's MQ) may skip a key tile
+// that starts at key j0 when none of them sees key j0 or any later one: only for the causal
+// masks, where query t sees keys 0..t (or 0..t-1).
+COMBINER_HD bool may_skip(Mask mask, int64_t last, int64_t j0) {
+  return (mask == Mask::kCausal || mask == Mask::kStrict) && !mask_allows(mask, last, j0);
+}
+// The first query index (a multiple of MQ) whose tile can see a key at or after j0: under the
+// causal masks no query before j0 does; under kNone and kOthers every query may.
+COMBINER_HD int64_t first_query_tile(Mask mask, int64_t j0, int64_t MQ) {
+  return mask == Mask::kCausal || mask == Mask::kStrict ? j0 / MQ * MQ : 0;
 }
 
 COMBINER_HD int64_t summary_terms(const Pass& p, int64_t segment) {

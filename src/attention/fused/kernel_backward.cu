@@ -116,7 +116,7 @@ __global__ void __launch_bounds__(kThreads) dq_kernel(const Backward bw) {
     __syncthreads();
     const bool summary = tile >= n_direct;
     const int j0 = (summary ? tile - n_direct : tile) * N, stage = tile & 1;
-    const bool skip = !warp_active || (!summary && !mask_allows(p.mask, tw + 15, j0));
+    const bool skip = !warp_active || (!summary && may_skip(p.mask, tw + 15, j0));
     if (!skip) {
       float s[N / 8][4], dp[N / 8][4];
       warp_nt<D, N>(s, qs + warp * 16 * P, ks + stage * N * P, scratch);
@@ -186,7 +186,7 @@ __global__ void __launch_bounds__(kThreads, 1) dkv_kernel(const Backward bw) {
     j0 = int(blockIdx.x % tiles) * N;
     key_count = int(valid_count(p.key, g));
     if (j0 >= key_count) return;
-    f_begin = (p.mask == Mask::kNone ? 0 : j0 / MQ) * MQ;
+    f_begin = first_query_tile(p.mask, j0, MQ);
     f_end = valid_count(p.query, g);
   }
   const T* q0 = at<T>(p.q, b, h, 0);
@@ -259,8 +259,8 @@ __global__ void __launch_bounds__(kThreads, 1) dkv_kernel(const Backward bw) {
     }
     __syncthreads();
     const int stage = tile & 1;
-    // Source A: a warp whose first key no query of the tile sees skips it.
-    const bool skip = !warp_active || (!SUMMARY && !mask_allows(p.mask, f0 + MQ - 1, jw));
+    // Source A: a warp none of whose keys a query of the tile sees skips it (causal masks).
+    const bool skip = !warp_active || (!SUMMARY && may_skip(p.mask, f0 + MQ - 1, jw));
     if (!skip) {
       const T* qt = qs + stage * MQ * P;
       const T* dot = dos + stage * MQ * P;

@@ -204,7 +204,7 @@ void backward_dkv_tile(
     f_begin = g_lo * p.query.seg_len;
     f_end = g_hi * p.query.seg_len;
   } else {
-    f_begin = (p.mask == Mask::kNone ? 0 : j0 / MQ) * MQ;
+    f_begin = first_query_tile(p.mask, j0, MQ);
     f_end = valid_count(p.query, g);
   }
   std::vector<T> dk(kKeyTile * D, 0), dv(kKeyTile * D, 0);

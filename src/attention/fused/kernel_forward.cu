@@ -108,8 +108,8 @@ __global__ void __launch_bounds__(kThreads) forward_kernel(const Forward f) {
     __syncthreads();
     const bool summary = tile >= n_direct;
     const int j0 = (summary ? tile - n_direct : tile) * N, stage = tile & 1;
-    // A warp none of whose queries sees the tile's first key skips it (the mask is monotone).
-    const bool skip = !warp_active || (!summary && !mask_allows(p.mask, tw + 15, j0));
+    // A warp none of whose queries sees the tile's keys skips it (causal masks: fused/kernel.h).
+    const bool skip = !warp_active || (!summary && may_skip(p.mask, tw + 15, j0));
     if (!skip) {
       float s[N / 8][4];
       warp_nt<D, N>(s, qs + warp * 16 * P, ks + stage * N * P, scratch);

@@ -1,0 +1,184 @@
+// The fused plans of the axial Combiner variants (rowmajor, vertical, horizontal; the mixture
+// averages the last two): each is one softmax per query over a row pass, a column pass and the
+// span passes, merged by log-sum-exp; the span passes read the summaries (pooled keys ks, local
+// expectations u) as source A, addressed by Geometry::first where a query's span sits one row
+// or one column away from it. Pools stay LibTorch ops (autograd); every u is a fused pass too.
+#include <torch/torch.h>
+
+#include "attention/fused/fused.h"
+#include "attention/span_ops.h"
+
+namespace combiner::attention {
+
+namespace {
+// Row R up to the query (causal: rowmajor's direct part), and column c above it (strict): with
+// the row pass, the axial support that vertical and horizontal attend directly. The column pass
+// covers every query, so it runs last.
+FusedPass row_pass(int64_t length, int64_t W) {
+  FusedPass p;
+  p.query = p.key = p.value = {(length + W - 1) / W, W, W, 1, length};
+  p.mask = fused::Mask::kCausal;
+  return p;
+}
+FusedPass column_pass(int64_t length, int64_t W) {
+  FusedPass p;
+  p.query = p.key = p.value = {W, (length + W - 1) / W, 1, W, length};
+  p.mask = fused::Mask::kStrict;
+  return p;
+}
+
+// The n - 1 whole rows of x [B, H, L, D] (every row but the last) as [B, H, n - 1, W, D].
+torch::Tensor whole_rows(const torch::Tensor& x, int64_t spans, int64_t W) {
+  return x.narrow(2, 0, spans * W).reshape({x.size(0), x.size(1), spans, W, x.size(3)});
+}
+torch::Tensor flat(const torch::Tensor& x) {
+  return x.reshape({x.size(0), x.size(1), x.size(2) * x.size(3), x.size(4)});
+}
+}  // namespace
+
+// rowmajor's span part lives in a per-column pass because its span value u[(r, c)] depends on the
+// query's column: column c is a causal attention of its n queries over the n - 1 row summaries
+// (ks[r], u[(r, c)]): W * n^2 / 2 terms = L n / 2 per head, each D x 2 products x 2 FLOP, the
+// same work as combiner-fixed's summary part, reading u once per column (L x D per head). Had
+// each row's query tile gathered the u of its own columns instead, it would read R x W x D values
+// per row R: L n D / 2 per head, n / 2 = 64 times more at L = 12288, W = 96, and no tensor core.
+std::vector<FusedPass> rowmajor_joint_passes(int64_t length, int64_t row_len) {
+  const int64_t W = row_len, n = (length + W - 1) / W, spans = n - 1;
+  std::vector<FusedPass> passes = {row_pass(length, W)};
+  if (spans > 0) {
+    // Column c: query (R, c) sees row r < R through key ks[r] and value u[(r, c)].
+    FusedPass column;
+    column.query = {W, n, 1, W, length};
+    column.key = {W, spans, 0, 1, spans};
+    column.value = {W, spans, 1, W, spans * W};
+    column.mask = fused::Mask::kStrict;
+    column.a_from_summaries = true;
+    passes.push_back(column);
+  }
+  return passes;
+}
+
+// vertical's spans: (R, c') sees, for every column c != c' and R >= 1, column c above row R, whose
+// key is the cumulative pooled key ks[(R - 1, c)] and value u[(R - 1, c)]: a pass over the rows
+// R >= 1 (query first = W) whose segment g = R - 1 reads row g of ks and u, masked c != c'.
+std::vector<FusedPass> vertical_joint_passes(int64_t length, int64_t row_len) {
+  const int64_t W = row_len, n = (length + W - 1) / W, spans = n - 1;
+  std::vector<FusedPass> passes = {row_pass(length, W)};
+  if (spans == 0) return passes;
+  if (W > 1) {
+    FusedPass span;
+    span.query = {spans, W, W, 1, length, /*first=*/W};
+    span.key = span.value = {spans, W, W, 1, spans * W};
+    span.mask = fused::Mask::kOthers;
+    span.a_from_summaries = true;
+    passes.push_back(span);
+  }
+  passes.push_back(column_pass(length, W));
+  return passes;
+}
+
+// horizontal's spans: (R, c) sees, for every row r < R, its prefix 0..c-1 (when c > 0) and its
+// suffix c+1..W-1 (when c < W - 1). ks and u hold the inclusive prefix summaries [(r, c)] =
+// columns 0..c in rows 0..spans*W-1 and the inclusive suffix ones (c..W-1) in the next spans*W
+// rows, so (R, c) reads prefix (r, c - 1) and suffix (r, c + 1): two per-column passes, over the
+// columns 1..W-1 (query first = 1) and 0..W-2 (key first = spans * W + 1), masked r < R.
+std::vector<FusedPass> horizontal_joint_passes(int64_t length, int64_t row_len) {
+  const int64_t W = row_len, n = (length + W - 1) / W, spans = n - 1;
+  std::vector<FusedPass> passes = {row_pass(length, W)};
+  if (spans == 0) return passes;
+  if (W > 1) {
+    FusedPass prefix;
+    prefix.query = {W - 1, n, 1, W, length, /*first=*/1};
+    prefix.key = prefix.value = {W - 1, spans, 1, W, spans * W};
+    prefix.mask = fused::Mask::kStrict;
+    prefix.a_from_summaries = true;
+    FusedPass suffix = prefix;
+    suffix.query.first = 0;
+    suffix.key = suffix.value = {W - 1, spans, 1, W, 2 * spans * W, /*first=*/spans * W + 1};
+    passes.push_back(prefix);
+    passes.push_back(suffix);
+  }
+  passes.push_back(column_pass(length, W));
+  return passes;
+}
+
+torch::Tensor fused_combiner_rowmajor(const torch::Tensor& q,
+                                      const torch::Tensor& k,
+                                      const torch::Tensor& v,
+                                      const SpanSummary& summary,
+                                      int64_t row_len) {
+  check_inputs(q, k, v);
+  const int64_t B = q.size(0), H = q.size(1), L = q.size(2), D = q.size(3), W = row_len;
+  const int64_t spans = (L + W - 1) / W - 1;  // every row but the last is a span
+  const double scale = score_scale(D);
+  torch::Tensor ks, u;
+  if (spans > 0) {
+    auto rows = [&](const torch::Tensor& x) { return x.narrow(2, 0, spans * W); };
+    ks = summary.pool(summary.phi_key(rows(k).reshape({B, H, spans, W, D})), 3);
+    // u[(r, c)]: q_(r, c)'s unmasked softmax over row r.
+    FusedPass local;
+    local.query = local.key = local.value = {spans, W, W, 1, spans * W};
+    local.mask = fused::Mask::kNone;
+    u = fused_attention(rows(q), rows(k), rows(v), {}, {}, {local}, scale);
+  }
+  return fused_attention(q, k, v, ks, u, rowmajor_joint_passes(L, W), scale);
+}
+
+torch::Tensor fused_combiner_vertical(const torch::Tensor& q,
+                                      const torch::Tensor& k,
+                                      const torch::Tensor& v,
+                                      const SpanSummary& summary,
+                                      int64_t row_len) {
+  check_inputs(q, k, v);
+  const int64_t L = q.size(2), D = q.size(3), W = row_len;
+  const int64_t spans = (L + W - 1) / W - 1;  // the whole rows whose columns are spans
+  const double scale = score_scale(D);
+  torch::Tensor ks, u;
+  if (spans > 0) {
+    // Row r of the cumulative pools summarises column c's rows 0..r.
+    ks = flat(summary.cumulative(summary.phi_key(whole_rows(k, spans, W)), 2, false));
+    auto q_cum = flat(summary.cumulative(summary.phi_query(whole_rows(q, spans, W)), 2, false));
+    // u[(r, c)]: q_cum[(r, c)]'s causal attention down column c (rows 0..r).
+    FusedPass local;
+    local.query = local.key = local.value = {W, spans, 1, W, spans * W};
+    local.mask = fused::Mask::kCausal;
+    auto head = [&](const torch::Tensor& x) { return x.narrow(2, 0, spans * W); };
+    u = fused_attention(q_cum, head(k), head(v), {}, {}, {local}, scale);
+  }
+  return fused_attention(q, k, v, ks, u, vertical_joint_passes(L, W), scale);
+}
+
+torch::Tensor fused_combiner_horizontal(const torch::Tensor& q,
+                                        const torch::Tensor& k,
+                                        const torch::Tensor& v,
+                                        const SpanSummary& summary,
+                                        int64_t row_len) {
+  check_inputs(q, k, v);
+  const int64_t L = q.size(2), D = q.size(3), W = row_len;
+  const int64_t spans = (L + W - 1) / W - 1;  // the whole rows whose prefixes/suffixes are spans
+  const double scale = score_scale(D);
+  torch::Tensor ks, u;
+  if (spans > 0) {
+    auto k_phi = summary.phi_key(whole_rows(k, spans, W));
+    auto q_phi = summary.phi_query(whole_rows(q, spans, W));
+    auto head = [&](const torch::Tensor& x) { return x.narrow(2, 0, spans * W); };
+    // u[(r, c)]: the inclusive prefix's pooled query over keys 0..c of row r (causal), and the
+    // suffix's over keys c..W-1: the same causal pass with each row read right to left.
+    std::vector<torch::Tensor> keys, values;
+    for (bool suffix : {false, true}) {
+      keys.push_back(flat(summary.cumulative(k_phi, 3, suffix)));
+      FusedPass local;
+      local.query = local.key = local.value =
+          suffix ? fused::Geometry{spans, W, W, -1, spans * W, /*first=*/W - 1}
+                 : fused::Geometry{spans, W, W, 1, spans * W};
+      local.mask = fused::Mask::kCausal;
+      values.push_back(fused_attention(
+          flat(summary.cumulative(q_phi, 3, suffix)), head(k), head(v), {}, {}, {local}, scale));
+    }
+    ks = torch::cat(keys, 2);
+    u = torch::cat(values, 2);
+  }
+  return fused_attention(q, k, v, ks, u, horizontal_joint_passes(L, W), scale);
+}
+
+}  // namespace combiner::attention
