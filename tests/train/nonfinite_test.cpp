@@ -37,7 +37,7 @@ void expect_same_adam_state(const Checkpoint& a, const Checkpoint& b, const conf
     std::vector<torch::Tensor> tensors;
     for (const auto& p : model->parameters()) {
       auto& s = static_cast<torch::optim::AdamWParamState&>(
-          *optimizer->state().at(c10::guts::to_string(p.unsafeGetTensorImpl())));
+          *optimizer->state().at(state_key(p)));
       tensors.push_back(s.exp_avg());
       tensors.push_back(s.exp_avg_sq());
       tensors.push_back(torch::tensor(s.step()));
