@@ -7,6 +7,7 @@
 # the environment's python. CI runs this after ./scripts/test.sh; arguments go to ctest.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+mkdir -p .cache
 ./scripts/setup-cuda-deps.sh | tee .cache/setup-cuda-deps.log
 python=$(tail -1 .cache/setup-cuda-deps.log)
 python=$(cd "$(dirname "$python")" && pwd)/$(basename "$python")
