@@ -5,7 +5,7 @@
 #      are in each .cu file's opening comment);
 #   2. the torch glue (src/attention/fused/fused.cpp) with COMBINER_WITH_CUDA_KERNELS against this
 #      machine's LibTorch headers and the CUDA headers (-fsyntax-only), so type errors in the
-#      CUDA-only lines show up before a GPU session.
+#      CUDA-only lines show up before anything runs on a GPU.
 # Exits non-zero on a compile error, a spill or a stack frame. Not part of scripts/test.sh (CI
 # has no nvcc). Usage: scripts/check-cuda.sh [OUT_DIR]   (default: build-check-cuda/)
 set -euo pipefail

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The one prepared script for a GPU lease (one H100 or H200, pip's CUDA torch, no network), in
+# The one prepared script for a GPU machine (one H100 or H200, pip's CUDA torch, no network), in
 # order of importance, each stage under `timeout` and all of them inside one time budget:
 #   1. unpack the Debian packages carried in .cache/gpu-debs (scripts/gpu-deps.sh) and build
 #      combiner-bench, combiner-train and combiner-sample against pip's LibTorch
@@ -25,7 +25,7 @@
 #   7. the 128-layer CIFAR-10 preset, bf16, with and without activation checkpointing (the
 #      preset's own setting, with, is also a gpu-vs-peer.csv row of shape cifar10-128x256);
 #   8. the peer under torch.compile, both shapes (appended to gpu-vs-peer.csv).
-# Everything lands in OUT (at most 8 files come back from a lease): test-gpu.log (all output),
+# Everything lands in OUT (kept to 8 files, so that all of them can be copied back): test-gpu.log (all output),
 # build.log, gpu-vs-peer.csv, attention-vs-flash.csv, train-cuda.csv (our raw combiner-bench train
 # rows, with MFU), attention-cuda.csv (combiner-bench attention's own rows),
 # fused-vs-libtorch.csv and sampling-cuda.csv.
@@ -360,4 +360,4 @@ for f in gpu-vs-peer attention-vs-flash fused-vs-libtorch sampling-cuda; do
   column -s, -t <"$out/$f.csv" 2>/dev/null || cat "$out/$f.csv"
 done
 rm -rf "$work"
-sleep 1  # lets tee write the log's last lines before the lease collects OUT
+sleep 1  # lets tee write the log's last lines before OUT is collected
