@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "cli/run_binary.h"
+#include "cli/tiny_config.h"
 #include "event_reader.h"
 #include "test_utils.h"
 #include "util/npy.h"
@@ -16,20 +17,10 @@ namespace combiner {
 namespace {
 
 using combiner::testing::TempDir;
+using combiner::testing::tiny_config;
 
 using Result = combiner::testing::BinaryRun;
 using combiner::testing::run_binary;
-
-std::string tiny_config(const TempDir& dir) {
-  const std::string path = dir.file("tiny.yaml");
-  std::ofstream(path) << "data: {dataset: fashion_mnist, val_size: 6}\n"
-                         "model: {layers: 1, width: 16, heads: 2, mlp_ratio: 2,\n"
-                         "        attention: {type: combiner-axial-rowmajor}}\n"
-                         "train: {steps: 3, batch_size: 2, warmup_steps: 1, threads: 1,\n"
-                         "        final_test: false, out_dir: " +
-                             dir.file("run") + "}\n";
-  return path;
-}
 
 class Cli : public ::testing::Test {
  protected:

@@ -8,6 +8,7 @@
 #include <fstream>
 
 #include "cli/run_binary.h"
+#include "cli/tiny_config.h"
 #include "event_reader.h"
 #include "test_utils.h"
 #include "util/npy.h"
@@ -20,6 +21,7 @@ using combiner::testing::decode_event_files;
 using combiner::testing::event_files;
 using combiner::testing::run_binary;
 using combiner::testing::TempDir;
+using combiner::testing::tiny_config;
 
 namespace fs = std::filesystem;
 
@@ -27,13 +29,7 @@ class Export : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     dir_ = new TempDir();
-    const std::string config = dir_->file("tiny.yaml");
-    std::ofstream(config) << "data: {dataset: fashion_mnist, val_size: 6}\n"
-                             "model: {layers: 1, width: 16, heads: 2, mlp_ratio: 2,\n"
-                             "        attention: {type: combiner-axial-rowmajor}}\n"
-                             "train: {steps: 3, batch_size: 2, warmup_steps: 1, threads: 1,\n"
-                             "        final_test: false, out_dir: " +
-                                 dir_->file("run") + "}\n";
+    const std::string config = tiny_config(*dir_);
     auto r = run_binary("combiner-train", "--config " + config);
     ASSERT_EQ(r.status, 0) << r.output;
     checkpoint_ = r.last_line().substr(std::string("checkpoint: ").size());

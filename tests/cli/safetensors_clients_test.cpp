@@ -10,6 +10,7 @@
 #include <fstream>
 
 #include "cli/run_binary.h"
+#include "cli/tiny_config.h"
 #include "test_utils.h"
 #include "train/checkpoint.h"
 #include "util/json.h"
@@ -23,6 +24,7 @@ namespace {
 using combiner::testing::run_binary;
 using combiner::testing::run_venv_script;
 using combiner::testing::TempDir;
+using combiner::testing::tiny_config;
 
 namespace fs = std::filesystem;
 
@@ -36,13 +38,7 @@ class SafetensorsClients : public ::testing::Test {
   // A tiny trained model and its fp32 and bf16 exports, shared by the suite.
   static void SetUpTestSuite() {
     dir_ = new TempDir();
-    const std::string config = dir_->file("tiny.yaml");
-    std::ofstream(config) << "data: {dataset: fashion_mnist, val_size: 6}\n"
-                             "model: {layers: 1, width: 16, heads: 2, mlp_ratio: 2,\n"
-                             "        attention: {type: combiner-axial-rowmajor}}\n"
-                             "train: {steps: 3, batch_size: 2, warmup_steps: 1, threads: 1,\n"
-                             "        final_test: false, out_dir: " +
-                                 dir_->file("run") + "}\n";
+    const std::string config = tiny_config(*dir_);
     const auto trained = run_binary("combiner-train", "--config " + config);
     ASSERT_EQ(trained.status, 0) << trained.output;
     checkpoint_ = trained.last_line().substr(std::string("checkpoint: ").size());
