@@ -404,11 +404,14 @@ torch::Tensor fused_combiner_fixed(const torch::Tensor& q,
   const double scale = score_scale(D);
   torch::Tensor ks, u;
   if (spans > 0) {
+    // The summaries as the composition computes them, in its compute dtype (DeepSets maps and
+    // max pools in bfloat16 would flip arg-maxes at bfloat16's resolution), rounded to the
+    // kernels' dtype once.
     auto blocks = [&](const torch::Tensor& x) {
-      return x.narrow(2, 0, spans * s).reshape({B, H, spans, s, x.size(3)});
+      return x.narrow(2, 0, spans * s).reshape({B, H, spans, s, x.size(3)}).to(compute_dtype(x));
     };
-    auto q_span = summary.pool(summary.phi_query(blocks(q)), 3);  // [B, H, spans, D]
-    ks = summary.pool(summary.phi_key(blocks(k)), 3);
+    auto q_span = summary.pool(summary.phi_query(blocks(q)), 3).to(q.scalar_type());
+    ks = summary.pool(summary.phi_key(blocks(k)), 3).to(k.scalar_type());  // [B, H, spans, D]
     // u: the pooled query's unmasked softmax over its own block.
     FusedPass local;
     local.query = {spans, 1, 1, 1, spans};

@@ -27,9 +27,17 @@ FusedPass column_pass(int64_t length, int64_t W) {
   return p;
 }
 
-// The n - 1 whole rows of x [B, H, L, D] (every row but the last) as [B, H, n - 1, W, D].
+// The n - 1 whole rows of x [B, H, L, D] (every row but the last) as [B, H, n - 1, W, D], in the
+// composition's compute dtype: the summaries are computed as it computes them (DeepSets maps, max
+// pools and running means in bfloat16 would flip arg-maxes at bfloat16's resolution and lose
+// low bits in long sums) and rounded to the kernels' dtype once, as operands (`operand`).
 torch::Tensor whole_rows(const torch::Tensor& x, int64_t spans, int64_t W) {
-  return x.narrow(2, 0, spans * W).reshape({x.size(0), x.size(1), spans, W, x.size(3)});
+  return x.narrow(2, 0, spans * W)
+      .reshape({x.size(0), x.size(1), spans, W, x.size(3)})
+      .to(compute_dtype(x));
+}
+torch::Tensor operand(const torch::Tensor& summary, const torch::Tensor& like) {
+  return summary.to(like.scalar_type());
 }
 torch::Tensor flat(const torch::Tensor& x) {
   return x.reshape({x.size(0), x.size(1), x.size(2) * x.size(3), x.size(4)});
@@ -108,13 +116,13 @@ torch::Tensor fused_combiner_rowmajor(const torch::Tensor& q,
                                       const SpanSummary& summary,
                                       int64_t row_len) {
   check_inputs(q, k, v);
-  const int64_t B = q.size(0), H = q.size(1), L = q.size(2), D = q.size(3), W = row_len;
+  const int64_t L = q.size(2), D = q.size(3), W = row_len;
   const int64_t spans = (L + W - 1) / W - 1;  // every row but the last is a span
   const double scale = score_scale(D);
   torch::Tensor ks, u;
   if (spans > 0) {
     auto rows = [&](const torch::Tensor& x) { return x.narrow(2, 0, spans * W); };
-    ks = summary.pool(summary.phi_key(rows(k).reshape({B, H, spans, W, D})), 3);
+    ks = operand(summary.pool(summary.phi_key(whole_rows(k, spans, W)), 3), k);
     // u[(r, c)]: q_(r, c)'s unmasked softmax over row r.
     FusedPass local;
     local.query = local.key = local.value = {spans, W, W, 1, spans * W};
@@ -136,8 +144,9 @@ torch::Tensor fused_combiner_vertical(const torch::Tensor& q,
   torch::Tensor ks, u;
   if (spans > 0) {
     // Row r of the cumulative pools summarises column c's rows 0..r.
-    ks = flat(summary.cumulative(summary.phi_key(whole_rows(k, spans, W)), 2, false));
-    auto q_cum = flat(summary.cumulative(summary.phi_query(whole_rows(q, spans, W)), 2, false));
+    ks = operand(flat(summary.cumulative(summary.phi_key(whole_rows(k, spans, W)), 2, false)), k);
+    auto q_cum =
+        operand(flat(summary.cumulative(summary.phi_query(whole_rows(q, spans, W)), 2, false)), q);
     // u[(r, c)]: q_cum[(r, c)]'s causal attention down column c (rows 0..r).
     FusedPass local;
     local.query = local.key = local.value = {W, spans, 1, W, spans * W};
@@ -166,14 +175,19 @@ torch::Tensor fused_combiner_horizontal(const torch::Tensor& q,
     // suffix's over keys c..W-1: the same causal pass with each row read right to left.
     std::vector<torch::Tensor> keys, values;
     for (bool suffix : {false, true}) {
-      keys.push_back(flat(summary.cumulative(k_phi, 3, suffix)));
+      keys.push_back(operand(flat(summary.cumulative(k_phi, 3, suffix)), k));
       FusedPass local;
       local.query = local.key = local.value =
           suffix ? fused::Geometry{spans, W, W, -1, spans * W, /*first=*/W - 1}
                  : fused::Geometry{spans, W, W, 1, spans * W};
       local.mask = fused::Mask::kCausal;
-      values.push_back(fused_attention(
-          flat(summary.cumulative(q_phi, 3, suffix)), head(k), head(v), {}, {}, {local}, scale));
+      values.push_back(fused_attention(operand(flat(summary.cumulative(q_phi, 3, suffix)), q),
+                                       head(k),
+                                       head(v),
+                                       {},
+                                       {},
+                                       {local},
+                                       scale));
     }
     ks = torch::cat(keys, 2);
     u = torch::cat(values, 2);
