@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # The one prepared script for a GPU machine (one H100 or H200, pip's CUDA torch, no network), in
 # order of importance, each stage under `timeout` and all of them inside one time budget:
-#   1. unpack the Debian packages carried in .cache/gpu-debs (scripts/gpu-deps.sh) and build
-#      combiner-bench, combiner-train and combiner-sample against pip's LibTorch
-#      (scripts/build-cuda.sh); if that build fails, again with the LibTorch 2 fast paths compiled
-#      out (COMBINER_TORCH2_PATHS=OFF);
+#   1. unpack the Debian packages carried in .cache/gpu-debs (scripts/gpu-deps.sh); use the
+#      binaries carried in .cache/gpu-bin (scripts/gpu-prebuild.sh, built elsewhere against the
+#      same pip torch) when they load here, else build combiner-bench, combiner-train and
+#      combiner-sample against pip's LibTorch (scripts/build-cuda.sh); if that build fails, again
+#      with the LibTorch 2 fast paths compiled out (COMBINER_TORCH2_PATHS=OFF);
 #   2. a reduced kernel-check (--dims 64 --sizes small: 8 cases up to L 300) under compute-sanitizer, --tool
 #      memcheck then --tool racecheck, with CUDA_LAUNCH_BLOCKING=1 (one line and on where the
 #      tool is missing or refused, as under gVisor); then kernel-check --device cuda, every case;
@@ -68,7 +69,6 @@ if [ "${COMBINER_GPU_REHEARSAL:-0}" = 1 ]; then
   sample_shrink=(--set model.layers=1 --set model.width=16 --set model.heads=2)
   sample_count=2
 fi
-train=${bench%/*}/combiner-train sample=${bench%/*}/combiner-sample
 
 left() { echo $((budget - (SECONDS - begin))); }
 # wanted N: whether COMBINER_GPU_STAGES asks for stage N.
@@ -118,16 +118,33 @@ else
   fi
   export COMBINER_DEPS_PREFIX=$prefix
   export COMBINER_TARGETS="combiner-bench combiner-train combiner-sample"
-  if build; then
-    echo "build: ok ($((SECONDS - begin)) s)"
-  else
-    grep -m 20 -B2 -A8 'error' "$out/build.log" || tail -40 "$out/build.log"
-    echo "build: failed; again with the LibTorch 2 fast paths compiled out"
-    build -DCOMBINER_TORCH2_PATHS=OFF && echo "build: ok without them: full dense, AdamW foreach"
+  # Binaries built elsewhere against the same pip torch (scripts/gpu-prebuild.sh, carried in
+  # .cache/gpu-bin) save the build when they load here; else the build below.
+  if [ -x .cache/gpu-bin/combiner-bench ]; then
+    torch_lib=$(python3 -c 'import os, torch; print(os.path.join(os.path.dirname(torch.__file__), "lib"))')
+    cudart=$(dirname "$(find "${torch_lib%/torch/lib}/nvidia" -name 'libcudart.so.13*' 2>/dev/null | head -1)")
+    export LD_LIBRARY_PATH="$torch_lib:${cudart:-/usr/local/cuda/lib64}:/usr/local/cuda/lib64${prefix:+:$prefix/lib/x86_64-linux-gnu}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+    if .cache/gpu-bin/combiner-bench --help >/dev/null 2>"$work/prebuilt.log"; then
+      bench=.cache/gpu-bin/combiner-bench
+      echo "build: the carried binaries in .cache/gpu-bin load here; no build"
+    else
+      echo "build: the carried binaries do not load here:"
+      head -3 "$work/prebuilt.log"
+    fi
   fi
-  grep -E "build-cuda:|fmt:" "$out/build.log" | head -4
+  if [ "$bench" = build-cuda/combiner-bench ]; then
+    if build; then
+      echo "build: ok ($((SECONDS - begin)) s)"
+    else
+      grep -m 20 -B2 -A8 'error' "$out/build.log" || tail -40 "$out/build.log"
+      echo "build: failed; again with the LibTorch 2 fast paths compiled out"
+      build -DCOMBINER_TORCH2_PATHS=OFF && echo "build: ok without them: full dense, AdamW foreach"
+    fi
+    grep -E "build-cuda:|fmt:" "$out/build.log" | head -4
+  fi
 fi
 [ -x "$bench" ] || echo "build: no $bench; only the peer's rows can be measured"
+train=${bench%/*}/combiner-train sample=${bench%/*}/combiner-sample  # beside the bench used
 
 section "2. kernel-check: reduced under compute-sanitizer, then every case"
 # sanitized TOOL: the reduced kernel-check under compute-sanitizer --tool TOOL; status 2 when
