@@ -18,10 +18,10 @@
 #include <stdexcept>
 
 #include "attention/attention.h"
-#include "attention/bench.h"
-#include "attention/kernel_check.h"
+#include "tools/attention_bench.h"
+#include "tools/kernel_check.h"
 #include "config/load.h"
-#include "train/train_bench.h"
+#include "tools/train_bench.h"
 #include "util/atomic_file.h"
 #include "util/cli_main.h"
 #include "util/runtime.h"

@@ -8,7 +8,7 @@
 
 #include <stdexcept>
 
-#include "attention/inspect.h"
+#include "tools/inspect.h"
 #include "util/cli_main.h"
 #include "util/npy.h"
 #include "util/runtime.h"

@@ -9,7 +9,7 @@
 
 #include "attention/attention.h"
 #include "attention/fused/fused.h"
-#include "attention/kernel_check.h"
+#include "attention/fused/reference.h"
 #include "attention/reference.h"
 #include "attention/span_ops.h"
 
@@ -222,27 +222,6 @@ TEST(FusedJointTest, BadInputsGiveOneLineErrors) {
     EXPECT_NE(std::string(e.what()).find("float32 or float64, got bfloat16"), std::string::npos);
   }
   EXPECT_EQ(fused_cuda_unavailable(q, q), "CPU tensors");
-}
-
-TEST(KernelCheckTest, CpuModelPassesItsGrid) {
-  const auto cases = kernel_check_cases("cpu", {32});
-  ASSERT_EQ(cases.size(), 26u);  // 2 dtypes x (9 small + 4 large layouts)
-  EXPECT_EQ(kernel_check_cases("cpu", {32}, KernelCheckSizes::kSmall).size(), 18u);
-  for (const auto& c : cases) {
-    const auto r = run_kernel_check(c, "cpu");
-    EXPECT_TRUE(r.pass) << kernel_check_line(c, r);
-  }
-}
-
-// On a GPU: the CUDA kernels (or, in a build without them, the LibTorch path on CUDA) against
-// the same references, bf16 and fp32, the large-n cases included.
-TEST(KernelCheckTest, CudaPassesItsGrid) {
-  if (!torch::cuda::is_available())
-    GTEST_SKIP() << "no CUDA device (combiner-bench kernel-check --device cuda runs this on a GPU)";
-  for (const auto& c : kernel_check_cases("cuda", {64})) {
-    const auto r = run_kernel_check(c, "cuda");
-    EXPECT_TRUE(r.pass) << kernel_check_line(c, r);
-  }
 }
 
 }  // namespace

@@ -6,7 +6,7 @@
 #include <filesystem>
 #include <fstream>
 
-#include "attention/inspect.h"
+#include "tools/inspect.h"
 #include "attention/reference.h"
 #include "cli/run_binary.h"
 #include "test_utils.h"

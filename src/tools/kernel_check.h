@@ -6,41 +6,13 @@
 
 #include <torch/torch.h>
 
+#include "attention/fused/reference.h"
+
 #include <cstdint>
 #include <string>
 #include <vector>
 
 namespace combiner::attention {
-
-// The joint softmax of each variant given its summaries, composed of LibTorch ops (autograd):
-// the kernel-level reference for fused_attention() with fixed_joint_passes() /
-// rowmajor_joint_passes() / vertical_joint_passes() / horizontal_joint_passes(). Shapes as in
-// fused/fused.h; ks and u undefined when L fits one block/row.
-torch::Tensor joint_fixed_reference(const torch::Tensor& q,
-                                    const torch::Tensor& k,
-                                    const torch::Tensor& v,
-                                    const torch::Tensor& ks,
-                                    const torch::Tensor& u,
-                                    int64_t block);
-torch::Tensor joint_rowmajor_reference(const torch::Tensor& q,
-                                       const torch::Tensor& k,
-                                       const torch::Tensor& v,
-                                       const torch::Tensor& ks,
-                                       const torch::Tensor& u,
-                                       int64_t row_len);
-
-torch::Tensor joint_vertical_reference(const torch::Tensor& q,
-                                       const torch::Tensor& k,
-                                       const torch::Tensor& v,
-                                       const torch::Tensor& ks,
-                                       const torch::Tensor& u,
-                                       int64_t row_len);
-torch::Tensor joint_horizontal_reference(const torch::Tensor& q,
-                                         const torch::Tensor& k,
-                                         const torch::Tensor& v,
-                                         const torch::Tensor& ks,
-                                         const torch::Tensor& u,
-                                         int64_t row_len);
 
 // The variants with fused kernels, which have kernel-check cases.
 const std::vector<std::string>& fused_variants();

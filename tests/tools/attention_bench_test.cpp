@@ -3,7 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "attention/attention.h"
-#include "attention/bench.h"
+#include "tools/attention_bench.h"
 
 namespace combiner::attention {
 namespace {

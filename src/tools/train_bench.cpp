@@ -2,7 +2,7 @@
 // clipping and AdamW grouping) minus data loading and logging; the FLOP count is a formula over
 // the model's Linear weights and the attention plans, so it can be checked by hand. Helpers live
 // in a named namespace because this folder builds as unity batches.
-#include "train/train_bench.h"
+#include "tools/train_bench.h"
 
 #include <torch/torch.h>
 

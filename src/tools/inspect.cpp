@@ -1,7 +1,7 @@
 // Pictures come from the plans (plan.h) and the dense reference (reference.h) only, never from a
 // fast path, so they show the contract itself. Helpers live in a named namespace: this folder
 // builds as unity batches, where anonymous namespaces of different files share one scope.
-#include "attention/inspect.h"
+#include "tools/inspect.h"
 
 #include <algorithm>
 #include <cmath>

@@ -6,7 +6,7 @@
 #include <map>
 #include <set>
 
-#include "attention/inspect.h"
+#include "tools/inspect.h"
 #include "attention/plan.h"
 #include "test_utils.h"
 #include "util/npy.h"

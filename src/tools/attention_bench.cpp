@@ -1,7 +1,7 @@
 // The child measures, the parent only forks, waits and parses: a crash, an allocation failure or
 // a hang in one case becomes a row with a status, never a lost table. Helpers live in a named
 // namespace because this folder builds as unity batches.
-#include "attention/bench.h"
+#include "tools/attention_bench.h"
 
 #include <poll.h>
 #include <signal.h>

@@ -5,7 +5,7 @@
 #include "attention/plan.h"
 #include "config/config.h"
 #include "model/transformer.h"
-#include "train/train_bench.h"
+#include "tools/train_bench.h"
 
 namespace combiner::train {
 namespace {
