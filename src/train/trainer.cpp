@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <fstream>
 #include <limits>
+#include <memory>
 #include <stdexcept>
 
 #include "attention/attention.h"
@@ -113,262 +114,327 @@ void prepare_run_folder(const config::Config& config, bool resume) {
   if (!out.flush()) throw std::runtime_error(path + ": cannot write (is the run folder writable?)");
 }
 
-}  // namespace
+// What one run holds from its set-up to its end.
+struct Run {
+  Run(const config::Config& c, const RunOptions& o) : config(c), t(c.train), options(o) {}
+  const config::Config& config;
+  const config::TrainConfig& t;
+  const RunOptions& options;
 
-RunResult run_training(const config::Config& config, const RunOptions& options) {
-  const auto& t = config.train;
-  check_batch_split(t, options.launch.world_size);
-  const auto device = resolve_device(t.device, options.launch);
-  const Distributed dist(
-      options.launch, device, DistributedOptions{std::chrono::seconds(t.dist_timeout_s)});
-  if (!dist.is_main()) spdlog::set_level(spdlog::level::err);  // rank 0 alone logs
-  const int64_t threads = util::set_threads(threads_for(t.threads, options.launch));
-  if (dist.is_main()) prepare_run_folder(config, options.resume);
+  torch::Device device = torch::kCPU;
+  std::unique_ptr<Distributed> dist;
+  int64_t threads = 0;
+  data::TrainVal sets;  // sets.train: the training images; val moves out into val_set
+  std::optional<data::ImageSet> val_set;
+  std::optional<data::ImageSet> test_set;  // a packed one at set-up, the published files at the end
+  double data_seconds = 0;
+  int64_t L = 0, eval_batch = 0;
+  model::ImageTransformer model{nullptr};
+  std::unique_ptr<torch::optim::AdamW> optimizer;
+  std::unique_ptr<BatchLoader> loader;
+  NamedTensors ema;                   // empty unless train.ema_decay > 0
+  std::optional<MetricsLog> metrics;  // rank 0 alone writes the run folder
+  std::optional<TensorBoardLog> tensorboard;
+
+  int64_t step = 0, samples_seen = 0;     // updates done; images consumed (the global batch each)
+  int64_t first_step = 0, last_step = 0;  // this invocation's
+  int64_t nonfinite_in_a_row = 0, skipped_since_log = 0;
+  Clock::time_point start;
+  RunResult result;
+
+  // Rank r's share of the global batch [seen, seen + batch_size) is the contiguous slice starting
+  // at r * per_rank, taken in grad_accum micro-batches: micro-batch m's first image.
+  int64_t per_rank() const { return t.batch_size / dist->world_size(); }
+  int64_t micro() const { return per_rank() / t.grad_accum; }
+  int64_t position(int64_t seen, int64_t m) const {
+    return seen + dist->rank() * per_rank() + m * micro();
+  }
+};
+
+// What one update measured.
+struct StepNumbers {
+  double train_bits = 0, grad_norm = 0, lr = 0, tokens_per_s = 0;
+};
+
+// Device, processes, threads, run folder, data, model, optimizer and loader.
+void set_up(Run& r) {
+  const auto& t = r.t;
+  check_batch_split(t, r.options.launch.world_size);
+  r.device = resolve_device(t.device, r.options.launch);
+  r.dist = std::make_unique<Distributed>(
+      r.options.launch, r.device, DistributedOptions{std::chrono::seconds(t.dist_timeout_s)});
+  if (!r.dist->is_main()) spdlog::set_level(spdlog::level::err);  // rank 0 alone logs
+  r.threads = util::set_threads(threads_for(t.threads, r.options.launch));
+  if (r.dist->is_main()) prepare_run_folder(r.config, r.options.resume);
 
   // A packed ImageNet-64 file is mapped at once and its checksum verified in the background;
   // no checkpoint is written before that check has passed.
   const auto data_start = Clock::now();
-  data::TrainVal sets = data::load_train_val(config.data, data::PackedFile::Verify::kBackground);
-  const data::ImageSet& train_set = sets.train;
-  std::optional<data::ImageSet> val_set;
-  if (sets.val.count > 0) val_set = std::move(sets.val);
-  std::optional<data::ImageSet> test_set;  // a packed one now, the published files at the end
-  if (t.final_test) test_set = data::map_packed_split(config.data, data::Split::kTest);
-  const int64_t L = train_set.shape.length();
-  const int64_t eval_batch = t.eval_batch_size > 0 ? t.eval_batch_size : t.batch_size;
+  r.sets = data::load_train_val(r.config.data, data::PackedFile::Verify::kBackground);
+  if (r.sets.val.count > 0) r.val_set = std::move(r.sets.val);
+  if (t.final_test) r.test_set = data::map_packed_split(r.config.data, data::Split::kTest);
+  r.data_seconds = std::chrono::duration<double>(Clock::now() - data_start).count();
+  r.L = r.sets.train.shape.length();
+  r.eval_batch = t.eval_batch_size > 0 ? t.eval_batch_size : t.batch_size;
 
   torch::manual_seed(static_cast<uint64_t>(t.seed));
-  model::ImageTransformer model(model::TransformerOptions::from_config(config));
-  model->to(device);
+  r.model = model::ImageTransformer(model::TransformerOptions::from_config(r.config));
+  r.model->to(r.device);
   if (t.attention_path == "composed") {  // the fused kernels' reference run (train.attention_path)
-    for (const auto& module : model->modules())
+    for (const auto& module : r.model->modules())
       if (auto* layer = dynamic_cast<attention::AttentionImpl*>(module.get()))
         layer->set_path(attention::AttentionImpl::Path::kComposed);
     spdlog::info("train.attention_path composed: every attention layer runs the LibTorch path");
   }
-  auto optimizer = make_optimizer(model, t);
-  BatchLoader loader(train_set, t.seed, device);
-  int64_t step = 0, samples_seen = 0;
-  NamedTensors ema;  // empty unless train.ema_decay > 0
+  r.optimizer = make_optimizer(r.model, t);
+  r.loader = std::make_unique<BatchLoader>(r.sets.train, t.seed, r.device);
+}
 
-  if (options.resume) {
-    auto [path, ckpt] = checkpoint_to_resume(t.out_dir, dist);
-    restore_model(*model, ckpt.model, path);
-    check_same_architecture(ckpt, config, path);
-    restore_optimizer(*optimizer, ckpt.optimizer);
-    move_optimizer_state(*optimizer, device);
-    auto generator = at::detail::getDefaultCPUGenerator();  // a handle to the global one
-    generator.set_state(ckpt.rng_state);
-    step = ckpt.step;
-    samples_seen = ckpt.samples_seen;
-    ema = ckpt.ema;
-    for (auto& entry : ema) entry.second = entry.second.to(device);
-    spdlog::info("resumed from {} at step {}", path, step);
-  }
-  dist.broadcast_parameters(*model);  // every rank starts from rank 0's weights
+// --resume: weights, optimizer, random state, step and EMA from the newest valid checkpoint.
+void resume(Run& r) {
+  auto [path, ckpt] = checkpoint_to_resume(r.t.out_dir, *r.dist);
+  restore_model(*r.model, ckpt.model, path);
+  check_same_architecture(ckpt, r.config, path);
+  restore_optimizer(*r.optimizer, ckpt.optimizer);
+  move_optimizer_state(*r.optimizer, r.device);
+  auto generator = at::detail::getDefaultCPUGenerator();  // a handle to the global one
+  generator.set_state(ckpt.rng_state);
+  r.step = ckpt.step;
+  r.samples_seen = ckpt.samples_seen;
+  r.ema = ckpt.ema;
+  for (auto& entry : r.ema) entry.second = entry.second.to(r.device);
+  spdlog::info("resumed from {} at step {}", path, r.step);
+}
+
+// Every rank on rank 0's weights; what runs where, said once; the logs opened; the clock started.
+void start(Run& r) {
+  const auto& t = r.t;
+  r.dist->broadcast_parameters(*r.model);
   spdlog::info(
       "{}: {} train images, {} val, L = {}, ready in {:.2f}s; {} layers x {} wide, {} heads, "
       "attention {}",
-      config.data.dataset,
-      train_set.count,
-      val_set ? val_set->count : 0,
-      L,
-      std::chrono::duration<double>(Clock::now() - data_start).count(),
-      config.model.layers,
-      config.model.width,
-      config.model.heads,
-      config.model.attention.type);
+      r.config.data.dataset,
+      r.sets.train.count,
+      r.val_set ? r.val_set->count : 0,
+      r.L,
+      r.data_seconds,
+      r.config.model.layers,
+      r.config.model.width,
+      r.config.model.heads,
+      r.config.model.attention.type);
   spdlog::info("{} parameters, {} threads, {}, device {}, AdamW update {}, run folder {}",
-               model::parameter_count(*model),
-               threads,
+               model::parameter_count(*r.model),
+               r.threads,
                util::allocator().describe(),
-               device.str(),
-               adamw_kernel(device),
+               r.device.str(),
+               adamw_kernel(r.device),
                t.out_dir);
-  if (device.is_cpu() && t.precision == "bfloat16")
+  if (r.device.is_cpu() && t.precision == "bfloat16")
     spdlog::warn(
         "train.precision bfloat16 on the CPU: Debian's LibTorch 1.13 multiplies bf16 "
         "matrices about 30x slower than fp32 here (docs/PERFORMANCE.md); use float32");
-  if (dist.world_size() > 1)
+  if (r.dist->world_size() > 1)
     spdlog::info("data parallel: {} processes over {}, {} images each per step",
-                 dist.world_size(),
-                 dist.backend(),
-                 t.batch_size / dist.world_size());
+                 r.dist->world_size(),
+                 r.dist->backend(),
+                 r.per_rank());
 
-  if (t.ema_decay > 0 && ema.empty()) ema = start_ema(*model);
-  std::optional<MetricsLog> metrics;  // rank 0 alone writes the run folder
-  if (dist.is_main()) metrics.emplace((fs::path(t.out_dir) / "metrics.jsonl").string());
+  if (t.ema_decay > 0 && r.ema.empty()) r.ema = start_ema(*r.model);
+  if (r.dist->is_main()) r.metrics.emplace((fs::path(t.out_dir) / "metrics.jsonl").string());
   // A new event file per invocation, starting at the first step this one logs: a resumed run
   // never repeats the steps up to its checkpoint. The resolved config goes there too, so a resume
   // with new settings (--set) shows them in the Text dashboard from the step they apply to.
-  std::optional<TensorBoardLog> tensorboard;
-  if (dist.is_main() && t.tensorboard) {
-    const int64_t first_logged = step == 0 ? 0 : step + 1;
-    tensorboard.emplace(tensorboard_folder(t.out_dir), first_logged, true);
-    tensorboard->text("config", first_logged, config_markdown(config::to_yaml(config)));
+  if (r.dist->is_main() && t.tensorboard) {
+    const int64_t first_logged = r.step == 0 ? 0 : r.step + 1;
+    r.tensorboard.emplace(tensorboard_folder(t.out_dir), first_logged, true);
+    r.tensorboard->text("config", first_logged, config_markdown(config::to_yaml(r.config)));
   }
-  auto save = [&] {
-    train_set.check_integrity(/*wait=*/true);  // never a checkpoint trained on a corrupt file
-    Checkpoint c{config::to_yaml(config),
-                 step,
-                 samples_seen,
-                 capture_model(*model),
-                 optimizer_bytes(*optimizer, device),
-                 at::detail::getDefaultCPUGenerator().get_state(),
-                 ema};
-    const auto path = checkpoint_path(t.out_dir, step);
-    save_checkpoint(path, c);
-    prune_checkpoints(t.out_dir, t.keep_checkpoints);  // only after the new one is complete
-  };
+  r.model->train();
+  r.start = Clock::now();
+  r.first_step = r.step;
+  r.last_step =
+      r.options.stop_after > 0 ? std::min(t.steps, r.step + r.options.stop_after) : t.steps;
+}
 
-  RunResult result;
-  int64_t nonfinite_in_a_row = 0;
-  int64_t skipped_since_log = 0;
-  model->train();
-  // Rank r's share of the global batch [samples_seen, samples_seen + batch_size) is the
-  // contiguous slice starting at r * per_rank, taken in grad_accum micro-batches.
-  const int64_t per_rank = t.batch_size / dist.world_size();
-  const int64_t micro = per_rank / t.grad_accum;
-  auto position = [&](int64_t seen, int64_t m) {
-    return seen + dist.rank() * per_rank + m * micro;
-  };
-  const auto start = Clock::now();
-  const int64_t first_step = step;
-  const int64_t last_step =
-      options.stop_after > 0 ? std::min(t.steps, step + options.stop_after) : t.steps;
-  while (step < last_step) {
-    const auto step_start = Clock::now();
-    const double lr = learning_rate(t, step);
-    set_learning_rate(*optimizer, lr);
-    if (dist.world_size() > 1) torch::manual_seed(dropout_seed(t.seed, step, dist.rank()));
-    optimizer->zero_grad();
-    // The loss stays on the device until the one read-back below (in double, as before).
-    auto step_bits = torch::zeros({1}, torch::TensorOptions().dtype(torch::kDouble).device(device));
-    const bool poisoned =
-        std::count(options.nan_loss_steps.begin(), options.nan_loss_steps.end(), step);
-    for (int64_t m = 0; m < t.grad_accum; ++m) {
-      // The loader gathers the next micro-batch (this step's next, or the next step's first)
-      // while this one runs.
-      const int64_t next = m + 1 < t.grad_accum   ? position(samples_seen, m + 1)
-                           : step + 1 < last_step ? position(samples_seen + t.batch_size, 0)
-                                                  : -1;
-      auto x = loader.take(position(samples_seen, m), micro, next);
-      auto loss = mean_bits(model->forward(x), x);
-      if (poisoned) loss = loss * std::numeric_limits<double>::quiet_NaN();
-      (loss / double(t.grad_accum)).backward();
-      step_bits += loss.detach().to(torch::kDouble) / double(t.grad_accum);
-    }
-    samples_seen += t.batch_size;
-    dist.all_reduce_gradients(*model);  // the mean over ranks: the whole global batch's gradient
-    dist.all_reduce_sum(step_bits);
-    const double max_norm = t.grad_clip > 0 ? t.grad_clip : std::numeric_limits<double>::infinity();
-    const auto norm = clip_gradients(model->parameters(), max_norm);
-    // The step's one host sync: loss and gradient norm in one copy, for the skip and the log.
-    const auto numbers = torch::cat({step_bits, norm.to(step_bits.options()).reshape({1})}).cpu();
-    const double train_bits = numbers[0].item<double>() / double(dist.world_size());
-    const double grad_norm = numbers[1].item<double>();
-    // Every rank sees the same all-reduced loss and gradients, so all skip together.
-    if (std::isfinite(train_bits) && std::isfinite(grad_norm)) {
-      adamw_step(*optimizer);
-      if (!ema.empty()) update_ema(ema, *model, t.ema_decay);
-      nonfinite_in_a_row = 0;
-    } else {
-      ++result.skipped_steps;
-      ++skipped_since_log;
-      ++nonfinite_in_a_row;
-      spdlog::warn(
-          "step {:>6} | non-finite loss {} or gradient norm {}: update skipped ({} in a row, "
-          "{} in this run)",
-          step + 1,
-          train_bits,
-          grad_norm,
-          nonfinite_in_a_row,
-          result.skipped_steps);
-      if (nonfinite_in_a_row >= t.max_nonfinite_steps)
-        throw std::runtime_error(fmt::format(
-            "train: {} updates in a row had a non-finite loss or gradient (steps {} to {}; "
-            "train.max_nonfinite_steps = {}); stopped without writing a checkpoint, so the last "
-            "one in {} holds the state before them: lower train.lr or train.grad_clip, then "
-            "--resume",
-            nonfinite_in_a_row,
-            step + 2 - nonfinite_in_a_row,
-            step + 1,
-            t.max_nonfinite_steps,
-            t.out_dir));
-    }
-    ++step;
-    train_set.check_integrity(/*wait=*/false);  // stops the run once a background check fails
+// Rank 0's checkpoint of the state after r.step updates.
+void save(Run& r) {
+  r.sets.train.check_integrity(/*wait=*/true);  // never a checkpoint trained on a corrupt file
+  Checkpoint c{config::to_yaml(r.config),
+               r.step,
+               r.samples_seen,
+               capture_model(*r.model),
+               optimizer_bytes(*r.optimizer, r.device),
+               at::detail::getDefaultCPUGenerator().get_state(),
+               r.ema};
+  save_checkpoint(checkpoint_path(r.t.out_dir, r.step), c);
+  prune_checkpoints(r.t.out_dir, r.t.keep_checkpoints);  // only after the new one is complete
+}
 
-    const double step_s = std::chrono::duration<double>(Clock::now() - step_start).count();
-    const double tokens_per_s = double(t.batch_size * L) / step_s;
-    if (metrics)
-      metrics->write({{"step", double(step)},
-                      {"train_bpd", train_bits},
-                      {"lr", lr},
-                      {"grad_norm", grad_norm},
-                      {"tokens_per_s", tokens_per_s}});
-    if (step % t.log_every == 0 || step == t.steps) {
-      const double elapsed = std::chrono::duration<double>(Clock::now() - start).count();
-      const double eta = elapsed / double(step - first_step) * double(t.steps - step);
-      spdlog::info(
-          "step {:>6}/{} | train bpd {:.4f} | lr {:.2e} | grad norm {:.3f} | {:.0f} tok/s "
-          "| ETA {:.0f}s",
-          step,
-          t.steps,
-          train_bits,
-          lr,
-          grad_norm,
-          tokens_per_s,
-          eta);
-      if (tensorboard)
-        tensorboard->train(step, {train_bits, lr, grad_norm, tokens_per_s, skipped_since_log});
-      skipped_since_log = 0;
-    }
-    if (val_set && t.eval_every > 0 && step % t.eval_every == 0) {
-      const auto val = evaluate(model, *val_set, eval_batch, false, dist);  // sharded over ranks
-      if (metrics) metrics->write({{"step", double(step)}, {"val_bpd", val.bits_per_dim}});
-      if (tensorboard) tensorboard->scalar("val/bpd", step, val.bits_per_dim);
-      spdlog::info("step {:>6} | val bpd {:.4f} ({} images)", step, val.bits_per_dim, val.images);
-    }
-    // Rank 0's work alone; the others wait for it without the collectives' timeout.
-    if (t.sample_every > 0 && step % t.sample_every == 0)
-      dist.run_on_main([&] {
-        sample::SampleOptions s;
-        s.count = t.sample_count;
-        s.seed = t.seed;
-        const auto path = (fs::path(t.out_dir) / fmt::format("samples-{:08d}.png", step)).string();
-        const auto grid = util::image_grid_png(path, sample::sample_images(model, s), 2);
-        util::write_png(path, grid);
-        if (tensorboard) tensorboard->image("samples", step, grid);
-        spdlog::info("step {:>6} | samples written to {}", step, path);
-      });
-    if (t.checkpoint_every > 0 && step % t.checkpoint_every == 0 && step < t.steps)
-      dist.run_on_main(save);
-    // A stop request on any rank stops them all after this same step.
-    result.stop_signal = static_cast<int>(dist.max_over_ranks(util::stop_requested()));
-    if (result.stop_signal != 0 && step < last_step) break;
+// One update: the global batch in micro-batches, gradients averaged over ranks, clipped, and
+// AdamW, or the update skipped when the loss or the gradient norm is not finite.
+StepNumbers train_step(Run& r) {
+  const auto& t = r.t;
+  const auto step_start = Clock::now();
+  StepNumbers n;
+  n.lr = learning_rate(t, r.step);
+  set_learning_rate(*r.optimizer, n.lr);
+  if (r.dist->world_size() > 1) torch::manual_seed(dropout_seed(t.seed, r.step, r.dist->rank()));
+  r.optimizer->zero_grad();
+  // The loss stays on the device until the one read-back below (in double, as before).
+  auto step_bits = torch::zeros({1}, torch::TensorOptions().dtype(torch::kDouble).device(r.device));
+  const auto& poison = r.options.nan_loss_steps;
+  const bool poisoned = std::count(poison.begin(), poison.end(), r.step);
+  for (int64_t m = 0; m < t.grad_accum; ++m) {
+    // The loader gathers the next micro-batch (this step's next, or the next step's first)
+    // while this one runs.
+    const int64_t next = m + 1 < t.grad_accum       ? r.position(r.samples_seen, m + 1)
+                         : r.step + 1 < r.last_step ? r.position(r.samples_seen + t.batch_size, 0)
+                                                    : -1;
+    auto x = r.loader->take(r.position(r.samples_seen, m), r.micro(), next);
+    auto loss = mean_bits(r.model->forward(x), x);
+    if (poisoned) loss = loss * std::numeric_limits<double>::quiet_NaN();
+    (loss / double(t.grad_accum)).backward();
+    step_bits += loss.detach().to(torch::kDouble) / double(t.grad_accum);
   }
-  result.main_process = dist.is_main();
-  result.final_checkpoint = checkpoint_path(t.out_dir, step);
-  dist.run_on_main(save);  // no rank returns before the final checkpoint is on disk
-  if (result.stop_signal != 0 && step < last_step) {
+  r.samples_seen += t.batch_size;
+  r.dist->all_reduce_gradients(*r.model);  // the mean over ranks: the whole global batch's gradient
+  r.dist->all_reduce_sum(step_bits);
+  const double max_norm = t.grad_clip > 0 ? t.grad_clip : std::numeric_limits<double>::infinity();
+  const auto norm = clip_gradients(r.model->parameters(), max_norm);
+  // The step's one host sync: loss and gradient norm in one copy, for the skip and the log.
+  const auto numbers = torch::cat({step_bits, norm.to(step_bits.options()).reshape({1})}).cpu();
+  n.train_bits = numbers[0].item<double>() / double(r.dist->world_size());
+  n.grad_norm = numbers[1].item<double>();
+  // Every rank sees the same all-reduced loss and gradients, so all skip together.
+  if (std::isfinite(n.train_bits) && std::isfinite(n.grad_norm)) {
+    adamw_step(*r.optimizer);
+    if (!r.ema.empty()) update_ema(r.ema, *r.model, t.ema_decay);
+    r.nonfinite_in_a_row = 0;
+  } else {
+    ++r.result.skipped_steps;
+    ++r.skipped_since_log;
+    ++r.nonfinite_in_a_row;
+    spdlog::warn(
+        "step {:>6} | non-finite loss {} or gradient norm {}: update skipped ({} in a row, "
+        "{} in this run)",
+        r.step + 1,
+        n.train_bits,
+        n.grad_norm,
+        r.nonfinite_in_a_row,
+        r.result.skipped_steps);
+    if (r.nonfinite_in_a_row >= t.max_nonfinite_steps)
+      throw std::runtime_error(fmt::format(
+          "train: {} updates in a row had a non-finite loss or gradient (steps {} to {}; "
+          "train.max_nonfinite_steps = {}); stopped without writing a checkpoint, so the last "
+          "one in {} holds the state before them: lower train.lr or train.grad_clip, then "
+          "--resume",
+          r.nonfinite_in_a_row,
+          r.step + 2 - r.nonfinite_in_a_row,
+          r.step + 1,
+          t.max_nonfinite_steps,
+          t.out_dir));
+  }
+  ++r.step;
+  r.sets.train.check_integrity(/*wait=*/false);  // stops the run once a background check fails
+  const double step_s = std::chrono::duration<double>(Clock::now() - step_start).count();
+  n.tokens_per_s = double(t.batch_size * r.L) / step_s;
+  return n;
+}
+
+// After an update: its numbers logged, and, when due, validation, a sample grid, a checkpoint.
+void after_step(Run& r, const StepNumbers& n) {
+  const auto& t = r.t;
+  const int64_t step = r.step;
+  if (r.metrics)
+    r.metrics->write({{"step", double(step)},
+                      {"train_bpd", n.train_bits},
+                      {"lr", n.lr},
+                      {"grad_norm", n.grad_norm},
+                      {"tokens_per_s", n.tokens_per_s}});
+  if (step % t.log_every == 0 || step == t.steps) {
+    const double elapsed = std::chrono::duration<double>(Clock::now() - r.start).count();
+    const double eta = elapsed / double(step - r.first_step) * double(t.steps - step);
+    spdlog::info(
+        "step {:>6}/{} | train bpd {:.4f} | lr {:.2e} | grad norm {:.3f} | {:.0f} tok/s "
+        "| ETA {:.0f}s",
+        step,
+        t.steps,
+        n.train_bits,
+        n.lr,
+        n.grad_norm,
+        n.tokens_per_s,
+        eta);
+    if (r.tensorboard)
+      r.tensorboard->train(step,
+                           {n.train_bits, n.lr, n.grad_norm, n.tokens_per_s, r.skipped_since_log});
+    r.skipped_since_log = 0;
+  }
+  if (r.val_set && t.eval_every > 0 && step % t.eval_every == 0) {
+    const auto val = evaluate(r.model, *r.val_set, r.eval_batch, false, *r.dist);  // sharded
+    if (r.metrics) r.metrics->write({{"step", double(step)}, {"val_bpd", val.bits_per_dim}});
+    if (r.tensorboard) r.tensorboard->scalar("val/bpd", step, val.bits_per_dim);
+    spdlog::info("step {:>6} | val bpd {:.4f} ({} images)", step, val.bits_per_dim, val.images);
+  }
+  // Rank 0's work alone; the others wait for it without the collectives' timeout.
+  if (t.sample_every > 0 && step % t.sample_every == 0)
+    r.dist->run_on_main([&] {
+      sample::SampleOptions s;
+      s.count = t.sample_count;
+      s.seed = t.seed;
+      const auto path = (fs::path(t.out_dir) / fmt::format("samples-{:08d}.png", step)).string();
+      const auto grid = util::image_grid_png(path, sample::sample_images(r.model, s), 2);
+      util::write_png(path, grid);
+      if (r.tensorboard) r.tensorboard->image("samples", step, grid);
+      spdlog::info("step {:>6} | samples written to {}", step, path);
+    });
+  if (t.checkpoint_every > 0 && step % t.checkpoint_every == 0 && step < t.steps)
+    r.dist->run_on_main([&] { save(r); });
+}
+
+// A stop request on any rank stops them all after this same step.
+bool stop_requested(Run& r) {
+  r.result.stop_signal = static_cast<int>(r.dist->max_over_ranks(util::stop_requested()));
+  return r.result.stop_signal != 0 && r.step < r.last_step;
+}
+
+// The final checkpoint, and at the run's last step the test split's bits/dim.
+RunResult finish(Run& r) {
+  const auto& t = r.t;
+  r.result.main_process = r.dist->is_main();
+  r.result.final_checkpoint = checkpoint_path(t.out_dir, r.step);
+  r.dist->run_on_main([&] { save(r); });  // no rank returns before it is on disk
+  if (r.result.stop_signal != 0 && r.step < r.last_step) {
     spdlog::warn("stopped by signal {} after step {}: checkpoint {}; continue with --resume",
-                 result.stop_signal,
-                 step,
-                 result.final_checkpoint);
-    return result;
+                 r.result.stop_signal,
+                 r.step,
+                 r.result.final_checkpoint);
+    return r.result;
   }
-  result.stop_signal = 0;
-  if (t.final_test && step == t.steps) {
-    if (!test_set) test_set = data::load_split(config.data, data::Split::kTest);
-    const auto test = evaluate(model, *test_set, eval_batch, false, dist);
-    if (metrics) metrics->write({{"step", double(step)}, {"test_bpd", test.bits_per_dim}});
-    if (tensorboard) tensorboard->scalar("test/bpd", step, test.bits_per_dim);
+  r.result.stop_signal = 0;
+  if (t.final_test && r.step == t.steps) {
+    if (!r.test_set) r.test_set = data::load_split(r.config.data, data::Split::kTest);
+    const auto test = evaluate(r.model, *r.test_set, r.eval_batch, false, *r.dist);
+    if (r.metrics) r.metrics->write({{"step", double(r.step)}, {"test_bpd", test.bits_per_dim}});
+    if (r.tensorboard) r.tensorboard->scalar("test/bpd", r.step, test.bits_per_dim);
     spdlog::info("test bpd {:.4f} over {} images", test.bits_per_dim, test.images);
-    result.test_bits_per_dim = test.bits_per_dim;
+    r.result.test_bits_per_dim = test.bits_per_dim;
   }
   spdlog::info("peak resident memory {:.0f} MiB", util::process_peak_rss_mib());
-  return result;
+  return r.result;
+}
+
+}  // namespace
+
+RunResult run_training(const config::Config& config, const RunOptions& options) {
+  Run run(config, options);
+  set_up(run);
+  if (options.resume) resume(run);
+  start(run);
+  while (run.step < run.last_step) {
+    after_step(run, train_step(run));
+    if (stop_requested(run)) break;
+  }
+  return finish(run);
 }
 
 }  // namespace combiner::train
