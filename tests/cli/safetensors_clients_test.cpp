@@ -2,8 +2,8 @@
 // safetensors_clients.py, in the venv's python): safetensors.torch and safetensors.numpy give the
 // checkpoint's tensors bit for bit (bf16 rounded once) with the __metadata__ we document; a file
 // that safetensors.torch.save_file writes from those tensors, with only our "config", evaluates
-// in combiner-eval to the export's bits/dim. And the README's __metadata__ list names every key
-// the exporter writes.
+// in combiner-eval to the export's bits/dim. And docs/USAGE.md's __metadata__ list names every
+// key the exporter writes.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -118,9 +118,9 @@ TEST_F(SafetensorsClients, SaveFileOfOurTensorsEvaluatesLikeTheExport) {
   }
 }
 
-TEST_F(SafetensorsClients, ReadmeListsEveryMetadataKeyTheExporterWrites) {
-  // The README's paragraph that introduces the exported file's __metadata__.
-  const std::string readme = read_text(std::string(COMBINER_SOURCE_DIR) + "/README.md");
+TEST_F(SafetensorsClients, UsageListsEveryMetadataKeyTheExporterWrites) {
+  // docs/USAGE.md's paragraph that introduces the exported file's __metadata__.
+  const std::string readme = read_text(std::string(COMBINER_SOURCE_DIR) + "/docs/USAGE.md");
   const auto at = readme.find("`__metadata__`");
   ASSERT_NE(at, std::string::npos);
   const auto begin = readme.rfind("\n\n", at), end = readme.find("\n\n", at);
@@ -130,7 +130,7 @@ TEST_F(SafetensorsClients, ReadmeListsEveryMetadataKeyTheExporterWrites) {
     ASSERT_EQ(metadata.at("dtype"), dtype);
     for (const auto& [key, value] : metadata)
       EXPECT_NE(paragraph.find("`" + key + "`"), std::string::npos)
-          << "README.md's __metadata__ list lacks `" << key << "`: " << paragraph;
+          << "docs/USAGE.md's __metadata__ list lacks `" << key << "`: " << paragraph;
     EXPECT_NE(paragraph.find("`" + dtype + "`"), std::string::npos) << paragraph;
   }
 }
