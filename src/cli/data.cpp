@@ -1,5 +1,6 @@
 // combiner-data: packed dataset files (data/packed.h).
 //   pack --dataset NAME --from DIR --out DIR [--force]   published files -> train.pack, test.pack
+//   pack --from FOLDER --size H[xW] --out DIR [...]      your own PNG/JPEG files -> an images pack
 //   info FILE                                            the header, and the payload checksum
 //   show FILE --index N --out x.png                      one image as a PNG
 #include <spdlog/spdlog.h>
@@ -7,7 +8,11 @@
 
 #include <cstdio>
 #include <stdexcept>
+#include <string>
+#include <tuple>
+#include <utility>
 
+#include "data/image_folder.h"
 #include "data/pack.h"
 #include "data/packed.h"
 #include "util/cli_main.h"
@@ -17,6 +22,40 @@
 namespace {
 
 namespace data = combiner::data;
+
+// --size H or HxW: the packed height and width.
+std::pair<int64_t, int64_t> parse_size(const std::string& text) {
+  const auto x = text.find('x');
+  auto number = [&](const std::string& part) {
+    if (part.empty() || part.size() > 6 ||
+        part.find_first_not_of("0123456789") != std::string::npos)
+      throw std::invalid_argument(
+          "--size: expected H or HxW in whole pixels (e.g. 128 or 96x128), "
+          "got '" +
+          text + "'");
+    return std::stoll(part);
+  };
+  if (x == std::string::npos) return {number(text), number(text)};
+  return {number(text.substr(0, x)), number(text.substr(x + 1))};
+}
+
+int run_pack_folder(data::ImageFolderOptions options, const std::string& size, int64_t threads) {
+  std::tie(options.height, options.width) = parse_size(size);
+  options.threads = static_cast<int>(threads);
+  spdlog::info("pack: the images under {} as {}x{}x{}, seed {}",
+               options.from,
+               options.height,
+               options.width,
+               options.channels,
+               options.seed);
+  const auto report = data::pack_image_folder(options);
+  for (const auto& path : report.paths) std::printf("packed: %s\n", path.c_str());
+  std::printf("images: %lld train, %lld test, %zu skipped\n",
+              static_cast<long long>(report.train),
+              static_cast<long long>(report.test),
+              report.skipped.size());
+  return 0;
+}
 
 int run_info(const std::string& path) {
   // The header is printed before the payload's check ends, so a corrupt payload still shows it.
@@ -66,16 +105,28 @@ int main(int argc, char** argv) {
     app.require_subcommand(1);
     data::PackOptions pack;
     auto* pack_cmd = app.add_subcommand("pack", "write train.pack and test.pack from a dataset");
-    pack_cmd->add_option("--dataset", pack.dataset, "fashion_mnist | cifar10 | imagenet64")
-        ->required();
+    pack_cmd->add_option(
+        "--dataset", pack.dataset, "fashion_mnist | cifar10 | imagenet64 (without --size)");
     pack_cmd->add_option("--from",
                          pack.from,
-                         "folder of the published files (default: the "
-                         "dataset's default folder)");
+                         "folder of the published files (default: the dataset's default folder); "
+                         "with --size, a folder of PNG and JPEG files");
     pack_cmd->add_option("--out", pack.out, "folder for the packed files")->required();
     pack_cmd->add_flag("--force", pack.force, "replace packed files already in --out");
     int64_t threads = 0;
     pack_cmd->add_option("--threads", threads, "decoding threads (default: every core)");
+    // Your own images (data.dataset: images).
+    std::string size;
+    data::ImageFolderOptions folder;
+    pack_cmd->add_option("--size", size, "H or HxW: pack the images under --from at this size");
+    pack_cmd->add_option("--channels", folder.channels, "3 (RGB, default) or 1 (grayscale)");
+    pack_cmd->add_option("--test-fraction",
+                         folder.test_fraction,
+                         "share of the files in test.pack when --from has no train/ and test/ "
+                         "(default 0.1)");
+    pack_cmd->add_option("--seed", folder.seed, "the shuffle's seed (default 0)");
+    pack_cmd->add_flag(
+        "--strict", folder.strict, "refuse a file that does not decode (default: skip it)");
 
     std::string file, out;
     int64_t index = 0;
@@ -93,6 +144,22 @@ int main(int argc, char** argv) {
     }
     if (*info_cmd) return run_info(file);
     if (*show_cmd) return run_show(file, index, out);
+    if (!size.empty()) {
+      if (!pack.dataset.empty() && pack.dataset != "images")
+        throw std::invalid_argument(
+            "pack: --size packs a folder of your own images; it does not "
+            "go with --dataset " +
+            pack.dataset);
+      if (pack.from.empty()) throw std::invalid_argument("pack: --size needs --from FOLDER");
+      folder.from = pack.from;
+      folder.out = pack.out;
+      folder.force = pack.force;
+      return run_pack_folder(folder, size, threads);
+    }
+    if (pack.dataset.empty())
+      throw std::invalid_argument(
+          "pack: --dataset fashion_mnist | cifar10 | imagenet64, or --size H[xW] with --from "
+          "FOLDER for your own images");
     spdlog::info("pack: {} on {} threads", pack.dataset, combiner::util::set_threads(threads));
     for (const auto& path : data::pack_dataset(pack)) std::printf("packed: %s\n", path.c_str());
     return 0;

@@ -49,6 +49,12 @@ std::vector<Field> build_table() {
          "folder of the dataset's files; \"\" = the dataset's default folder"),
     make("data.val_size", [](auto& c) -> auto& { return c.data.val_size; },
          "images held out from the end of the training set for validation").at_least(0),
+    make("data.height", [](auto& c) -> auto& { return c.data.height; },
+         "image height; 0 = the dataset's (images: the packed header's)").at_least(0).at_most(1024),
+    make("data.width", [](auto& c) -> auto& { return c.data.width; },
+         "image width; 0 = the dataset's (images: the packed header's)").at_least(0).at_most(1024),
+    make("data.channels", [](auto& c) -> auto& { return c.data.channels; },
+         "channels per pixel; 0 = the dataset's (images: the packed header's)").at_least(0).at_most(4),
 
     make("model.layers", [](auto& c) -> auto& { return c.model.layers; },
          "transformer blocks").at_least(1).at_most(1024),

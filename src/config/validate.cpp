@@ -43,9 +43,11 @@ void validate(Config& config) {
   for (const Field& field : fields()) check_field(field, config);
   check_relations(config);
 
-  // The dataset name is known to be valid here, so these lookups do not throw.
+  // The dataset name is known to be valid here. The shape is resolved once, here: a named
+  // dataset's own, or an `images` folder's packed header (unless the config already carries it,
+  // as a run's config.yaml and its checkpoints do).
   if (config.data.dir.empty()) config.data.dir = data::default_dir(config.data.dataset);
-  const data::ImageShape shape = data::dataset_shape(config.data.dataset);
+  const data::ImageShape shape = data::resolve_shape(config.data);
   const int64_t row = shape.width * shape.channels;
   attention::AttentionOptions& a = config.model.attention;
   if (a.block == 0) a.block = row;

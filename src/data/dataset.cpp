@@ -56,6 +56,10 @@ ImageSet load_official(const std::string& dataset,
     throw std::runtime_error("data: folder '" + dir + "' for dataset " + dataset +
                              " does not exist; see data/README.md for the expected files");
   if (holds_packed_files(dir)) return load_packed(dataset, dir, split, verify);
+  if (dataset == "images")
+    throw std::runtime_error("data: '" + dir +
+                             "' holds no packed files; dataset images reads the output of "
+                             "combiner-data pack --from FOLDER --size HxW --out DIR");
   if (dataset == "fashion_mnist") return load_fashion_mnist(dir, split);
   if (dataset == "cifar10") return load_cifar10(dir, split);
   return load_imagenet64(dir, split);
@@ -64,19 +68,68 @@ ImageSet load_official(const std::string& dataset,
 }  // namespace
 
 const std::vector<std::string>& dataset_names() {
-  static const std::vector<std::string> names = {"fashion_mnist", "cifar10", "imagenet64"};
+  static const std::vector<std::string> names = {
+      "fashion_mnist", "cifar10", "imagenet64", "images"};
   return names;
 }
 
 ImageShape dataset_shape(const std::string& dataset) {
   check_known(dataset);
+  if (dataset == "images")
+    throw std::invalid_argument(
+        "data.dataset images: the shape comes from the packed files (data.dir) or "
+        "data.height/width/channels, not from the name");
   if (dataset == "fashion_mnist") return {28, 28, 1};
   if (dataset == "cifar10") return {32, 32, 3};
   return {64, 64, 3};
 }
 
+ImageShape dataset_shape(const DataOptions& options) {
+  check_known(options.dataset);
+  const ImageShape given{options.height, options.width, options.channels};
+  const bool any = given.height != 0 || given.width != 0 || given.channels != 0;
+  auto text = [](const ImageShape& s) {
+    return std::to_string(s.height) + " x " + std::to_string(s.width) + " x " +
+           std::to_string(s.channels);
+  };
+  if (options.dataset != "images") {
+    const ImageShape fixed = dataset_shape(options.dataset);
+    if (any && !(given == fixed))
+      throw std::invalid_argument("data.height/width/channels: " + options.dataset +
+                                  " images are " + text(fixed) + ", got " + text(given) +
+                                  " (leave them at 0)");
+    return fixed;
+  }
+  if (any) {
+    if (given.height <= 0 || given.width <= 0 || given.channels <= 0)
+      throw std::invalid_argument("data.height/width/channels: set all three or none, got " +
+                                  text(given));
+    return given;
+  }
+  if (options.dir.empty())
+    throw std::invalid_argument(
+        "data.dir: dataset images needs the folder of its packed files (combiner-data pack "
+        "--from FOLDER --size HxW --out DIR)");
+  const std::string path =
+      (std::filesystem::path(options.dir) / packed_file_name(OfficialSplit::kTrain)).string();
+  if (!std::filesystem::exists(path))
+    throw std::invalid_argument("data.dir: '" + options.dir + "' holds no " +
+                                packed_file_name(OfficialSplit::kTrain) +
+                                " (combiner-data pack --from FOLDER --size HxW --out DIR)");
+  return read_packed_header(path).shape;
+}
+
+ImageShape resolve_shape(DataOptions& options) {
+  const ImageShape shape = dataset_shape(options);
+  options.height = shape.height;
+  options.width = shape.width;
+  options.channels = shape.channels;
+  return shape;
+}
+
 std::string default_dir(const std::string& dataset) {
   check_known(dataset);
+  if (dataset == "images") return "";
   // Debian's dataset-fashion-mnist package installs the four idx files here.
   if (dataset == "fashion_mnist") return "/usr/share/datasets/fashion-mnist";
   if (dataset == "cifar10") return "data/cifar-10-batches-bin";
@@ -98,7 +151,9 @@ ImageSet load_checked(const DataOptions& options,
                       OfficialSplit official,
                       PackedFile::Verify verify) {
   ImageSet set = load_official(options.dataset, dir, official, verify);
-  const ImageShape expected = dataset_shape(options.dataset);
+  // `images` before its shape is resolved takes the header's (checked there).
+  const bool unresolved = options.dataset == "images" && options.height == 0;
+  const ImageShape expected = unresolved ? set.shape : dataset_shape(options);
   if (!(set.shape == expected) ||
       (!set.storage && static_cast<int64_t>(set.pixels.size()) != set.count * expected.length()))
     throw std::runtime_error("data: reader for " + options.dataset + " in '" + dir +

@@ -11,9 +11,17 @@
 
 namespace combiner::data {
 
+// fashion_mnist, cifar10, imagenet64 (each of a fixed shape) and images (any folder of images
+// packed by `combiner-data pack --from FOLDER`: its shape is the packed header's).
 const std::vector<std::string>& dataset_names();
-ImageShape dataset_shape(const std::string& dataset);  // invalid_argument for an unknown name
-std::string default_dir(const std::string& dataset);   // where the dataset lives by default
+// A named dataset's shape; std::invalid_argument for an unknown name and for `images`.
+ImageShape dataset_shape(const std::string& dataset);
+// The shape of options' images: data.height/width/channels when set, else the named dataset's
+// or, for `images`, the header of options.dir's train.pack. std::invalid_argument naming the key.
+ImageShape dataset_shape(const DataOptions& options);
+// Fills options.height/width/channels with dataset_shape(options) and returns it.
+ImageShape resolve_shape(DataOptions& options);
+std::string default_dir(const std::string& dataset);  // where it lives by default ("" for images)
 
 // train: the official training set minus its last val_size images; val: those last val_size
 // images; test: the official test set. Throws std::runtime_error naming the file and what is

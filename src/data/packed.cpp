@@ -141,13 +141,21 @@ PackedHeader parse_packed_header(const uint8_t* data,
   if (std::find(names.begin(), names.end(), header.dataset) == names.end())
     throw fail("unknown dataset '" + header.dataset + "' in the header");
   header.shape = {get_u32(data + 32), get_u32(data + 36), get_u32(data + 40)};
-  const ImageShape expected = dataset_shape(header.dataset);
-  if (!(header.shape == expected))
-    throw fail("header says " + header.dataset + " images of " +
-               std::to_string(header.shape.height) + "x" + std::to_string(header.shape.width) +
-               "x" + std::to_string(header.shape.channels) + ", expected " +
-               std::to_string(expected.height) + "x" + std::to_string(expected.width) + "x" +
-               std::to_string(expected.channels));
+  auto shape_text = [](const ImageShape& x) {
+    return std::to_string(x.height) + "x" + std::to_string(x.width) + "x" +
+           std::to_string(x.channels);
+  };
+  if (header.dataset == "images") {
+    const auto& x = header.shape;
+    if (x.height < 1 || x.height > kMaxImageSide || x.width < 1 || x.width > kMaxImageSide ||
+        x.channels < 1 || x.channels > 4)
+      throw fail("header says images of " + shape_text(x) + ", expected height and width 1 to " +
+                 std::to_string(kMaxImageSide) + " and 1 to 4 channels");
+  } else if (!(header.shape == dataset_shape(header.dataset))) {
+    throw fail("header says " + header.dataset + " images of " + shape_text(header.shape) +
+               ", expected " + shape_text(dataset_shape(header.dataset)));
+  }
+  const ImageShape expected = header.shape;
   const uint64_t count = get_u64(data + 48);
   const uint64_t payload = file_size - kPackedHeaderBytes;
   if (count == 0 || count > payload / static_cast<uint64_t>(expected.length()) ||
@@ -204,6 +212,24 @@ PackedFile::~PackedFile() {
     if (check_->thread.joinable()) check_->thread.join();
   }
   ::munmap(const_cast<uint8_t*>(base_), size_);
+}
+
+PackedHeader read_packed_header(const std::string& path) {
+  auto fail = [&](const std::string& why) {
+    return std::runtime_error(path + ": cannot read: " + why);
+  };
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) throw fail(errno_text(errno));
+  struct stat info {};
+  uint8_t head[kPackedHeaderBytes] = {};
+  const bool regular = ::fstat(fd, &info) == 0 && S_ISREG(info.st_mode);
+  const ssize_t got = regular ? ::pread(fd, head, sizeof(head), 0) : 0;
+  const int error = errno;
+  ::close(fd);
+  if (!regular) throw fail("not a regular file");
+  if (got < 0) throw fail(errno_text(error));
+  return parse_packed_header(
+      head, static_cast<size_t>(got), static_cast<uint64_t>(info.st_size), path);
 }
 
 std::shared_ptr<PackedFile> PackedFile::open(const std::string& path,
@@ -378,6 +404,12 @@ void PackedWriter::complete() {
   }
   fd_ = -1;
   completed_ = true;
+}
+
+void PackedWriter::complete_short() {
+  if (written_ == 0) fail("no image was written");
+  header_.count = written_;
+  complete();
 }
 
 void PackedWriter::rename_into_place() {

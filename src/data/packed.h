@@ -26,7 +26,7 @@ constexpr uint32_t kPackedVersion = 1;
 constexpr size_t kPackedHeaderBytes = 64;
 
 struct PackedHeader {
-  std::string dataset;  // fashion_mnist | cifar10 | imagenet64 (at most 15 characters)
+  std::string dataset;  // fashion_mnist | cifar10 | imagenet64 | images (at most 15 characters)
   ImageShape shape;
   int64_t count = 0;
   uint32_t payload_crc = 0;
@@ -47,6 +47,13 @@ PackedHeader parse_packed_header(const uint8_t* data,
                                  size_t size,
                                  uint64_t file_size,
                                  const std::string& name);
+
+// The header of the packed file at path, checked as parse_packed_header checks it (the payload's
+// checksum is not read). std::runtime_error naming the file.
+PackedHeader read_packed_header(const std::string& path);
+
+// Largest height or width of an `images` pack; channels are 1 to 4.
+constexpr int64_t kMaxImageSide = 1024;
 
 // A whole packed file held in memory, checked as PackedFile::open(kNow) checks a file: its
 // header, size and payload checksum (the fuzz target's entry). Errors name `name`.
@@ -106,6 +113,9 @@ class PackedWriter {
   // Completes the temporary file (header with the payload CRC, fsync). rename_into_place()
   // then moves it over path; packing several files completes them all before renaming any.
   void complete();
+  // complete() for a writer that announced an upper bound: the header says what was written
+  // (at least one image), as when a folder's unreadable files are skipped.
+  void complete_short();
   void rename_into_place();
   const std::string& path() const { return path_; }
 

@@ -19,7 +19,7 @@ TransformerOptions TransformerOptions::from_config(const config::Config& config)
   o.activation_checkpointing = config.train.activation_checkpointing;
   o.bfloat16 = config.train.precision == "bfloat16";
   o.attention = config.model.attention;
-  o.image = data::dataset_shape(config.data.dataset);
+  o.image = data::dataset_shape(config.data);  // resolved by config::validate
   return o;
 }
 

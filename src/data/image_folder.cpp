@@ -1,0 +1,248 @@
+// The folder packer: list the image files, split and shuffle them, then decode them in chunks on
+// several threads and stream each chunk, in order, into the split's PackedWriter.
+#include "data/image_folder.h"
+
+#include <spdlog/spdlog.h>
+#include <stb/stb_image.h>
+#include <stb/stb_image_resize.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cctype>
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <random>
+#include <stdexcept>
+#include <thread>
+
+#include "data/packed.h"
+
+namespace combiner::data {
+namespace fs = std::filesystem;
+namespace {
+
+using Clock = std::chrono::steady_clock;
+constexpr int64_t kMaxSourceSide = 16384;  // larger sources are refused before decoding
+constexpr size_t kChunkFiles = 256;        // files decoded together between two writes
+
+bool is_image_file(const fs::path& path) {
+  std::string ext = path.extension().string();
+  std::transform(ext.begin(), ext.end(), ext.begin(), [](unsigned char c) {
+    return static_cast<char>(std::tolower(c));
+  });
+  return ext == ".png" || ext == ".jpg" || ext == ".jpeg";
+}
+
+// Every image file under dir, sorted, so the shuffle alone decides the order.
+std::vector<std::string> list_images(const fs::path& dir) {
+  std::vector<std::string> files;
+  std::error_code ec;
+  for (fs::recursive_directory_iterator it(dir, fs::directory_options::skip_permission_denied, ec),
+       end;
+       !ec && it != end;
+       it.increment(ec))
+    if (it->is_regular_file(ec) && is_image_file(it->path())) files.push_back(it->path().string());
+  if (ec) throw std::runtime_error("pack: cannot list '" + dir.string() + "': " + ec.message());
+  std::sort(files.begin(), files.end());
+  return files;
+}
+
+// Fisher-Yates with a 64-bit Mersenne Twister: the same order for the same seed everywhere.
+void shuffle(std::vector<std::string>& files, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  for (size_t i = files.size(); i > 1; --i) std::swap(files[i - 1], files[rng() % i]);
+}
+
+std::vector<uint8_t> read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw std::runtime_error(path + ": cannot open");
+  return std::vector<uint8_t>(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+struct FolderSplit {
+  const char* name;
+  std::vector<std::string> files;
+};
+
+// Decodes files[begin, end) into out (image i at (i - begin) * L) on `threads` threads; a file
+// that fails leaves its reason in why[i - begin].
+void decode_chunk(const std::vector<std::string>& files,
+                  size_t begin,
+                  size_t end,
+                  const ImageShape& shape,
+                  int threads,
+                  std::vector<uint8_t>& out,
+                  std::vector<std::string>& why) {
+  const size_t n = end - begin, L = static_cast<size_t>(shape.length());
+  out.resize(n * L);
+  why.assign(n, "");
+  std::atomic<size_t> next{0};
+  auto work = [&] {
+    for (size_t i = next++; i < n; i = next++) {
+      try {
+        const auto bytes = read_file(files[begin + i]);
+        const auto image = decode_image(bytes.data(), bytes.size(), shape, files[begin + i]);
+        std::copy(image.begin(), image.end(), out.begin() + static_cast<ptrdiff_t>(i * L));
+      } catch (const std::exception& e) {
+        why[i] = e.what();
+      }
+    }
+  };
+  std::vector<std::thread> pool;
+  for (int t = 1; t < threads; ++t) pool.emplace_back(work);
+  work();
+  for (auto& thread : pool) thread.join();
+}
+
+}  // namespace
+
+std::vector<uint8_t> decode_image(const uint8_t* bytes,
+                                  size_t size,
+                                  const ImageShape& shape,
+                                  const std::string& name) {
+  const int C = static_cast<int>(shape.channels);
+  int w = 0, h = 0, n = 0;
+  if (size > size_t{1} << 31 || !stbi_info_from_memory(bytes, static_cast<int>(size), &w, &h, &n))
+    throw std::runtime_error(
+        name + ": not a PNG or JPEG image stb_image can read (" +
+        (size > size_t{1} << 31 ? "larger than 2 GiB" : stbi_failure_reason()) + ")");
+  if (w > kMaxSourceSide || h > kMaxSourceSide)
+    throw std::runtime_error(name + ": " + std::to_string(w) + " x " + std::to_string(h) +
+                             " pixels, more than " + std::to_string(kMaxSourceSide) + " a side");
+  std::unique_ptr<stbi_uc, void (*)(void*)> pixels(
+      stbi_load_from_memory(bytes, static_cast<int>(size), &w, &h, &n, C), stbi_image_free);
+  if (!pixels)
+    throw std::runtime_error(name + ": cannot decode (" + std::string(stbi_failure_reason()) + ")");
+  // The largest centred crop of aspect W:H: crop width cw = h * W / H when that fits, else crop
+  // height ch = w * H / W.
+  const int64_t W = shape.width, H = shape.height;
+  int64_t cw = w, ch = h;
+  if (int64_t{w} * H > int64_t{h} * W)
+    cw = std::max<int64_t>(1, (int64_t{h} * W + H / 2) / H);
+  else
+    ch = std::max<int64_t>(1, (int64_t{w} * H + W / 2) / W);
+  const int64_t x0 = (w - cw) / 2, y0 = (h - ch) / 2;
+  std::vector<uint8_t> out(static_cast<size_t>(shape.length()));
+  const stbi_uc* crop = pixels.get() + (y0 * w + x0) * C;
+  const auto filter = cw >= W && ch >= H ? STBIR_FILTER_MITCHELL : STBIR_FILTER_CATMULLROM;
+  if (!stbir_resize_uint8_generic(crop,
+                                  static_cast<int>(cw),
+                                  static_cast<int>(ch),
+                                  w * C,
+                                  out.data(),
+                                  static_cast<int>(W),
+                                  static_cast<int>(H),
+                                  static_cast<int>(W) * C,
+                                  C,
+                                  STBIR_ALPHA_CHANNEL_NONE,
+                                  0,
+                                  STBIR_EDGE_CLAMP,
+                                  filter,
+                                  STBIR_COLORSPACE_LINEAR,
+                                  nullptr))
+    throw std::runtime_error(name + ": resize failed");
+  return out;
+}
+
+ImageFolderReport pack_image_folder(const ImageFolderOptions& options) {
+  const ImageShape shape{options.height, options.width, options.channels};
+  if (shape.height < 1 || shape.height > kMaxImageSide || shape.width < 1 ||
+      shape.width > kMaxImageSide)
+    throw std::invalid_argument("pack: --size " + std::to_string(shape.height) + "x" +
+                                std::to_string(shape.width) + ": height and width must be 1 to " +
+                                std::to_string(kMaxImageSide));
+  if (shape.channels != 1 && shape.channels != 3)
+    throw std::invalid_argument("pack: --channels " + std::to_string(shape.channels) +
+                                ": expected 1 (grayscale) or 3 (RGB)");
+  if (!(options.test_fraction >= 0 && options.test_fraction < 1))
+    throw std::invalid_argument("pack: --test-fraction " + std::to_string(options.test_fraction) +
+                                ": expected at least 0 and below 1");
+  if (!fs::is_directory(options.from))
+    throw std::invalid_argument("pack: --from '" + options.from + "' is not a folder");
+  if (options.out.empty()) throw std::invalid_argument("pack: --out must name a folder");
+  if (holds_packed_files(options.out) && !options.force)
+    throw std::invalid_argument("pack: '" + options.out +
+                                "' already holds packed files; pass --force to replace them");
+
+  const fs::path from(options.from);
+  std::vector<FolderSplit> splits = {{"train", {}}, {"test", {}}};
+  if (fs::is_directory(from / "train") && fs::is_directory(from / "test")) {
+    splits[0].files = list_images(from / "train");
+    splits[1].files = list_images(from / "test");
+  } else {
+    auto files = list_images(from);
+    shuffle(files, options.seed);
+    size_t test = static_cast<size_t>(options.test_fraction * double(files.size()) + 0.5);
+    if (options.test_fraction > 0 && test == 0 && files.size() > 1) test = 1;
+    splits[1].files.assign(files.begin(), files.begin() + static_cast<ptrdiff_t>(test));
+    splits[0].files.assign(files.begin() + static_cast<ptrdiff_t>(test), files.end());
+  }
+  for (const auto& split : splits)
+    if (split.files.empty())
+      throw std::invalid_argument("pack: no " + std::string(split.name) +
+                                  " images (*.png, *.jpg, *.jpeg) under '" + options.from + "'" +
+                                  (split.name == std::string("test") && options.test_fraction == 0
+                                       ? " (--test-fraction is 0)"
+                                       : ""));
+  for (auto& split : splits) shuffle(split.files, options.seed + 1);
+
+  std::error_code ec;
+  fs::create_directories(options.out, ec);
+  if (ec)
+    throw std::runtime_error("pack: cannot create folder '" + options.out + "': " + ec.message());
+  const int threads = options.threads > 0 ? options.threads
+                                          : int(std::max(1u, std::thread::hardware_concurrency()));
+  ImageFolderReport report;
+  std::vector<std::unique_ptr<PackedWriter>> writers;
+  for (const auto& split : splits) {
+    const std::string path = (fs::path(options.out) / (std::string(split.name) + ".pack")).string();
+    writers.push_back(
+        std::make_unique<PackedWriter>(path, "images", shape, int64_t(split.files.size())));
+    const auto start = Clock::now();
+    auto last_report = start;
+    std::vector<uint8_t> chunk;
+    std::vector<std::string> why;
+    int64_t written = 0;
+    for (size_t begin = 0; begin < split.files.size(); begin += kChunkFiles) {
+      const size_t end = std::min(split.files.size(), begin + kChunkFiles);
+      decode_chunk(split.files, begin, end, shape, threads, chunk, why);
+      for (size_t i = 0; i < end - begin; ++i) {
+        if (!why[i].empty()) {
+          if (options.strict) throw std::runtime_error("pack: " + why[i] + " (--strict)");
+          spdlog::warn("pack: skipped {}", why[i]);
+          report.skipped.emplace_back(split.files[begin + i], why[i]);
+          continue;
+        }
+        writers.back()->write(chunk.data() + i * static_cast<size_t>(shape.length()), 1);
+        ++written;
+      }
+      const auto now = Clock::now();
+      if (std::chrono::duration<double>(now - last_report).count() >= options.progress_every_s ||
+          end == split.files.size()) {
+        const double rate =
+            double(end) / std::max(1e-9, std::chrono::duration<double>(now - start).count());
+        spdlog::info("pack: {} {}/{} files | {:.0f} images/s | ETA {:.0f}s",
+                     split.name,
+                     end,
+                     split.files.size(),
+                     rate,
+                     double(split.files.size() - end) / rate);
+        last_report = now;
+      }
+    }
+    if (written == 0)
+      throw std::runtime_error("pack: none of the " + std::to_string(split.files.size()) + " " +
+                               split.name + " files under '" + options.from + "' decoded");
+    writers.back()->complete_short();
+    (split.name == std::string("train") ? report.train : report.test) = written;
+  }
+  for (auto& writer : writers) {  // both complete: only now replace what `out` held
+    writer->rename_into_place();
+    report.paths.push_back(writer->path());
+  }
+  return report;
+}
+
+}  // namespace combiner::data

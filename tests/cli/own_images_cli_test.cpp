@@ -1,0 +1,108 @@
+// Your own images end to end: a folder of PNG and JPEG files of different sizes (one grayscale,
+// one broken) packed by `combiner-data pack --from --size`, trained on as data.dataset: images,
+// evaluated and sampled from its checkpoint; and pack's one-line refusals.
+#include <gtest/gtest.h>
+#include <stb/stb_image_write.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <vector>
+
+#include "cli/run_binary.h"
+#include "test_utils.h"
+
+namespace combiner {
+namespace {
+
+using combiner::testing::run_binary;
+using combiner::testing::TempDir;
+
+void write_folder(const std::string& dir) {
+  std::filesystem::create_directories(dir + "/b");
+  for (int i = 0; i < 12; ++i) {
+    const int w = 9 + 5 * i, h = 7 + 3 * (i % 4), c = i == 5 ? 1 : 3;
+    std::vector<uint8_t> p(static_cast<size_t>(w * h * c));
+    for (size_t k = 0; k < p.size(); ++k) p[k] = static_cast<uint8_t>((k * 7 + i * 19) % 256);
+    const std::string name = dir + (i % 3 ? "/" : "/b/") + std::to_string(i);
+    if (i % 2)
+      ASSERT_TRUE(stbi_write_png((name + ".png").c_str(), w, h, c, p.data(), w * c));
+    else
+      ASSERT_TRUE(stbi_write_jpg((name + ".jpeg").c_str(), w, h, c, p.data(), 90));
+  }
+  std::ofstream(dir + "/broken.jpg") << "not a jpeg";
+}
+
+TEST(OwnImages, PackTrainEvaluateAndSampleAFolderOfMixedFiles) {
+  TempDir dir;
+  write_folder(dir.file("photos"));
+  const auto pack = run_binary("combiner-data",
+                               "pack --from " + dir.file("photos") + " --size 12x10 --out " +
+                                   dir.file("packed") + " --test-fraction 0.25 --seed 3");
+  ASSERT_EQ(pack.status, 0) << pack.output;
+  long long packed_train = 0, packed_test = 0;
+  int skipped = 0;
+  ASSERT_EQ(std::sscanf(pack.last_line().c_str(),
+                        "images: %lld train, %lld test, %d skipped",
+                        &packed_train,
+                        &packed_test,
+                        &skipped),
+            3)
+      << pack.output;
+  EXPECT_EQ(packed_train + packed_test, 12);  // 13 files, round(0.25 x 13) = 3 of them test
+  EXPECT_GE(packed_test, 2);
+  EXPECT_EQ(skipped, 1);
+  EXPECT_NE(pack.output.find("broken.jpg"), std::string::npos) << pack.output;
+
+  const std::string config = dir.file("own.yaml");
+  std::ofstream(config) << "data: {dataset: images, dir: " + dir.file("packed") +
+                               ", val_size: 2}\n"
+                               "model: {layers: 1, width: 16, heads: 2, mlp_ratio: 2,\n"
+                               "        attention: {type: combiner-axial-rowmajor}}\n"
+                               "train: {steps: 3, batch_size: 2, warmup_steps: 1, threads: 1,\n"
+                               "        eval_every: 3, out_dir: " +
+                               dir.file("run") + "}\n";
+  const auto train = run_binary("combiner-train", "--config " + config);
+  ASSERT_EQ(train.status, 0) << train.output;
+  EXPECT_NE(train.output.find("L = 360"), std::string::npos) << train.output;  // 12 x 10 x 3
+  EXPECT_NE(train.output.find("test_bpd: "), std::string::npos) << train.output;
+  std::ifstream resolved(dir.file("run/config.yaml"));
+  const std::string yaml((std::istreambuf_iterator<char>(resolved)), {});
+  for (const char* key : {"height: 12", "width: 10", "channels: 3"})
+    EXPECT_NE(yaml.find(key), std::string::npos) << yaml;
+
+  // The checkpoint carries the shape: eval and sample need no data to build the model.
+  const std::string checkpoint = train.last_line().substr(std::string("checkpoint: ").size());
+  const auto eval = run_binary("combiner-eval", "--checkpoint " + checkpoint + " --split test");
+  ASSERT_EQ(eval.status, 0) << eval.output;
+  EXPECT_EQ(eval.last_line().rfind("test_bpd: ", 0), 0u) << eval.output;
+  const auto sample = run_binary(
+      "combiner-sample", "--checkpoint " + checkpoint + " --num 2 --out " + dir.file("g.png"));
+  ASSERT_EQ(sample.status, 0) << sample.output;
+  EXPECT_TRUE(std::filesystem::exists(dir.file("g.png")));
+}
+
+TEST(OwnImages, PackRefusesBadArgumentsInOneLine) {
+  TempDir dir;
+  std::filesystem::create_directories(dir.file("empty"));
+  const std::string out = " --out " + dir.file("out");
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"--from " + dir.file("empty") + " --size 0", "height and width must be 1 to 1024"},
+      {"--from " + dir.file("empty") + " --size 2000x8", "height and width must be 1 to 1024"},
+      {"--from " + dir.file("empty") + " --size 12x", "--size: expected H or HxW"},
+      {"--from " + dir.file("empty") + " --size 8 --channels 4", "--channels 4"},
+      {"--from " + dir.file("empty") + " --size 8", "no train images"},
+      {"--dataset cifar10 --from " + dir.file("empty") + " --size 8", "--dataset cifar10"},
+      {"--size 8", "--size needs --from"},
+      {"--from " + dir.file("empty"), "--dataset fashion_mnist | cifar10 | imagenet64, or --size"},
+  };
+  for (const auto& [args, message] : cases) {
+    const auto r = run_binary("combiner-data", "pack " + args + out);
+    EXPECT_NE(r.status, 0) << args;
+    EXPECT_NE(r.output.find(message), std::string::npos) << args << "\n" << r.output;
+    EXPECT_FALSE(std::filesystem::exists(dir.file("out/train.pack"))) << args;
+  }
+}
+
+}  // namespace
+}  // namespace combiner
