@@ -75,3 +75,46 @@ TEST(Transformer, ParameterCountMatchesArithmetic) {
 
 }  // namespace
 }  // namespace combiner::model
+
+namespace combiner::model {
+namespace {
+
+// data.dataset: images at sizes the named datasets never have: the shape comes from the config
+// (data.height/width/channels, as resolved from a packed header), the attention's block and
+// row length default to one image row, and the network is causal at every size.
+TEST(Transformer, AnyImageShapeFromTheConfig) {
+  for (const data::ImageShape shape :
+       {data::ImageShape{1, 1, 1}, data::ImageShape{17, 23, 3}, data::ImageShape{128, 128, 3}}) {
+    config::Config c;
+    c.data.dataset = "images";
+    c.data.height = shape.height;
+    c.data.width = shape.width;
+    c.data.channels = shape.channels;
+    c.model.layers = 1;
+    c.model.width = 16;
+    c.model.heads = 2;
+    c.model.mlp_ratio = 2;
+    c.model.attention.type = "combiner-axial-rowmajor";
+    config::validate(c);
+    EXPECT_EQ(c.model.attention.row_len, shape.width * shape.channels);
+    torch::manual_seed(3);
+    ImageTransformer model(TransformerOptions::from_config(c));
+    model->eval();
+    const int64_t L = shape.length();
+    auto x = torch::randint(0, 256, {1, L}, torch::kLong);
+    torch::NoGradGuard no_grad;
+    auto base = model->forward(x);
+    ASSERT_EQ(base.sizes(), (std::vector<int64_t>{1, L, 256}));
+    const int64_t k = L / 2;  // a change at k reaches no prediction at positions <= k
+    auto changed = x.clone();
+    changed[0][k] = (changed[0][k].item<int64_t>() + 128) % 256;
+    auto diff = (model->forward(changed) - base).abs().amax(-1)[0];
+    EXPECT_EQ(diff.narrow(0, 0, k + 1).max().item<float>(), 0.0f) << shape.height;
+    if (k + 1 < L) {
+      EXPECT_GT(diff.narrow(0, k + 1, L - k - 1).max().item<float>(), 0.0f);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace combiner::model
