@@ -23,7 +23,7 @@ std::vector<std::string> presets() {
 
 TEST(Presets, EveryConfigLoadsAndValidates) {
   const auto files = presets();
-  EXPECT_GE(files.size(), 33u);
+  EXPECT_GE(files.size(), 35u);
   for (const auto& file : files) {
     SCOPED_TRACE(file);
     EXPECT_NO_THROW(config::load_config(file));
@@ -57,6 +57,21 @@ TEST(Presets, EachVariantHasAnAblationPresetPerDataset) {
           << "model.attention.type and train.out_dir";
     }
   }
+}
+
+// The long-sequence pair for your own images: 128 x 128 x 3 from the config (no data needed to
+// validate), Combiner against its full twin, nothing else different.
+TEST(Presets, Images128PairDiffersOnlyInAttention) {
+  const std::string dir = std::string(COMBINER_SOURCE_DIR) + "/configs/";
+  auto ours = config::load_config(dir + "images128_combiner_axial.yaml");
+  auto full = config::load_config(dir + "images128_full.yaml");
+  EXPECT_EQ(ours.data.dataset, "images");
+  EXPECT_EQ(ours.data.height * ours.data.width * ours.data.channels, 49152);
+  EXPECT_EQ(ours.model.attention.type, "combiner-axial-rowmajor");
+  EXPECT_EQ(full.model.attention.type, "full");
+  ours.model.attention.type = full.model.attention.type;
+  ours.train.out_dir = full.train.out_dir;
+  EXPECT_EQ(config::to_yaml(ours), config::to_yaml(full));
 }
 
 }  // namespace
