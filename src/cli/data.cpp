@@ -105,8 +105,9 @@ int main(int argc, char** argv) {
     app.require_subcommand(1);
     data::PackOptions pack;
     auto* pack_cmd = app.add_subcommand("pack", "write train.pack and test.pack from a dataset");
-    pack_cmd->add_option(
-        "--dataset", pack.dataset, "fashion_mnist | cifar10 | imagenet64 (without --size)");
+    pack_cmd->add_option("--dataset",
+                         pack.dataset,
+                         "fashion_mnist | cifar10 | imagenet64 | imagenet32 (without --size)");
     pack_cmd->add_option("--from",
                          pack.from,
                          "folder of the published files (default: the dataset's default folder); "
@@ -158,7 +159,8 @@ int main(int argc, char** argv) {
     }
     if (pack.dataset.empty())
       throw std::invalid_argument(
-          "pack: --dataset fashion_mnist | cifar10 | imagenet64, or --size H[xW] with --from "
+          "pack: --dataset fashion_mnist | cifar10 | imagenet64 | imagenet32, or --size H[xW] with "
+          "--from "
           "FOLDER for your own images");
     spdlog::info("pack: {} on {} threads", pack.dataset, combiner::util::set_threads(threads));
     for (const auto& path : data::pack_dataset(pack)) std::printf("packed: %s\n", path.c_str());

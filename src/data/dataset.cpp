@@ -62,14 +62,14 @@ ImageSet load_official(const std::string& dataset,
                              "combiner-data pack --from FOLDER --size HxW --out DIR");
   if (dataset == "fashion_mnist") return load_fashion_mnist(dir, split);
   if (dataset == "cifar10") return load_cifar10(dir, split);
-  return load_imagenet64(dir, split);
+  return load_imagenet64(dir, split, dataset == "imagenet32" ? 32 : 64);
 }
 
 }  // namespace
 
 const std::vector<std::string>& dataset_names() {
   static const std::vector<std::string> names = {
-      "fashion_mnist", "cifar10", "imagenet64", "images"};
+      "fashion_mnist", "cifar10", "imagenet64", "imagenet32", "images"};
   return names;
 }
 
@@ -80,7 +80,7 @@ ImageShape dataset_shape(const std::string& dataset) {
         "data.dataset images: the shape comes from the packed files (data.dir) or "
         "data.height/width/channels, not from the name");
   if (dataset == "fashion_mnist") return {28, 28, 1};
-  if (dataset == "cifar10") return {32, 32, 3};
+  if (dataset == "cifar10" || dataset == "imagenet32") return {32, 32, 3};
   return {64, 64, 3};
 }
 
@@ -133,6 +133,7 @@ std::string default_dir(const std::string& dataset) {
   // Debian's dataset-fashion-mnist package installs the four idx files here.
   if (dataset == "fashion_mnist") return "/usr/share/datasets/fashion-mnist";
   if (dataset == "cifar10") return "data/cifar-10-batches-bin";
+  if (dataset == "imagenet32") return "data/imagenet32";
   return "data/imagenet64";
 }
 

@@ -11,7 +11,7 @@
 
 namespace combiner::data {
 
-// fashion_mnist, cifar10, imagenet64 (each of a fixed shape) and images (any folder of images
+// fashion_mnist, cifar10, imagenet64, imagenet32 (each of a fixed shape) and images (any folder of images
 // packed by `combiner-data pack --from FOLDER`: its shape is the packed header's).
 const std::vector<std::string>& dataset_names();
 // A named dataset's shape; std::invalid_argument for an unknown name and for `images`.

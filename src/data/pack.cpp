@@ -1,4 +1,4 @@
-// Packing streams each split through a reader into a PackedWriter: ImageNet-64 a chunk of
+// Packing streams each split through a reader into a PackedWriter: ImageNet-64 (and -32) a chunk of
 // decoded PNGs (or one npz batch) at a time, the small datasets whole. Progress goes to the log.
 #include "data/pack.h"
 
@@ -31,14 +31,14 @@ void write_split(const PackOptions& options,
   const std::string path = (fs::path(options.out) / packed_file_name(split)).string();
   const ImageShape shape = dataset_shape(options.dataset);
   const char* name = split == OfficialSplit::kTrain ? "train" : "test";
-  if (options.dataset != "imagenet64") {
+  if (options.dataset != "imagenet64" && options.dataset != "imagenet32") {
     const ImageSet set =
         options.dataset == "cifar10" ? load_cifar10(dir, split) : load_fashion_mnist(dir, split);
     writers.push_back(std::make_unique<PackedWriter>(path, options.dataset, shape, set.count));
     writers.back()->write(set.data(), set.count);
     spdlog::info("pack: {} {} images", name, set.count);
   } else {
-    Imagenet64Reader reader(dir, split);
+    Imagenet64Reader reader(dir, split, shape.height);
     writers.push_back(std::make_unique<PackedWriter>(path, options.dataset, shape, reader.count()));
     std::vector<uint8_t> chunk(static_cast<size_t>(kChunkImages * shape.length()));
     const auto start = Clock::now();

@@ -10,7 +10,7 @@
 namespace combiner::data {
 
 struct PackOptions {
-  std::string dataset;          // fashion_mnist | cifar10 | imagenet64
+  std::string dataset;          // fashion_mnist | cifar10 | imagenet64 | imagenet32
   std::string from;             // folder of the published files ("" = the dataset's default folder)
   std::string out;              // folder for train.pack and test.pack; created if missing
   bool force = false;           // replace packed files already in `out`

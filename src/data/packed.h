@@ -26,7 +26,7 @@ constexpr uint32_t kPackedVersion = 1;
 constexpr size_t kPackedHeaderBytes = 64;
 
 struct PackedHeader {
-  std::string dataset;  // fashion_mnist | cifar10 | imagenet64 | images (at most 15 characters)
+  std::string dataset;  // a dataset_names() entry (at most 15 characters)
   ImageShape shape;
   int64_t count = 0;
   uint32_t payload_crc = 0;

@@ -123,7 +123,7 @@ TEST(ConfigValidate, EveryRangeNamesKeyAllowedRangeAndValue) {
       {{"train.sample_count=0"}, "train.sample_count: must be > 0, got 0"},
       {{"data.val_size=-1"}, "data.val_size: must be >= 0, got -1"},
       {{"data.dataset=mnist"},
-       "data.dataset: must be one of fashion_mnist, cifar10, imagenet64, images, got 'mnist'"},
+       "data.dataset: must be one of fashion_mnist, cifar10, imagenet64, imagenet32, images, got 'mnist'"},
       {{"train.out_dir="}, "train.out_dir: must not be empty"},
   };
   for (const auto& c : cases) {

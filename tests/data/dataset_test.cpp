@@ -16,7 +16,8 @@ using combiner::testing::TempDir;
 
 TEST(Dataset, NamesShapesAndDefaultFolders) {
   EXPECT_EQ(dataset_names(),
-            (std::vector<std::string>{"fashion_mnist", "cifar10", "imagenet64", "images"}));
+            (std::vector<std::string>{
+                "fashion_mnist", "cifar10", "imagenet64", "imagenet32", "images"}));
   EXPECT_EQ(dataset_shape("fashion_mnist"), (ImageShape{28, 28, 1}));
   EXPECT_EQ(dataset_shape("cifar10"), (ImageShape{32, 32, 3}));
   EXPECT_EQ(dataset_shape("imagenet64"), (ImageShape{64, 64, 3}));
@@ -25,6 +26,8 @@ TEST(Dataset, NamesShapesAndDefaultFolders) {
   EXPECT_EQ(default_dir("cifar10"), "data/cifar-10-batches-bin");
   EXPECT_EQ(default_dir("imagenet64"), "data/imagenet64");
   EXPECT_EQ(default_dir("images"), "");
+  EXPECT_EQ(dataset_shape("imagenet32"), (ImageShape{32, 32, 3}));
+  EXPECT_EQ(default_dir("imagenet32"), "data/imagenet32");
 }
 
 TEST(Dataset, RefusesUnknownDatasets) {

@@ -8,6 +8,7 @@
 #include <filesystem>
 
 #include "data/dataset.h"
+#include "data/pack.h"
 #include "util/npy.h"
 #include "util/test_support.h"
 
@@ -150,4 +151,50 @@ np.savez('bad/nodata.npz', x=np.zeros((2, 12288), np.uint8))
 }
 
 }  // namespace
+// ImageNet-32: image-net.org's Imagenet32 npz batches (the same names, [N, 3072] planar rows),
+// through the dataset registry and combiner-data's packer; a 64x64 batch is refused by name.
+TEST(Imagenet32, LoadsNpzBatchesAndPacks) {
+  TempDir dir;
+  ASSERT_EQ(run_python(dir, R"(
+rng = np.random.RandomState(1)
+def planar(n):
+    return rng.randint(0, 256, size=(n, 3072)).astype(np.uint8)
+def interleaved(d):
+    return d.reshape(-1, 3, 32, 32).transpose(0, 2, 3, 1).reshape(-1, 3072).copy()
+parts = []
+for i in range(1, 11):
+    d = planar(i % 2 + 1)
+    np.savez('train_data_batch_%d.npz' % i, data=d, labels=np.arange(len(d)) + 1)
+    parts.append(d)
+np.save('expected_train.npy', interleaved(np.concatenate(parts)))
+np.savez('val_data.npz', data=planar(3), labels=np.ones(3, np.int64))
+os.mkdir('big')
+np.savez('big/b.npz', data=np.zeros((2, 12288), np.uint8))
+)"),
+            0);
+  DataOptions options;
+  options.dataset = "imagenet32";
+  options.dir = dir.path().string();
+  const ImageSet train = load_split(options, Split::kTrain);
+  ASSERT_EQ(train.shape, (ImageShape{32, 32, 3}));
+  const torch::Tensor expected = util::load_npy(dir.file("expected_train.npy"));
+  ASSERT_EQ(train.count, expected.size(0));
+  EXPECT_TRUE(std::equal(train.pixels.begin(), train.pixels.end(), expected.data_ptr<uint8_t>()));
+  EXPECT_EQ(load_split(options, Split::kTest).count, 3);
+  expect_throw_with<std::runtime_error>(
+      [&] { read_imagenet64_npz(dir.file("big/b.npz"), 32); },
+      {"imagenet32", "b.npz", "[N, 3072]", "[2, 12288]"});
+
+  PackOptions pack;
+  pack.dataset = "imagenet32";
+  pack.from = dir.path().string();
+  pack.out = dir.file("packed");
+  pack_dataset(pack);
+  options.dir = pack.out;
+  const ImageSet packed = load_split(options, Split::kTrain);
+  EXPECT_EQ(packed.shape, (ImageShape{32, 32, 3}));
+  ASSERT_EQ(packed.count, train.count);
+  EXPECT_TRUE(std::equal(packed.data(), packed.data() + packed.count * 3072, train.pixels.data()));
+}
+
 }  // namespace combiner::data
