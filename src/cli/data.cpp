@@ -15,6 +15,7 @@
 #include "data/image_folder.h"
 #include "data/pack.h"
 #include "data/packed.h"
+#include "sample/sampler.h"
 #include "util/cli_main.h"
 #include "util/image_io.h"
 #include "util/runtime.h"
@@ -42,11 +43,12 @@ std::pair<int64_t, int64_t> parse_size(const std::string& text) {
 int run_pack_folder(data::ImageFolderOptions options, const std::string& size, int64_t threads) {
   std::tie(options.height, options.width) = parse_size(size);
   options.threads = static_cast<int>(threads);
-  spdlog::info("pack: the images under {} as {}x{}x{}, seed {}",
+  spdlog::info("pack: the images under {} as {}x{}x{}, {}-bit, seed {}",
                options.from,
                options.height,
                options.width,
                options.channels,
+               options.bits,
                options.seed);
   const auto report = data::pack_image_folder(options);
   for (const auto& path : report.paths) std::printf("packed: %s\n", path.c_str());
@@ -72,6 +74,7 @@ int run_info(const std::string& path) {
               static_cast<long long>(h.shape.channels),
               static_cast<long long>(h.shape.length()),
               static_cast<long long>(h.payload_bytes()));
+  std::printf("subpixels: %lld bits\n", static_cast<long long>(h.bits));
   std::fflush(stdout);
   file->check_integrity(/*wait=*/true);
   std::printf("checksum: CRC-32 %08x, verified\n", h.payload_crc);
@@ -88,7 +91,7 @@ int run_show(const std::string& path, int64_t index, const std::string& out) {
   auto image = torch::from_blob(const_cast<uint8_t*>(file->images() + index * h.shape.length()),
                                 {h.shape.height, h.shape.width, h.shape.channels},
                                 torch::kUInt8);
-  combiner::util::write_png(out, image);
+  combiner::util::write_png(out, combiner::sample::for_display(image, int64_t{1} << h.bits));
   std::printf("%s: image %lld of %s -> %s\n",
               h.dataset.c_str(),
               static_cast<long long>(index),
@@ -126,6 +129,8 @@ int main(int argc, char** argv) {
                          "share of the files in test.pack when --from has no train/ and test/ "
                          "(default 0.1)");
     pack_cmd->add_option("--seed", folder.seed, "the shuffle's seed (default 0)");
+    pack_cmd->add_option(
+        "--bits", folder.bits, "bits per subpixel, 1 to 8 (default 8): v >> (8 - bits)");
     pack_cmd->add_flag(
         "--strict", folder.strict, "refuse a file that does not decode (default: skip it)");
 

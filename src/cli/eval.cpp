@@ -84,12 +84,14 @@ int main(int argc, char** argv) {
         if (log.writing()) spdlog::info("heatmap and bits/dim also in {}", log.path());
       }
     }
-    spdlog::info("{} images of {}/{}, step {} {} weights",
+    const int64_t bits = loaded.config.data.bits;
+    spdlog::info("{} images of {}/{}, step {} {} weights{}",
                  result.images,
                  loaded.config.data.dataset,
                  split_name,
                  loaded.step,
-                 loaded.weights);
+                 loaded.weights,
+                 bits > 0 && bits < 8 ? fmt::format("; bits/dim of {}-bit data", bits) : "");
     std::printf("%s_bpd: %.4f\n", split_name.c_str(), result.bits_per_dim);
     return 0;
   });

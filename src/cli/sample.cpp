@@ -79,14 +79,14 @@ int main(int argc, char** argv) {
     auto loaded = checkpoint.empty() ? untrained_model(config, overrides)
                                      : cb::train::load_model(checkpoint, overrides, ema);
     auto& model = loaded.model;
-    const auto device = cb::train::resolve_device(loaded.config.train.device,
-                                                  cb::train::read_launch_environment());
+    const auto device =
+        cb::train::resolve_device(loaded.config.train.device, cb::train::read_launch_environment());
     model->to(device);
     const auto start = std::chrono::steady_clock::now();
     const auto images = cb::sample::sample_images(model, options);
     const double seconds =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    cb::util::write_image_grid(out, images, scale);
+    cb::util::write_image_grid(out, cb::sample::for_display(images, model->options().vocab), scale);
     if (!npy.empty()) cb::util::save_npy(npy, images);
     spdlog::info("{} images of L = {} in {:.2f}s ({}, {} weights, {}): {:.3f} images/s",
                  options.count,

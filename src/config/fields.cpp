@@ -55,6 +55,9 @@ std::vector<Field> build_table() {
          "image width; 0 = the dataset's (images: the packed header's)").at_least(0).at_most(1024),
     make("data.channels", [](auto& c) -> auto& { return c.data.channels; },
          "channels per pixel; 0 = the dataset's (images: the packed header's)").at_least(0).at_most(4),
+    make("data.bits", [](auto& c) -> auto& { return c.data.bits; },
+         "bits per subpixel, 1 to 8 (2^bits values); 0 = the dataset's (images: the packed "
+         "header's)").at_least(0).at_most(8),
 
     make("model.layers", [](auto& c) -> auto& { return c.model.layers; },
          "transformer blocks").at_least(1).at_most(1024),

@@ -84,6 +84,22 @@ ImageShape dataset_shape(const std::string& dataset) {
   return {64, 64, 3};
 }
 
+namespace {
+std::string train_pack_path(const DataOptions& options) {
+  if (options.dir.empty())
+    throw std::invalid_argument(
+        "data.dir: dataset images needs the folder of its packed files (combiner-data pack "
+        "--from FOLDER --size HxW --out DIR)");
+  const std::string path =
+      (std::filesystem::path(options.dir) / packed_file_name(OfficialSplit::kTrain)).string();
+  if (!std::filesystem::exists(path))
+    throw std::invalid_argument("data.dir: '" + options.dir + "' holds no " +
+                                packed_file_name(OfficialSplit::kTrain) +
+                                " (combiner-data pack --from FOLDER --size HxW --out DIR)");
+  return path;
+}
+}  // namespace
+
 ImageShape dataset_shape(const DataOptions& options) {
   check_known(options.dataset);
   const ImageShape given{options.height, options.width, options.channels};
@@ -106,21 +122,32 @@ ImageShape dataset_shape(const DataOptions& options) {
                                   text(given));
     return given;
   }
-  if (options.dir.empty())
-    throw std::invalid_argument(
-        "data.dir: dataset images needs the folder of its packed files (combiner-data pack "
-        "--from FOLDER --size HxW --out DIR)");
-  const std::string path =
-      (std::filesystem::path(options.dir) / packed_file_name(OfficialSplit::kTrain)).string();
-  if (!std::filesystem::exists(path))
-    throw std::invalid_argument("data.dir: '" + options.dir + "' holds no " +
-                                packed_file_name(OfficialSplit::kTrain) +
-                                " (combiner-data pack --from FOLDER --size HxW --out DIR)");
-  return read_packed_header(path).shape;
+  return read_packed_header(train_pack_path(options)).shape;
+}
+
+int64_t dataset_bits(const DataOptions& options) {
+  check_known(options.dataset);
+  if (options.bits < 0 || options.bits > 8)
+    throw std::invalid_argument("data.bits: expected 1 to 8 (0: the dataset's), got " +
+                                std::to_string(options.bits));
+  if (options.dataset != "images") {
+    if (options.bits != 0 && options.bits != 8)
+      throw std::invalid_argument("data.bits: " + options.dataset + " holds 8-bit subpixels, got " +
+                                  std::to_string(options.bits) + " (leave it at 0)");
+    return 8;
+  }
+  if (options.bits != 0) return options.bits;
+  // Unstated: the packed header's; with the shape stated and nothing packed yet (a preset
+  // validated before its folder is packed), 8. Loading then checks the header against it.
+  const bool shape_stated = options.height > 0 && options.width > 0 && options.channels > 0;
+  const auto path = std::filesystem::path(options.dir) / packed_file_name(OfficialSplit::kTrain);
+  if (shape_stated && (options.dir.empty() || !std::filesystem::exists(path))) return 8;
+  return read_packed_header(train_pack_path(options)).bits;
 }
 
 ImageShape resolve_shape(DataOptions& options) {
   const ImageShape shape = dataset_shape(options);
+  options.bits = dataset_bits(options);
   options.height = shape.height;
   options.width = shape.width;
   options.channels = shape.channels;
@@ -155,6 +182,9 @@ ImageSet load_checked(const DataOptions& options,
   // `images` before its shape is resolved takes the header's (checked there).
   const bool unresolved = options.dataset == "images" && options.height == 0;
   const ImageShape expected = unresolved ? set.shape : dataset_shape(options);
+  if (options.bits != 0 && set.bits != options.bits)
+    throw std::runtime_error("data: '" + dir + "' holds " + std::to_string(set.bits) +
+                             "-bit subpixels, but data.bits is " + std::to_string(options.bits));
   if (!(set.shape == expected) ||
       (!set.storage && static_cast<int64_t>(set.pixels.size()) != set.count * expected.length()))
     throw std::runtime_error("data: reader for " + options.dataset + " in '" + dir +
@@ -184,6 +214,7 @@ TrainVal carve_val(ImageSet set, const DataOptions& options, const std::string& 
   const int64_t train_count = set.count - options.val_size;
   ImageSet val;
   val.shape = set.shape;
+  val.bits = set.bits;
   val.count = options.val_size;
   if (set.storage) {
     val.storage = set.storage;

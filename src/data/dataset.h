@@ -11,15 +11,18 @@
 
 namespace combiner::data {
 
-// fashion_mnist, cifar10, imagenet64, imagenet32 (each of a fixed shape) and images (any folder of images
-// packed by `combiner-data pack --from FOLDER`: its shape is the packed header's).
+// fashion_mnist, cifar10, imagenet64, imagenet32 (each of a fixed shape) and images (any folder of
+// images packed by `combiner-data pack --from FOLDER`: its shape is the packed header's).
 const std::vector<std::string>& dataset_names();
 // A named dataset's shape; std::invalid_argument for an unknown name and for `images`.
 ImageShape dataset_shape(const std::string& dataset);
 // The shape of options' images: data.height/width/channels when set, else the named dataset's
 // or, for `images`, the header of options.dir's train.pack. std::invalid_argument naming the key.
 ImageShape dataset_shape(const DataOptions& options);
-// Fills options.height/width/channels with dataset_shape(options) and returns it.
+// Bits per subpixel of options' images: data.bits when set, else 8 for a named dataset or, for
+// `images`, the packed header's. std::invalid_argument naming the key.
+int64_t dataset_bits(const DataOptions& options);
+// Fills options.height/width/channels/bits with dataset_shape and dataset_bits; returns the shape.
 ImageShape resolve_shape(DataOptions& options);
 std::string default_dir(const std::string& dataset);  // where it lives by default ("" for images)
 

@@ -156,6 +156,9 @@ ImageFolderReport pack_image_folder(const ImageFolderOptions& options) {
   if (shape.channels != 1 && shape.channels != 3)
     throw std::invalid_argument("pack: --channels " + std::to_string(shape.channels) +
                                 ": expected 1 (grayscale) or 3 (RGB)");
+  if (options.bits < 1 || options.bits > 8)
+    throw std::invalid_argument("pack: --bits " + std::to_string(options.bits) +
+                                ": expected 1 to 8");
   if (!(options.test_fraction >= 0 && options.test_fraction < 1))
     throw std::invalid_argument("pack: --test-fraction " + std::to_string(options.test_fraction) +
                                 ": expected at least 0 and below 1");
@@ -198,8 +201,8 @@ ImageFolderReport pack_image_folder(const ImageFolderOptions& options) {
   std::vector<std::unique_ptr<PackedWriter>> writers;
   for (const auto& split : splits) {
     const std::string path = (fs::path(options.out) / (std::string(split.name) + ".pack")).string();
-    writers.push_back(
-        std::make_unique<PackedWriter>(path, "images", shape, int64_t(split.files.size())));
+    writers.push_back(std::make_unique<PackedWriter>(
+        path, "images", shape, int64_t(split.files.size()), options.bits));
     const auto start = Clock::now();
     auto last_report = start;
     std::vector<uint8_t> chunk;
@@ -208,6 +211,8 @@ ImageFolderReport pack_image_folder(const ImageFolderOptions& options) {
     for (size_t begin = 0; begin < split.files.size(); begin += kChunkFiles) {
       const size_t end = std::min(split.files.size(), begin + kChunkFiles);
       decode_chunk(split.files, begin, end, shape, threads, chunk, why);
+      if (options.bits < 8)
+        for (auto& v : chunk) v = static_cast<uint8_t>(v >> (8 - options.bits));
       for (size_t i = 0; i < end - begin; ++i) {
         if (!why[i].empty()) {
           if (options.strict) throw std::runtime_error("pack: " + why[i] + " (--strict)");

@@ -17,6 +17,9 @@ struct ImageFolderOptions {
   std::string out;                // folder for train.pack and test.pack; created if missing
   int64_t height = 0, width = 0;  // the packed size, 1 to kMaxImageSide each
   int64_t channels = 3;           // 3: RGB; 1: grayscale (stb_image's luma)
+  // Bits per subpixel, 1 to 8: an 8-bit value v is stored as v >> (8 - bits), as the 5-bit
+  // CelebA-HQ benchmark defines its data; the model then predicts 2^bits values.
+  int64_t bits = 8;
   // Without `train/` and `test/` subfolders in `from`, this fraction of the shuffled files (at
   // least one when above 0) is the test split; with both, they are the splits.
   double test_fraction = 0.1;

@@ -34,6 +34,7 @@ class ImageStorage {
 struct ImageSet {
   ImageShape shape;
   int64_t count = 0;
+  int64_t bits = 8;             // subpixels are below 2^bits (an `images` pack's --bits)
   std::vector<uint8_t> pixels;  // in memory: count * L values, image n at n * L; or empty and
   std::shared_ptr<const ImageStorage> storage;  // mapped: images first .. first + count of it
   int64_t first = 0;

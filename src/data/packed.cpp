@@ -107,6 +107,7 @@ std::array<uint8_t, kPackedHeaderBytes> encode_packed_header(const PackedHeader&
   put_u32(&bytes[32], static_cast<uint32_t>(header.shape.height));
   put_u32(&bytes[36], static_cast<uint32_t>(header.shape.width));
   put_u32(&bytes[40], static_cast<uint32_t>(header.shape.channels));
+  put_u32(&bytes[44], static_cast<uint32_t>(header.bits));
   put_u64(&bytes[48], static_cast<uint64_t>(header.count));
   put_u32(&bytes[56], header.payload_crc);
   put_u32(&bytes[60], crc_update(0, bytes.data(), 60));
@@ -156,6 +157,11 @@ PackedHeader parse_packed_header(const uint8_t* data,
                ", expected " + shape_text(dataset_shape(header.dataset)));
   }
   const ImageShape expected = header.shape;
+  const uint32_t bits = get_u32(data + 44);
+  header.bits = bits == 0 ? 8 : bits;
+  if (header.bits > 8 || (header.bits != 8 && header.dataset != "images"))
+    throw fail("header says " + std::to_string(bits) + " bits per subpixel, expected " +
+               (header.dataset == "images" ? "1 to 8" : "8 for " + header.dataset));
   const uint64_t count = get_u64(data + 48);
   const uint64_t payload = file_size - kPackedHeaderBytes;
   if (count == 0 || count > payload / static_cast<uint64_t>(expected.length()) ||
@@ -337,6 +343,7 @@ ImageSet PackedFile::image_set() const {
   ImageSet set;
   set.shape = header_.shape;
   set.count = header_.count;
+  set.bits = header_.bits;
   set.storage = shared_from_this();
   return set;
 }
@@ -344,11 +351,15 @@ ImageSet PackedFile::image_set() const {
 // ---------------------------------------------------------------------------------------------
 // PackedWriter
 
-PackedWriter::PackedWriter(std::string path, std::string dataset, ImageShape shape, int64_t count)
+PackedWriter::PackedWriter(
+    std::string path, std::string dataset, ImageShape shape, int64_t count, int64_t bits)
     : path_(std::move(path)), tmp_(path_ + ".tmp") {
   header_.dataset = std::move(dataset);
   header_.shape = shape;
   header_.count = count;
+  header_.bits = bits;
+  if (bits < 1 || bits > 8)
+    throw std::invalid_argument("packed file: " + std::to_string(bits) + " bits per subpixel");
   encode_packed_header(header_);  // refuses a bad name before a file is made
   fd_ = ::open(tmp_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd_ < 0) fail("cannot create '" + tmp_ + "': " + errno_text(errno));

@@ -7,7 +7,8 @@
 //   0  char[8]  magic "CMBPACK\n"        32 u32 height      48 u64 image count
 //   8  u32      format version (1)       36 u32 width       56 u32 CRC-32 (zlib) of the payload
 //   12 u32      header bytes (64)        40 u32 channels    60 u32 CRC-32 of header bytes 0..59
-//   16 char[16] dataset name, NUL-padded 44 u32 reserved (0)
+//   16 char[16] dataset name, NUL-padded 44 u32 bits per subpixel (1 to 8; 0, as files written
+//                                               before it existed hold, means 8)
 // The payload is count * height * width * channels bytes; the file is exactly header + payload.
 #pragma once
 
@@ -29,6 +30,7 @@ struct PackedHeader {
   std::string dataset;  // a dataset_names() entry (at most 15 characters)
   ImageShape shape;
   int64_t count = 0;
+  int64_t bits = 8;  // subpixels are below 2^bits; below 8 only in an `images` pack (--bits)
   uint32_t payload_crc = 0;
   uint32_t version = kPackedVersion;
   int64_t payload_bytes() const { return count * shape.length(); }
@@ -104,7 +106,8 @@ class PackedFile : public ImageStorage, public std::enable_shared_from_this<Pack
 // (a full disk, a short count) removes the temporary file and leaves path untouched.
 class PackedWriter {
  public:
-  PackedWriter(std::string path, std::string dataset, ImageShape shape, int64_t count);
+  PackedWriter(
+      std::string path, std::string dataset, ImageShape shape, int64_t count, int64_t bits = 8);
   ~PackedWriter();  // removes the temporary file unless committed
   PackedWriter(const PackedWriter&) = delete;
   PackedWriter& operator=(const PackedWriter&) = delete;

@@ -20,6 +20,7 @@ TransformerOptions TransformerOptions::from_config(const config::Config& config)
   o.bfloat16 = config.train.precision == "bfloat16";
   o.attention = config.model.attention;
   o.image = data::dataset_shape(config.data);  // resolved by config::validate
+  o.vocab = int64_t{1} << (config.data.bits > 0 ? config.data.bits : 8);
   return o;
 }
 
@@ -64,7 +65,7 @@ std::unique_ptr<attention::DecodeState> BlockImpl::start_decoding(int64_t length
 
 ImageTransformerImpl::ImageTransformerImpl(const TransformerOptions& o) : options_(o) {
   const int64_t W = o.width;
-  token_embed_ = register_module("token_embed", torch::nn::Embedding(kVocab + 1, W));
+  token_embed_ = register_module("token_embed", torch::nn::Embedding(o.vocab + 1, W));
   row_embed_ = register_module("row_embed", torch::nn::Embedding(o.image.height, W));
   col_embed_ = register_module("col_embed", torch::nn::Embedding(o.image.width, W));
   channel_embed_ = register_module("channel_embed", torch::nn::Embedding(o.image.channels, W));
@@ -72,7 +73,7 @@ ImageTransformerImpl::ImageTransformerImpl(const TransformerOptions& o) : option
   blocks_ = register_module("blocks", torch::nn::ModuleList());
   for (int64_t l = 0; l < o.layers; ++l) blocks_->push_back(Block(o));
   ln_final_ = register_module("ln_final", torch::nn::LayerNorm(torch::nn::LayerNormOptions({W})));
-  head_ = register_module("head", torch::nn::Linear(W, kVocab));
+  head_ = register_module("head", torch::nn::Linear(W, o.vocab));
 
   // GPT-2 initialisation: N(0, 0.02) weights, zero biases, and residual output projections
   // scaled by 1/sqrt(2 * layers) so the residual stream's variance does not grow with depth.
@@ -92,9 +93,9 @@ ImageTransformerImpl::ImageTransformerImpl(const TransformerOptions& o) : option
   }
 }
 
-torch::Tensor input_tokens(const torch::Tensor& x) {
+torch::Tensor input_tokens(const torch::Tensor& x, int64_t start_token) {
   auto tokens = x.to(torch::kLong);
-  auto start = torch::full({x.size(0), 1}, kStartToken, tokens.options());
+  auto start = torch::full({x.size(0), 1}, start_token, tokens.options());
   return torch::cat({start, tokens.narrow(1, 0, x.size(1) - 1)}, 1);
 }
 
@@ -117,7 +118,7 @@ torch::Tensor ImageTransformerImpl::forward(const torch::Tensor& x) {
               " outside [1, ",
               options_.length(),
               "]");
-  auto h = embed(input_tokens(x), 0);
+  auto h = embed(input_tokens(x, options_.vocab), 0);
   {
     AutocastGuard autocast(options_.bfloat16, h.device());
     const bool recompute = options_.activation_checkpointing && torch::GradMode::is_enabled();

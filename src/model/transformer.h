@@ -21,13 +21,14 @@ struct TransformerOptions {
   bool bfloat16 = false;                  // bf16 autocast in the blocks (attention stays fp32)
   attention::AttentionOptions attention;
   data::ImageShape image;  // sets L and the factorised (row, column, channel) position tables
+  int64_t vocab = 256;     // subpixel values, 2^data.bits; token `vocab` starts a sequence
 
   static TransformerOptions from_config(const config::Config& config);
   int64_t length() const { return image.length(); }
 };
 
-constexpr int64_t kVocab = 256;          // subpixel values
-constexpr int64_t kStartToken = kVocab;  // extra input token for position 0
+constexpr int64_t kVocab = 256;          // subpixel values of 8-bit data (the default vocab)
+constexpr int64_t kStartToken = kVocab;  // extra input token for position 0 at that vocab
 
 // Pre-LayerNorm block: x + Attn(LN(x)), then x + MLP(LN(x)).
 class BlockImpl : public torch::nn::Module {
@@ -75,7 +76,7 @@ class ImageTransformerImpl : public torch::nn::Module {
 TORCH_MODULE(ImageTransformer);
 
 // Shifts x right by one and puts the start token first: the model's input tokens. [B, L] int64.
-torch::Tensor input_tokens(const torch::Tensor& x);
+torch::Tensor input_tokens(const torch::Tensor& x, int64_t start_token = kStartToken);
 
 int64_t parameter_count(const torch::nn::Module& module);
 

@@ -9,7 +9,9 @@ namespace combiner::sample {
 namespace {
 
 // Draws on the CPU, whatever the model's device: one generator, the same images everywhere.
-torch::Tensor draw(const torch::Tensor& device_logits, double temperature, at::Generator& generator) {
+torch::Tensor draw(const torch::Tensor& device_logits,
+                   double temperature,
+                   at::Generator& generator) {
   auto logits = device_logits.to(torch::kCPU);
   if (temperature == 0.0) return logits.argmax(-1);
   auto probs = torch::softmax(logits.to(torch::kDouble) / temperature, -1);
@@ -26,7 +28,7 @@ void sample_cached(model::ImageTransformer& model,
                    double temperature,
                    at::Generator& generator) {
   model::Decoder decoder(model);
-  auto token = torch::full({x.size(0)}, model::kStartToken, torch::kLong);
+  auto token = torch::full({x.size(0)}, model->options().vocab, torch::kLong);  // start token
   for (int64_t i = 0; i < x.size(1); ++i) {
     token = draw(decoder.step(token.to(device_of(model))), temperature, generator);
     x.select(1, i).copy_(token);
@@ -78,6 +80,12 @@ torch::Tensor sample_images(model::ImageTransformer& model, const SampleOptions&
   return torch::cat(chunks, 0)
       .to(torch::kUInt8)
       .view({options.count, shape.height, shape.width, shape.channels});
+}
+
+torch::Tensor for_display(const torch::Tensor& images, int64_t vocab) {
+  if (vocab >= 256) return images;
+  const int64_t top = vocab - 1;  // >= 1: data.bits is at least 1
+  return ((images.to(torch::kLong) * 255 + top / 2) / top).to(torch::kByte);
 }
 
 }  // namespace combiner::sample

@@ -24,4 +24,8 @@ struct SampleOptions {
 // temperature < 0.
 torch::Tensor sample_images(model::ImageTransformer& model, const SampleOptions& options);
 
+// Images of subpixels below `vocab` (N-bit data: vocab 2^N) stretched to 0..255 for viewing, as
+// the PNG grids show them; 8-bit images (vocab 256) unchanged.
+torch::Tensor for_display(const torch::Tensor& images, int64_t vocab);
+
 }  // namespace combiner::sample

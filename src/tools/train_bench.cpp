@@ -147,7 +147,8 @@ TrainBenchResult run_train_bench(const config::Config& config, const TrainBenchO
   const int64_t micro = t.batch_size / t.grad_accum;
   std::vector<torch::Tensor> batches;  // drawn once: the step times the model, not the RNG
   for (int64_t m = 0; m < t.grad_accum; ++m)
-    batches.push_back(torch::randint(0, model::kVocab, {micro, L}, torch::kByte).to(device));
+    batches.push_back(
+        torch::randint(0, model->options().vocab, {micro, L}, torch::kByte).to(device));
   const double max_norm = t.grad_clip > 0 ? t.grad_clip : std::numeric_limits<double>::infinity();
 
   util::reset_peak_memory(device);

@@ -128,6 +128,7 @@ struct Run {
   std::optional<data::ImageSet> val_set;
   std::optional<data::ImageSet> test_set;  // a packed one at set-up, the published files at the end
   double data_seconds = 0;
+  std::string bits_note;  // " (5-bit data)" beside every bits/dim of N-bit data; "" at 8 bits
   int64_t L = 0, eval_batch = 0;
   model::ImageTransformer model{nullptr};
   std::unique_ptr<torch::optim::AdamW> optimizer;
@@ -175,6 +176,7 @@ void set_up(Run& r) {
   if (t.final_test) r.test_set = data::map_packed_split(r.config.data, data::Split::kTest);
   r.data_seconds = std::chrono::duration<double>(Clock::now() - data_start).count();
   r.L = r.sets.train.shape.length();
+  if (r.sets.train.bits < 8) r.bits_note = fmt::format(" ({}-bit data)", r.sets.train.bits);
   r.eval_batch = t.eval_batch_size > 0 ? t.eval_batch_size : t.batch_size;
 
   torch::manual_seed(static_cast<uint64_t>(t.seed));
@@ -355,11 +357,12 @@ void after_step(Run& r, const StepNumbers& n) {
     const double elapsed = std::chrono::duration<double>(Clock::now() - r.start).count();
     const double eta = elapsed / double(step - r.first_step) * double(t.steps - step);
     spdlog::info(
-        "step {:>6}/{} | train bpd {:.4f} | lr {:.2e} | grad norm {:.3f} | {:.0f} tok/s "
+        "step {:>6}/{} | train bpd {:.4f}{} | lr {:.2e} | grad norm {:.3f} | {:.0f} tok/s "
         "| ETA {:.0f}s",
         step,
         t.steps,
         n.train_bits,
+        r.bits_note,
         n.lr,
         n.grad_norm,
         n.tokens_per_s,
@@ -373,7 +376,11 @@ void after_step(Run& r, const StepNumbers& n) {
     const auto val = evaluate(r.model, *r.val_set, r.eval_batch, false, *r.dist);  // sharded
     if (r.metrics) r.metrics->write({{"step", double(step)}, {"val_bpd", val.bits_per_dim}});
     if (r.tensorboard) r.tensorboard->scalar("val/bpd", step, val.bits_per_dim);
-    spdlog::info("step {:>6} | val bpd {:.4f} ({} images)", step, val.bits_per_dim, val.images);
+    spdlog::info("step {:>6} | val bpd {:.4f}{} ({} images)",
+                 step,
+                 val.bits_per_dim,
+                 r.bits_note,
+                 val.images);
   }
   // Rank 0's work alone; the others wait for it without the collectives' timeout.
   if (t.sample_every > 0 && step % t.sample_every == 0)
@@ -382,7 +389,9 @@ void after_step(Run& r, const StepNumbers& n) {
       s.count = t.sample_count;
       s.seed = t.seed;
       const auto path = (fs::path(t.out_dir) / fmt::format("samples-{:08d}.png", step)).string();
-      const auto grid = util::image_grid_png(path, sample::sample_images(r.model, s), 2);
+      const auto images = sample::sample_images(r.model, s);
+      const auto grid =
+          util::image_grid_png(path, sample::for_display(images, r.model->options().vocab), 2);
       util::write_png(path, grid);
       if (r.tensorboard) r.tensorboard->image("samples", step, grid);
       spdlog::info("step {:>6} | samples written to {}", step, path);
@@ -416,7 +425,7 @@ RunResult finish(Run& r) {
     const auto test = evaluate(r.model, *r.test_set, r.eval_batch, false, *r.dist);
     if (r.metrics) r.metrics->write({{"step", double(r.step)}, {"test_bpd", test.bits_per_dim}});
     if (r.tensorboard) r.tensorboard->scalar("test/bpd", r.step, test.bits_per_dim);
-    spdlog::info("test bpd {:.4f} over {} images", test.bits_per_dim, test.images);
+    spdlog::info("test bpd {:.4f}{} over {} images", test.bits_per_dim, r.bits_note, test.images);
     r.result.test_bits_per_dim = test.bits_per_dim;
   }
   spdlog::info("peak resident memory {:.0f} MiB", util::process_peak_rss_mib());

@@ -82,6 +82,39 @@ TEST(OwnImages, PackTrainEvaluateAndSampleAFolderOfMixedFiles) {
   EXPECT_TRUE(std::filesystem::exists(dir.file("g.png")));
 }
 
+// --bits 5 (the 5-bit CelebA-HQ definition): the model predicts 32 values, and every bits/dim
+// it logs says it is of 5-bit data.
+TEST(OwnImages, FiveBitPackTrainsEvaluatesAndSamples) {
+  TempDir dir;
+  write_folder(dir.file("photos"));
+  const auto pack = run_binary(
+      "combiner-data",
+      "pack --from " + dir.file("photos") + " --size 6 --bits 5 --out " + dir.file("packed"));
+  ASSERT_EQ(pack.status, 0) << pack.output;
+  const auto info = run_binary("combiner-data", "info " + dir.file("packed/train.pack"));
+  EXPECT_NE(info.output.find("subpixels: 5 bits"), std::string::npos) << info.output;
+  const std::string config = dir.file("five.yaml");
+  std::ofstream(config) << "data: {dataset: images, dir: " + dir.file("packed") +
+                               ", val_size: 2}\n"
+                               "model: {layers: 1, width: 16, heads: 2, mlp_ratio: 2,\n"
+                               "        attention: {type: combiner-fixed}}\n"
+                               "train: {steps: 2, batch_size: 2, warmup_steps: 1, threads: 1,\n"
+                               "        eval_every: 2, out_dir: " +
+                               dir.file("run") + "}\n";
+  const auto train = run_binary("combiner-train", "--config " + config);
+  ASSERT_EQ(train.status, 0) << train.output;
+  for (const char* says : {" (5-bit data) | lr", " (5-bit data) (2 images)", " (5-bit data) over"})
+    EXPECT_NE(train.output.find(says), std::string::npos) << says << "\n" << train.output;
+  const std::string checkpoint = train.last_line().substr(std::string("checkpoint: ").size());
+  const auto eval = run_binary("combiner-eval", "--checkpoint " + checkpoint + " --split test");
+  ASSERT_EQ(eval.status, 0) << eval.output;
+  EXPECT_NE(eval.output.find("bits/dim of 5-bit data"), std::string::npos) << eval.output;
+  const auto sample = run_binary("combiner-sample",
+                                 "--checkpoint " + checkpoint + " --num 2 --out " +
+                                     dir.file("g.png") + " --npy " + dir.file("g.npy"));
+  ASSERT_EQ(sample.status, 0) << sample.output;
+}
+
 TEST(OwnImages, PackRefusesBadArgumentsInOneLine) {
   TempDir dir;
   std::filesystem::create_directories(dir.file("empty"));
@@ -94,7 +127,8 @@ TEST(OwnImages, PackRefusesBadArgumentsInOneLine) {
       {"--from " + dir.file("empty") + " --size 8", "no train images"},
       {"--dataset cifar10 --from " + dir.file("empty") + " --size 8", "--dataset cifar10"},
       {"--size 8", "--size needs --from"},
-      {"--from " + dir.file("empty"), "--dataset fashion_mnist | cifar10 | imagenet64, or --size"},
+      {"--from " + dir.file("empty"), "or --size H[xW] with --from FOLDER"},
+      {"--from " + dir.file("empty") + " --size 8 --bits 0", "--bits 0: expected 1 to 8"},
   };
   for (const auto& [args, message] : cases) {
     const auto r = run_binary("combiner-data", "pack " + args + out);

@@ -117,6 +117,7 @@ TEST(ConfigKeys, KeyPathsListEveryFieldOnceInFileOrder) {
                                              "data.height",
                                              "data.width",
                                              "data.channels",
+                                             "data.bits",
                                              "model.layers",
                                              "model.width",
                                              "model.heads",

@@ -223,5 +223,53 @@ TEST(PackImageFolder, RefusesBadSizesChannelsFractionsAndEmptyFolders) {
   expect_throw_with<std::invalid_argument>([&] { pack_image_folder(o); }, {"is not a folder"});
 }
 
+// --bits 5: every subpixel is the 8-bit pack's value >> 3, and the header says 5 bits; a header
+// of another dataset claiming fewer than 8 bits, or one written before the field (0), reads as
+// refused and as 8.
+TEST(PackImageFolder, BitsStoreTheTopBitsAndTheHeaderSaysSo) {
+  TempDir in, eight, five;
+  write_mixed_folder(in.path());
+  ImageFolderOptions o;
+  o.from = in.path();
+  o.height = o.width = 9;
+  o.out = eight.path();
+  pack_image_folder(o);
+  o.out = five.path();
+  o.bits = 5;
+  pack_image_folder(o);
+  const auto a = read_bytes(eight.file("train.pack")), b = read_bytes(five.file("train.pack"));
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = kPackedHeaderBytes; i < a.size(); ++i) ASSERT_EQ(b[i], a[i] >> 3) << i;
+  EXPECT_EQ(read_packed_header(five.file("train.pack")).bits, 5);
+  EXPECT_EQ(read_packed_header(eight.file("train.pack")).bits, 8);
+  DataOptions data;
+  data.dataset = "images";
+  data.dir = five.path();
+  EXPECT_EQ(dataset_bits(data), 5);
+  EXPECT_EQ(load_split(data, Split::kTrain).bits, 5);
+  data.bits = 8;
+  expect_throw_with<std::runtime_error>([&] { load_split(data, Split::kTrain); },
+                                        {"5-bit subpixels", "data.bits is 8"});
+  o.bits = 9;
+  expect_throw_with<std::invalid_argument>([&] { pack_image_folder(o); }, {"--bits 9"});
+
+  PackedHeader h;
+  h.dataset = "cifar10";
+  h.shape = {32, 32, 3};
+  h.count = 1;
+  h.bits = 5;
+  std::vector<uint8_t> file(kPackedHeaderBytes + 3072, 0);
+  h.payload_crc = payload_crc(file.data() + kPackedHeaderBytes, 3072, 1);
+  auto header = encode_packed_header(h);
+  std::copy(header.begin(), header.end(), file.begin());
+  expect_throw_with<std::runtime_error>(
+      [&] { check_packed_bytes(file.data(), file.size(), "c.pack"); },
+      {"c.pack", "5 bits per subpixel", "8 for cifar10"});
+  h.bits = 0;  // as files written before the field existed hold
+  header = encode_packed_header(h);
+  std::copy(header.begin(), header.end(), file.begin());
+  EXPECT_EQ(check_packed_bytes(file.data(), file.size(), "c.pack").bits, 8);
+}
+
 }  // namespace
 }  // namespace combiner::data

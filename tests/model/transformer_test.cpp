@@ -116,5 +116,26 @@ TEST(Transformer, AnyImageShapeFromTheConfig) {
   }
 }
 
+// data.bits 5: a 32-way head, and token 32 starts the sequence.
+TEST(Transformer, VocabularyFollowsDataBits) {
+  config::Config c;
+  c.data.dataset = "images";
+  c.data.height = 4;
+  c.data.width = 4;
+  c.data.channels = 3;
+  c.data.bits = 5;
+  c.model.layers = 1;
+  c.model.width = 16;
+  c.model.heads = 2;
+  c.model.mlp_ratio = 2;
+  c.model.attention.type = "full";
+  config::validate(c);
+  ImageTransformer model(TransformerOptions::from_config(c));
+  EXPECT_EQ(model->options().vocab, 32);
+  auto logits = model->forward(torch::randint(0, 32, {2, 48}, torch::kLong));
+  EXPECT_EQ(logits.sizes(), (std::vector<int64_t>{2, 48, 32}));
+  EXPECT_EQ(input_tokens(torch::zeros({1, 3}, torch::kLong), 32)[0][0].item<int64_t>(), 32);
+}
+
 }  // namespace
 }  // namespace combiner::model

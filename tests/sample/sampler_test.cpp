@@ -88,5 +88,29 @@ TEST(Sampler, RefusesBadOptions) {
   EXPECT_THROW(sample_images(model, options), std::invalid_argument);
 }
 
+// 5-bit data (vocab 32): every drawn subpixel is below 32, cached and plain alike, and the grids
+// stretch 0..31 to 0..255.
+TEST(Sampler, NBitModelsDrawBelowTheirVocabularyAndDisplayStretched) {
+  model::TransformerOptions o;
+  o.layers = 1;
+  o.width = 16;
+  o.heads = 2;
+  o.mlp_ratio = 2;
+  o.image = {3, 4, 2};
+  o.vocab = 32;
+  o.attention = {"combiner-axial-rowmajor", 8, 8, "max"};
+  torch::manual_seed(6);
+  model::ImageTransformer model(o);
+  SampleOptions options;
+  options.count = 4;
+  auto cached = sample_images(model, options);
+  options.cache = false;
+  EXPECT_TRUE(torch::equal(cached, sample_images(model, options)));
+  EXPECT_LT(cached.max().item<int64_t>(), 32);
+  const auto shown = for_display(torch::tensor({0, 1, 16, 31}, torch::kByte), 32);
+  EXPECT_TRUE(torch::equal(shown, torch::tensor({0, 8, 132, 255}, torch::kByte)));
+  EXPECT_TRUE(torch::equal(for_display(cached, 256), cached));
+}
+
 }  // namespace
 }  // namespace combiner::sample
