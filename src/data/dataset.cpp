@@ -146,6 +146,17 @@ int64_t dataset_bits(const DataOptions& options) {
 }
 
 ImageShape resolve_shape(DataOptions& options) {
+  const bool unstated = options.dataset == "images" && options.height == 0 && options.width == 0 &&
+                        options.channels == 0 && options.bits == 0;
+  if (unstated) {  // shape and bits from one read of the header
+    check_known(options.dataset);
+    const PackedHeader header = read_packed_header(train_pack_path(options));
+    options.bits = header.bits;
+    options.height = header.shape.height;
+    options.width = header.shape.width;
+    options.channels = header.shape.channels;
+    return header.shape;
+  }
   const ImageShape shape = dataset_shape(options);
   options.bits = dataset_bits(options);
   options.height = shape.height;

@@ -33,6 +33,27 @@ void write_folder(const std::string& dir) {
   std::ofstream(dir + "/broken.jpg") << "not a jpeg";
 }
 
+// dir/NAME.yaml: a 1 x 16 model of `attention` on the images packed in dir/packed, `steps`
+// updates of 2 images with an evaluation at the end, its run folder dir/run; returns the path.
+std::string images_config(const TempDir& dir,
+                          const std::string& name,
+                          const std::string& attention,
+                          int steps) {
+  const std::string path = dir.file(name + ".yaml");
+  std::ofstream(path) << "data: {dataset: images, dir: " + dir.file("packed") +
+                             ", val_size: 2}\n"
+                             "model: {layers: 1, width: 16, heads: 2, mlp_ratio: 2,\n"
+                             "        attention: {type: " +
+                             attention +
+                             "}}\n"
+                             "train: {steps: " +
+                             std::to_string(steps) +
+                             ", batch_size: 2, warmup_steps: 1, threads: 1,\n"
+                             "        eval_every: " +
+                             std::to_string(steps) + ", out_dir: " + dir.file("run") + "}\n";
+  return path;
+}
+
 TEST(OwnImages, PackTrainEvaluateAndSampleAFolderOfMixedFiles) {
   TempDir dir;
   write_folder(dir.file("photos"));
@@ -54,14 +75,7 @@ TEST(OwnImages, PackTrainEvaluateAndSampleAFolderOfMixedFiles) {
   EXPECT_EQ(skipped, 1);
   EXPECT_NE(pack.output.find("broken.jpg"), std::string::npos) << pack.output;
 
-  const std::string config = dir.file("own.yaml");
-  std::ofstream(config) << "data: {dataset: images, dir: " + dir.file("packed") +
-                               ", val_size: 2}\n"
-                               "model: {layers: 1, width: 16, heads: 2, mlp_ratio: 2,\n"
-                               "        attention: {type: combiner-axial-rowmajor}}\n"
-                               "train: {steps: 3, batch_size: 2, warmup_steps: 1, threads: 1,\n"
-                               "        eval_every: 3, out_dir: " +
-                               dir.file("run") + "}\n";
+  const std::string config = images_config(dir, "own", "combiner-axial-rowmajor", 3);
   const auto train = run_binary("combiner-train", "--config " + config);
   ASSERT_EQ(train.status, 0) << train.output;
   EXPECT_NE(train.output.find("L = 360"), std::string::npos) << train.output;  // 12 x 10 x 3
@@ -93,14 +107,7 @@ TEST(OwnImages, FiveBitPackTrainsEvaluatesAndSamples) {
   ASSERT_EQ(pack.status, 0) << pack.output;
   const auto info = run_binary("combiner-data", "info " + dir.file("packed/train.pack"));
   EXPECT_NE(info.output.find("subpixels: 5 bits"), std::string::npos) << info.output;
-  const std::string config = dir.file("five.yaml");
-  std::ofstream(config) << "data: {dataset: images, dir: " + dir.file("packed") +
-                               ", val_size: 2}\n"
-                               "model: {layers: 1, width: 16, heads: 2, mlp_ratio: 2,\n"
-                               "        attention: {type: combiner-fixed}}\n"
-                               "train: {steps: 2, batch_size: 2, warmup_steps: 1, threads: 1,\n"
-                               "        eval_every: 2, out_dir: " +
-                               dir.file("run") + "}\n";
+  const std::string config = images_config(dir, "five", "combiner-fixed", 2);
   const auto train = run_binary("combiner-train", "--config " + config);
   ASSERT_EQ(train.status, 0) << train.output;
   for (const char* says : {" (5-bit data) | lr", " (5-bit data) (2 images)", " (5-bit data) over"})
