@@ -25,8 +25,17 @@ class SpanSummary {
 
   // Pools x over `dim` (max or mean), removing it.
   torch::Tensor pool(const torch::Tensor& x, int64_t dim) const;
-  // Inclusive cumulative pool along `dim`; from the end when `reverse`.
+  // Inclusive cumulative pool along `dim`; from the end when `reverse`. The max keeps no
+  // indices for its backward (it finds them again from x, which it keeps).
   torch::Tensor cumulative(const torch::Tensor& x, int64_t dim, bool reverse) const;
+
+  // Whether the query (or key) side's summaries of a bfloat16 x computed in bfloat16 are the
+  // float32 ones exactly, values and gradients: max pools with no DeepSets map (a max picks one
+  // of its inputs; its gradient goes to the one picked). The fused path then pools its operands
+  // directly instead of a float32 copy of them.
+  bool exact_in_input_dtype(bool query_side) const {
+    return max_ && !(query_side ? w_query_ : w_key_).defined();
+  }
 
  private:
   bool max_ = true;

@@ -219,8 +219,16 @@ void add_attention_flags(CLI::App& app, AttentionFlags& f) {
   app.add_option("--path",
                  s.path,
                  "auto: the fused CUDA kernels where a variant has them (combiner-fixed and "
-                 "the axial Combiner variants); composed: always the LibTorch composition")
-      ->check(CLI::IsMember({"auto", "composed"}))
+                 "the axial Combiner variants); composed: always the LibTorch composition; "
+                 "fused: always the fused path (on the CPU the kernels' model: slow, for "
+                 "--memory tensors)")
+      ->check(CLI::IsMember({"auto", "composed", "fused"}))
+      ->capture_default_str();
+  app.add_option("--memory",
+                 s.memory,
+                 "peak_mib on the CPU: rss (the child's resident set) or tensors (bytes of "
+                 "live tensors, as the CUDA caching allocator counts them on a GPU)")
+      ->check(CLI::IsMember({"rss", "tensors"}))
       ->capture_default_str();
   app.add_option("--repeats", s.repeats, "timed runs after one warm-up (median)")
       ->check(CLI::PositiveNumber)

@@ -153,6 +153,10 @@ BenchResult time_case(const BenchCase& given) {
     auto module = make_attention(o, c.length, c.dim);
     module->to(device);
     if (c.path == "composed") module->set_path(AttentionImpl::Path::kComposed);
+    if (c.path == "fused") module->set_path(AttentionImpl::Path::kFused);
+    // Counted tensor bytes are what the CUDA caching allocator reports on a GPU.
+    const bool tensors = device.is_cuda() || c.memory == "tensors";
+    if (tensors && device.is_cpu()) util::count_cpu_tensor_bytes();
     const std::vector<int64_t> shape = {c.batch, c.heads, c.length, c.dim};
     const auto options = torch::TensorOptions().dtype(dtype).device(device);
     auto q = torch::randn(shape, options).requires_grad_(c.backward);
@@ -181,7 +185,7 @@ BenchResult time_case(const BenchCase& given) {
     bench_detail::reset_peak_rss();
     util::reset_peak_memory(device);
     const double base =
-        device.is_cuda() ? util::device_allocated_mib(device) : bench_detail::status_mib("VmRSS");
+        tensors ? util::device_allocated_mib(device) : bench_detail::status_mib("VmRSS");
     once(c.length);  // warm-up, not timed
     std::vector<double> ms;
     for (int64_t t = 0; t < std::max<int64_t>(1, c.repeats); ++t) {
@@ -194,7 +198,7 @@ BenchResult time_case(const BenchCase& given) {
     std::sort(ms.begin(), ms.end());
     r.ms = ms[ms.size() / 2];
     const double peak =
-        device.is_cuda() ? util::device_peak_mib(device) : bench_detail::status_mib("VmHWM");
+        tensors ? util::device_peak_mib(device) : bench_detail::status_mib("VmHWM");
     r.peak_mib = std::max(0.0, peak - base);
     r.status = "ok";
   } catch (const std::bad_alloc& e) {
@@ -213,7 +217,7 @@ std::string encode_case(const BenchCase& c) {
       << " row_len=" << c.row_len << " batch=" << c.batch << " heads=" << c.heads
       << " dim=" << c.dim << " dtype=" << c.dtype << " device=" << c.device
       << " backward=" << c.backward << " repeats=" << c.repeats << " threads=" << c.threads
-      << " max_mib=" << c.max_mib << " path=" << c.path;
+      << " max_mib=" << c.max_mib << " path=" << c.path << " memory=" << c.memory;
   return out.str();
 }
 
@@ -246,6 +250,7 @@ BenchCase decode_case(const std::string& text) {
   c.threads = std::stoll(get("threads"));
   c.max_mib = std::stoll(get("max_mib"));
   if (fields.count("path")) c.path = fields["path"];
+  if (fields.count("memory")) c.memory = fields["memory"];
   return c;
 }
 

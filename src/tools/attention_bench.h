@@ -25,7 +25,8 @@ struct BenchCase {
   int64_t repeats = 5;            // timed runs after one warm-up; the median is reported
   int64_t threads = 0;            // LibTorch threads in the child; 0 = every core
   int64_t max_mib = 0;            // address-space allowance of the child beyond its start; 0 = none
-  std::string path = "auto";      // auto | composed: fused kernels where they apply, or LibTorch
+  std::string path = "auto";      // auto | composed | fused (fused on the CPU: the kernels' model)
+  std::string memory = "rss";     // CPU peak: rss (resident set) | tensors (bytes of live tensors)
   // Where block / row_len came from (the CSV's layout column); not sent to the child.
   bool block_auto = false;
   bool row_len_auto = false;
@@ -35,7 +36,7 @@ struct BenchCase {
 // (fast path disagrees with the reference) | invalid (layout does not fit L) | error.
 struct BenchResult {
   double ms = 0;        // median wall time of one run
-  double peak_mib = 0;  // peak RSS (CUDA: allocated device memory) during the case minus before it
+  double peak_mib = 0;  // peak RSS or tensor bytes (CUDA: allocated device memory) minus before
   std::string status = "error";
   std::string detail;  // why, when status != ok
 };

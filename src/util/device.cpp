@@ -1,6 +1,12 @@
 #include "util/device.h"
 
+#include <c10/core/CPUAllocator.h>
+#include <torch/version.h>
+
+#include <atomic>
 #include <fstream>
+#include <limits>
+#include <mutex>
 #include <string>
 
 #ifdef COMBINER_WITH_CUDA
@@ -14,43 +20,111 @@ void synchronize(const torch::Device& device) {
   if (device.is_cuda()) torch::cuda::synchronize(device.index());
 }
 
+namespace {
+double mib(int64_t bytes) {
+  return double(bytes) / (1024.0 * 1024.0);
+}
+
+// The CPU tensor counter: bytes held now and the peak since the last reset.
+std::atomic<int64_t> cpu_now{0}, cpu_peak{0};
+std::atomic<bool> cpu_counting{false};
+
+void cpu_add(int64_t bytes) {
+  const int64_t now = cpu_now += bytes;
+  for (int64_t peak = cpu_peak.load(); now > peak && !cpu_peak.compare_exchange_weak(peak, now);) {
+  }
+}
+
+// One allocation of the counting allocator: the wrapped allocator's pointer and its size.
+struct Counted {
+  c10::DataPtr inner;
+  int64_t bytes;
+};
+
+void release_counted(void* context) {
+  auto* counted = static_cast<Counted*>(context);
+  cpu_now -= counted->bytes;
+  delete counted;  // frees the data through the wrapped allocator's deleter
+}
+
+// LibTorch 2.3 made allocate() non-const and added copy_data().
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 3)
+#define COMBINER_ALLOCATE_CONST
+#define COMBINER_ALLOCATOR_COPY_DATA 1
+#else
+#define COMBINER_ALLOCATE_CONST const
+#define COMBINER_ALLOCATOR_COPY_DATA 0
+#endif
+
+class CountingAllocator final : public c10::Allocator {
+ public:
+  explicit CountingAllocator(c10::Allocator* base) : base_(base) {}
+  c10::DataPtr allocate(size_t n) COMBINER_ALLOCATE_CONST override {
+    c10::DataPtr inner = base_->allocate(n);
+    void* data = inner.get();
+    const c10::Device device = inner.device();
+    cpu_add(int64_t(n));
+    return {data, new Counted{std::move(inner), int64_t(n)}, &release_counted, device};
+  }
+#if COMBINER_ALLOCATOR_COPY_DATA
+  void copy_data(void* dest, const void* src, std::size_t count) const override {
+    default_copy_data(dest, src, count);
+  }
+#endif
+
+ private:
+  c10::Allocator* base_;
+};
+}  // namespace
+
+void count_cpu_tensor_bytes() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    static CountingAllocator counting(c10::GetCPUAllocator());
+    c10::SetCPUAllocator(&counting, /*priority=*/std::numeric_limits<uint8_t>::max());
+    cpu_counting = true;
+  });
+}
+
 #ifdef COMBINER_WITH_CUDA
 namespace {
 // StatType::AGGREGATE (all pools) is entry 0 in every LibTorch; the enum moved namespaces in 2.x.
 constexpr size_t kAggregate = 0;
-double mib(int64_t bytes) {
-  return double(bytes) / (1024.0 * 1024.0);
-}
 c10::DeviceIndex index_of(const torch::Device& device) {
   return device.has_index() ? device.index() : c10::cuda::current_device();
 }
 }  // namespace
 
 double device_allocated_mib(const torch::Device& device) {
-  if (!device.is_cuda()) return 0;
+  if (!device.is_cuda()) return cpu_counting ? mib(cpu_now) : 0;
   return mib(c10::cuda::CUDACachingAllocator::getDeviceStats(index_of(device))
                  .allocated_bytes[kAggregate]
                  .current);
 }
 
 double device_peak_mib(const torch::Device& device) {
-  if (!device.is_cuda()) return 0;
+  if (!device.is_cuda()) return cpu_counting ? mib(cpu_peak) : 0;
   return mib(c10::cuda::CUDACachingAllocator::getDeviceStats(index_of(device))
                  .allocated_bytes[kAggregate]
                  .peak);
 }
 
 void reset_peak_memory(const torch::Device& device) {
-  if (device.is_cuda()) c10::cuda::CUDACachingAllocator::resetPeakStats(index_of(device));
+  if (device.is_cuda())
+    c10::cuda::CUDACachingAllocator::resetPeakStats(index_of(device));
+  else
+    cpu_peak = cpu_now.load();
 }
 #else
 double device_allocated_mib(const torch::Device&) {
-  return 0;
+  return cpu_counting ? mib(cpu_now) : 0;
 }
 double device_peak_mib(const torch::Device&) {
-  return 0;
+  return cpu_counting ? mib(cpu_peak) : 0;
 }
-void reset_peak_memory(const torch::Device&) {}
+void reset_peak_memory(const torch::Device&) {
+  cpu_peak = cpu_now.load();
+}
 #endif
 
 double process_peak_rss_mib() {

@@ -10,11 +10,19 @@ namespace combiner::util {
 // Waits for `device`'s queued work, so a clock read after it covers that work.
 void synchronize(const torch::Device& device);
 
-// The CUDA caching allocator's bytes in use now, and its peak since reset_peak_memory, in MiB
-// (0 for the CPU, whose peak benchmarks read from /proc instead).
+// The CUDA caching allocator's bytes in use now, and its peak since reset_peak_memory, in MiB.
+// For the CPU: the counts of count_cpu_tensor_bytes once it was called, else 0 (benchmarks read
+// the resident set from /proc instead).
 double device_allocated_mib(const torch::Device& device);
 double device_peak_mib(const torch::Device& device);
 void reset_peak_memory(const torch::Device& device);
+
+// Counts the bytes of every tensor LibTorch allocates on the CPU from now on, as the CUDA
+// caching allocator counts its own: it wraps the CPU allocator (installed once; later calls do
+// nothing). Afterwards device_allocated_mib, device_peak_mib and reset_peak_memory report and
+// reset these counts for CPU devices: the memory a GPU run would hold, measured on the CPU,
+// without the allocator's and the process's own pages that the resident set also holds.
+void count_cpu_tensor_bytes();
 
 // This process's peak resident set (VmHWM of /proc/self/status) in MiB; 0 where unreadable.
 double process_peak_rss_mib();

@@ -1,9 +1,9 @@
 // Glue between torch and the fused kernels: dtype and stride checks, allocation, the autograd
 // Function (saved: q, k, v, ks, u in the kernel dtype, o and lse), the CUDA stream, and
 // combiner-fixed's plan (the axial variants' plans: fused_axial.cpp). Gradient buffers: a slot
-// read by one pass as source A whose segments own disjoint rows covering the tensor is stored
-// directly in the kernel dtype; any other is a zeroed Acc buffer the kernels add into
-// (summaries, shared by every later segment; slots read by several passes).
+// read as source A only, by passes whose segments own disjoint rows covering the tensor, is
+// stored in the kernel dtype by its last reader (the earlier ones sum into Acc, as dq); any other
+// is a zeroed Acc buffer the kernels add into (summaries, shared by every later segment).
 #include "attention/fused/fused.h"
 
 #include <spdlog/spdlog.h>
@@ -207,31 +207,67 @@ constexpr void (*kDeltaCuda)(const fused::Delta&, void*) = nullptr;
 constexpr void (*kBackwardCuda)(const fused::Backward&, void*) = nullptr;
 #endif
 
-// A gradient buffer for one input slot and how the kernels write it.
+// The gradient of one input slot and how each pass writes it. `readers`: the passes that read
+// the slot as source A and their geometries; `shared`: whether any pass reads it as source B.
+//  - one reader whose segments own every row, not shared: it stores the kernel dtype;
+//  - several readers that each own every row, not shared (the row and column passes over k and
+//    v): the first stores Acc, the middle ones add into it, the last stores the kernel dtype
+//    with that sum as its addend, as dq is summed (no zero fill, no atomics in the first, no
+//    conversion after the last);
+//  - otherwise (summaries, partial readers): a zeroed Acc buffer that every reader adds into.
 struct Grad {
-  torch::Tensor buffer;
-  GradOut::Kind kind = GradOut::kNone;
-  GradOut out() const {
+  torch::Tensor buffer;                // the slot's gradient (kernel dtype or Acc)
+  torch::Tensor acc;                   // the Acc sum before the last reader stores
+  std::vector<GradOut::Kind> by_pass;  // how pass i writes the gradient (kNone: not a reader)
+  std::vector<const void*> addend;     // pass i's addend (the last of several readers)
+
+  GradOut out(size_t pass) const {
+    GradOut g;
+    if (by_pass.empty() || by_pass[pass] == GradOut::kNone) return g;
+    g.kind = by_pass[pass];
+    const bool to_acc = g.kind != GradOut::kStore && acc.defined();
+    g.data = to_acc ? acc.data_ptr() : buffer.data_ptr();
+    g.rows = buffer.size(2);
+    g.addend = addend[pass];
+    return g;
+  }
+  // As source B (summaries): the zeroed Acc buffer, added into.
+  GradOut summary_out() const {
     GradOut g;
     if (!buffer.defined()) return g;
+    g.kind = GradOut::kAtomic;
     g.data = buffer.data_ptr();
-    g.kind = kind;
     g.rows = buffer.size(2);
     return g;
   }
 };
 
-// `uses` = the geometries that read this slot as source A, `shared` = whether any pass reads it
-// as source B. Owned and covered: stored in the kernel dtype; else a zeroed Acc buffer.
-Grad slot_grad(const torch::Tensor& x, const std::vector<fused::Geometry>& uses, bool shared) {
+Grad slot_grad(const torch::Tensor& x,
+               const std::vector<std::pair<size_t, fused::Geometry>>& readers,
+               size_t passes,
+               bool shared) {
   Grad g;
-  if (!x.defined() || (uses.empty() && !shared)) return g;
-  if (!shared && uses.size() == 1 && covers(uses[0], x.size(2))) {
+  if (!x.defined() || (readers.empty() && !shared)) return g;
+  g.by_pass.assign(passes, GradOut::kNone);
+  g.addend.assign(passes, nullptr);
+  bool every_reader_covers = !readers.empty();
+  for (const auto& r : readers) every_reader_covers &= covers(r.second, x.size(2));
+  if (!shared && every_reader_covers) {
     g.buffer = torch::empty_like(x, torch::MemoryFormat::Contiguous);
-    g.kind = GradOut::kStore;
+    // Where Acc is the kernel dtype (float32, float64) the sum runs in the buffer itself: the
+    // last reader adds its part to what it reads back from the same element.
+    const auto acc = acc_type(x.scalar_type());
+    if (readers.size() > 1)
+      g.acc = acc == x.scalar_type() ? g.buffer : torch::empty(x.sizes(), x.options().dtype(acc));
+    for (size_t i = 0; i < readers.size(); ++i) {
+      const size_t pass = readers[i].first;
+      const bool last = i + 1 == readers.size();
+      g.by_pass[pass] = last ? GradOut::kStore : i == 0 ? GradOut::kStoreAcc : GradOut::kAtomic;
+      if (last && g.acc.defined()) g.addend[pass] = g.acc.data_ptr();
+    }
   } else {
     g.buffer = torch::zeros(x.sizes(), x.options().dtype(acc_type(x.scalar_type())));
-    g.kind = GradOut::kAtomic;
+    for (const auto& r : readers) g.by_pass[r.first] = GradOut::kAtomic;
   }
   return g;
 }
@@ -298,15 +334,17 @@ class FusedFunction : public torch::autograd::Function<FusedFunction> {
     dl.delta = delta.data_ptr();
     run(q, dl, &fused::delta_cpu, kDeltaCuda);
 
-    std::vector<fused::Geometry> k_uses, v_uses, ks_uses, u_uses;
+    std::vector<std::pair<size_t, fused::Geometry>> k_uses, v_uses, ks_uses, u_uses;
     bool summaries = false;
-    for (const auto& p : passes) {
-      (p.a_from_summaries ? ks_uses : k_uses).push_back(p.key);
-      (p.a_from_summaries ? u_uses : v_uses).push_back(p.value);
+    for (size_t i = 0; i < passes.size(); ++i) {
+      const auto& p = passes[i];
+      (p.a_from_summaries ? ks_uses : k_uses).emplace_back(i, p.key);
+      (p.a_from_summaries ? u_uses : v_uses).emplace_back(i, p.value);
       summaries = summaries || p.summaries;
     }
-    Grad dk = slot_grad(k, k_uses, false), dv = slot_grad(v, v_uses, false),
-         dks = slot_grad(ks, ks_uses, summaries), du = slot_grad(u, u_uses, summaries);
+    const size_t n = passes.size();
+    Grad dk = slot_grad(k, k_uses, n, false), dv = slot_grad(v, v_uses, n, false),
+         dks = slot_grad(ks, ks_uses, n, summaries), du = slot_grad(u, u_uses, n, summaries);
     // dq: one pass stores it; several add up in an Acc buffer, the last pass storing the sum.
     auto dq = torch::empty_like(q, torch::MemoryFormat::Contiguous);
     torch::Tensor dq_acc;
@@ -324,22 +362,21 @@ class FusedFunction : public torch::autograd::Function<FusedFunction> {
       bw.dq.addend = last && i > 0 ? dq_acc.data_ptr() : nullptr;
       const bool a_summ = passes[i].a_from_summaries;
       Grad& key_grad = a_summ ? dks : dk;
-      bw.dk = key_grad.out();
-      bw.dv = (a_summ ? du : dv).out();
+      bw.dk = key_grad.out(i);
+      bw.dv = (a_summ ? du : dv).out(i);
       // Segments sharing their key rows: one slab each (no atomics), summed after the pass.
       const auto& key = passes[i].key;
       torch::Tensor slabs;
-      if (key_grad.buffer.defined() && key.seg_stride == 0 && key.segments > 1) {
+      if (bw.dk.kind == GradOut::kAtomic && key.seg_stride == 0 && key.segments > 1) {
         slabs = torch::zeros({B, H, key.segments * key.limit, D}, lse.options());
         bw.dk = {slabs.data_ptr(), GradOut::kStoreAcc, slabs.size(2), nullptr, key.limit};
       }
       if (passes[i].summaries) {
-        bw.dks = dks.out();
-        bw.du = du.out();
+        bw.dks = dks.summary_out();
+        bw.du = du.summary_out();
       }
       run(q, bw, &fused::backward_cpu, kBackwardCuda);
       if (slabs.defined()) {
-        TORCH_INTERNAL_ASSERT(key_grad.kind == GradOut::kAtomic);  // shared rows never cover
         key_grad.buffer.narrow(2, 0, key.limit)
             .add_(slabs.view({B, H, key.segments, key.limit, D}).sum(2));
       }
@@ -406,12 +443,15 @@ torch::Tensor fused_combiner_fixed(const torch::Tensor& q,
   if (spans > 0) {
     // The summaries as the composition computes them, in its compute dtype (DeepSets maps and
     // max pools in bfloat16 would flip arg-maxes at bfloat16's resolution), rounded to the
-    // kernels' dtype once.
-    auto blocks = [&](const torch::Tensor& x) {
-      return x.narrow(2, 0, spans * s).reshape({B, H, spans, s, x.size(3)}).to(compute_dtype(x));
+    // kernels' dtype once (where x's own dtype gives the same bits, x's blocks themselves).
+    auto blocks = [&](const torch::Tensor& x, bool exact) {
+      auto b = x.narrow(2, 0, spans * s).reshape({B, H, spans, s, x.size(3)});
+      return exact ? b : b.to(compute_dtype(x));
     };
-    auto q_span = summary.pool(summary.phi_query(blocks(q)), 3).to(q.scalar_type());
-    ks = summary.pool(summary.phi_key(blocks(k)), 3).to(k.scalar_type());  // [B, H, spans, D]
+    auto q_span = summary.pool(summary.phi_query(blocks(q, summary.exact_in_input_dtype(true))), 3)
+                      .to(q.scalar_type());
+    ks = summary.pool(summary.phi_key(blocks(k, summary.exact_in_input_dtype(false))), 3)
+             .to(k.scalar_type());  // [B, H, spans, D]
     // u: the pooled query's unmasked softmax over its own block.
     FusedPass local;
     local.query = {spans, 1, 1, 1, spans};

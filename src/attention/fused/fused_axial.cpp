@@ -30,11 +30,17 @@ FusedPass column_pass(int64_t length, int64_t W) {
 // The n - 1 whole rows of x [B, H, L, D] (every row but the last) as [B, H, n - 1, W, D], in the
 // composition's compute dtype: the summaries are computed as it computes them (DeepSets maps, max
 // pools and running means in bfloat16 would flip arg-maxes at bfloat16's resolution and lose
-// low bits in long sums) and rounded to the kernels' dtype once, as operands (`operand`).
-torch::Tensor whole_rows(const torch::Tensor& x, int64_t spans, int64_t W) {
-  return x.narrow(2, 0, spans * W)
-      .reshape({x.size(0), x.size(1), spans, W, x.size(3)})
-      .to(compute_dtype(x));
+// low bits in long sums) and rounded to the kernels' dtype once, as operands (`operand`). Where
+// x's own dtype gives the same bits (`exact`: plain max pools), x's rows themselves: no copy.
+torch::Tensor whole_rows(const torch::Tensor& x, int64_t spans, int64_t W, bool exact) {
+  auto rows = x.narrow(2, 0, spans * W).reshape({x.size(0), x.size(1), spans, W, x.size(3)});
+  return exact ? rows : rows.to(compute_dtype(x));
+}
+torch::Tensor key_rows(const torch::Tensor& k, const SpanSummary& s, int64_t spans, int64_t W) {
+  return s.phi_key(whole_rows(k, spans, W, s.exact_in_input_dtype(/*query_side=*/false)));
+}
+torch::Tensor query_rows(const torch::Tensor& q, const SpanSummary& s, int64_t spans, int64_t W) {
+  return s.phi_query(whole_rows(q, spans, W, s.exact_in_input_dtype(/*query_side=*/true)));
 }
 torch::Tensor operand(const torch::Tensor& summary, const torch::Tensor& like) {
   return summary.to(like.scalar_type());
@@ -122,7 +128,7 @@ torch::Tensor fused_combiner_rowmajor(const torch::Tensor& q,
   torch::Tensor ks, u;
   if (spans > 0) {
     auto rows = [&](const torch::Tensor& x) { return x.narrow(2, 0, spans * W); };
-    ks = operand(summary.pool(summary.phi_key(whole_rows(k, spans, W)), 3), k);
+    ks = operand(summary.pool(key_rows(k, summary, spans, W), 3), k);
     // u[(r, c)]: q_(r, c)'s unmasked softmax over row r.
     FusedPass local;
     local.query = local.key = local.value = {spans, W, W, 1, spans * W};
@@ -144,9 +150,8 @@ torch::Tensor fused_combiner_vertical(const torch::Tensor& q,
   torch::Tensor ks, u;
   if (spans > 0) {
     // Row r of the cumulative pools summarises column c's rows 0..r.
-    ks = operand(flat(summary.cumulative(summary.phi_key(whole_rows(k, spans, W)), 2, false)), k);
-    auto q_cum =
-        operand(flat(summary.cumulative(summary.phi_query(whole_rows(q, spans, W)), 2, false)), q);
+    ks = operand(flat(summary.cumulative(key_rows(k, summary, spans, W), 2, false)), k);
+    auto q_cum = operand(flat(summary.cumulative(query_rows(q, summary, spans, W), 2, false)), q);
     // u[(r, c)]: q_cum[(r, c)]'s causal attention down column c (rows 0..r).
     FusedPass local;
     local.query = local.key = local.value = {W, spans, 1, W, spans * W};
@@ -168,8 +173,8 @@ torch::Tensor fused_combiner_horizontal(const torch::Tensor& q,
   const double scale = score_scale(D);
   torch::Tensor ks, u;
   if (spans > 0) {
-    auto k_phi = summary.phi_key(whole_rows(k, spans, W));
-    auto q_phi = summary.phi_query(whole_rows(q, spans, W));
+    auto k_phi = key_rows(k, summary, spans, W);
+    auto q_phi = query_rows(q, summary, spans, W);
     auto head = [&](const torch::Tensor& x) { return x.narrow(2, 0, spans * W); };
     // u[(r, c)]: the inclusive prefix's pooled query over keys 0..c of row r (causal), and the
     // suffix's over keys c..W-1: the same causal pass with each row read right to left.
