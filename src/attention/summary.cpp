@@ -16,40 +16,42 @@ torch::Tensor learned_map(int64_t D) {
 using torch::autograd::AutogradContext;
 using torch::autograd::tensor_list;
 
-// The inclusive running max along `dim` (from the end when `reverse`) whose backward finds the
-// arg-maxes again from x instead of keeping them: torch::cummax saves an int64 index per element
-// for its backward (four times a bfloat16 input's bytes, twice a float32 one's), while x is
-// usually held anyway (a view of k or q, or a DeepSets map's output that its relu keeps). Ties
-// resolve as in the forward (the same op on the same values); each position's gradient is the
-// sum of the gradients of the outputs it is the max of, added in float32 or wider.
+// The Function behind cumulative_max. Saved for backward: the int64 arg-maxes of torch::cummax
+// (keep_indices), or x itself, from which backward finds them again (ties resolve as in the
+// forward: the same op on the same values). Each position's gradient is the sum of the gradients
+// of the outputs it is the max of, added in float32 or wider.
 class CumulativeMax : public torch::autograd::Function<CumulativeMax> {
  public:
-  static torch::Tensor forward(AutogradContext* ctx,
-                               const torch::Tensor& x,
-                               int64_t dim,
-                               bool reverse) {
-    ctx->save_for_backward({x});
+  static torch::Tensor forward(
+      AutogradContext* ctx, const torch::Tensor& x, int64_t dim, bool reverse, bool keep_indices) {
+    auto [values, indices] = torch::cummax(reverse ? x.flip(dim) : x, dim);
+    ctx->save_for_backward({keep_indices ? indices : x});
     ctx->saved_data["dim"] = dim;
     ctx->saved_data["reverse"] = reverse;
-    if (!reverse) return std::get<0>(torch::cummax(x, dim));
-    return std::get<0>(torch::cummax(x.flip(dim), dim)).flip(dim);
+    ctx->saved_data["kept"] = keep_indices;
+    return reverse ? values.flip(dim) : values;
   }
 
   static tensor_list backward(AutogradContext* ctx, tensor_list grads) {
-    const auto x = ctx->get_saved_variables()[0];
+    const auto saved = ctx->get_saved_variables()[0];
     const int64_t dim = ctx->saved_data["dim"].toInt();
     const bool reverse = ctx->saved_data["reverse"].toBool();
-    const auto in = reverse ? x.flip(dim) : x;
+    const auto indices = ctx->saved_data["kept"].toBool()
+                             ? saved
+                             : std::get<1>(torch::cummax(reverse ? saved.flip(dim) : saved, dim));
     const auto g = reverse ? grads[0].flip(dim) : grads[0];
     const bool half = g.scalar_type() == torch::kBFloat16 || g.scalar_type() == torch::kHalf;
     const auto acc = half ? torch::kFloat : g.scalar_type();
-    auto dx = torch::zeros(in.sizes(), g.options().dtype(acc))
-                  .scatter_add_(dim, std::get<1>(torch::cummax(in, dim)), g.to(acc));
+    auto dx = torch::zeros(g.sizes(), g.options().dtype(acc)).scatter_add_(dim, indices, g.to(acc));
     if (reverse) dx = dx.flip(dim);
-    return {dx.to(x.scalar_type()), {}, {}};
+    return {dx.to(grads[0].scalar_type()), {}, {}, {}};
   }
 };
 }  // namespace
+
+torch::Tensor cumulative_max(const torch::Tensor& x, int64_t dim, bool reverse, bool keep_indices) {
+  return CumulativeMax::apply(x, dim, reverse, keep_indices);
+}
 
 SpanSummary::SpanSummary(torch::nn::Module& owner,
                          const std::string& abstraction,
@@ -73,8 +75,11 @@ torch::Tensor SpanSummary::pool(const torch::Tensor& x, int64_t dim) const {
   return max_ ? std::get<0>(x.max(dim)) : x.mean(dim);
 }
 
-torch::Tensor SpanSummary::cumulative(const torch::Tensor& x, int64_t dim, bool reverse) const {
-  if (max_) return CumulativeMax::apply(x, dim, reverse);
+torch::Tensor SpanSummary::cumulative(const torch::Tensor& x,
+                                      int64_t dim,
+                                      bool reverse,
+                                      bool keep_indices) const {
+  if (max_) return cumulative_max(x, dim, reverse, keep_indices);
   auto in = reverse ? x.flip(dim) : x;
   torch::Tensor out;
   {

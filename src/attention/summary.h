@@ -10,6 +10,13 @@
 
 namespace combiner::attention {
 
+// The inclusive running max of x along `dim` (from the end when `reverse`), differentiable in x.
+// For its backward it keeps torch::cummax's arg-maxes (`keep_indices`: an int64 per element,
+// four times a bfloat16 x's bytes; the CPU, where finding them again is a slow sequential scan)
+// or x alone, finding them again in backward (a GPU, where memory is what runs out: x is mostly
+// held anyway, as a view of k or q or a DeepSets map's output that its relu keeps).
+torch::Tensor cumulative_max(const torch::Tensor& x, int64_t dim, bool reverse, bool keep_indices);
+
 class SpanSummary {
  public:
   // `abstraction` is one of abstraction_names(). With a DeepSets abstraction, registers
@@ -25,9 +32,15 @@ class SpanSummary {
 
   // Pools x over `dim` (max or mean), removing it.
   torch::Tensor pool(const torch::Tensor& x, int64_t dim) const;
-  // Inclusive cumulative pool along `dim`; from the end when `reverse`. The max keeps no
-  // indices for its backward (it finds them again from x, which it keeps).
-  torch::Tensor cumulative(const torch::Tensor& x, int64_t dim, bool reverse) const;
+  // Inclusive cumulative pool along `dim`; from the end when `reverse`. The max is
+  // cumulative_max, keeping its indices as asked, or by default on the CPU and not on a GPU.
+  torch::Tensor cumulative(const torch::Tensor& x, int64_t dim, bool reverse) const {
+    return cumulative(x, dim, reverse, /*keep_indices=*/!x.is_cuda());
+  }
+  torch::Tensor cumulative(const torch::Tensor& x,
+                           int64_t dim,
+                           bool reverse,
+                           bool keep_indices) const;
 
   // Whether the query (or key) side's summaries of a bfloat16 x computed in bfloat16 are the
   // float32 ones exactly, values and gradients: max pools with no DeepSets map (a max picks one

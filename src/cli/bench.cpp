@@ -4,6 +4,8 @@
 //   hidden --child flag), after checking each variant against the dense reference.
 //   train: full training steps of a config's model on random tokens; ms/step, tokens/s and
 //   model FLOP utilisation against a matmul peak measured in the same run.
+//   Both take --profile N: after the measured runs, more of them under LibTorch's profiler and
+//   a table of their N largest GPU kernels and CPU ops (tools/profile.h).
 //   kernel-check: the fused attention kernels (CUDA, or their CPU model on the CPU) against the
 //   LibTorch composition and the float64 dense reference; exits 1 if any case fails.
 #include <spdlog/spdlog.h>
@@ -18,9 +20,9 @@
 #include <stdexcept>
 
 #include "attention/attention.h"
+#include "config/load.h"
 #include "tools/attention_bench.h"
 #include "tools/kernel_check.h"
-#include "config/load.h"
 #include "tools/train_bench.h"
 #include "util/atomic_file.h"
 #include "util/cli_main.h"
@@ -168,7 +170,8 @@ int bench_kernel_check(const KernelCheckFlags& f) {
               device.is_cuda() ? "the CUDA kernels" : "the kernels' CPU model");
   std::printf("%s\n", att::kernel_check_header().c_str());
   int64_t cases = 0, failed = 0;
-  const auto sizes = f.sizes == "small" ? att::KernelCheckSizes::kSmall : att::KernelCheckSizes::kAll;
+  const auto sizes =
+      f.sizes == "small" ? att::KernelCheckSizes::kSmall : att::KernelCheckSizes::kAll;
   for (const auto& c : att::kernel_check_cases(f.device, f.dims, sizes)) {
     if (std::find(variants.begin(), variants.end(), c.variant) == variants.end()) continue;
     const auto r = att::run_kernel_check(c, f.device);
@@ -230,6 +233,12 @@ void add_attention_flags(CLI::App& app, AttentionFlags& f) {
                  "live tensors, as the CUDA caching allocator counts them on a GPU)")
       ->check(CLI::IsMember({"rss", "tensors"}))
       ->capture_default_str();
+  app.add_option("--profile",
+                 s.profile,
+                 "N > 0: after the timed runs, profile --repeats more of each case and print "
+                 "its N largest GPU kernels and CPU ops (LibTorch's profiler) to stderr")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
   app.add_option("--repeats", s.repeats, "timed runs after one warm-up (median)")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
@@ -263,6 +272,13 @@ void add_train_flags(CLI::App& app, TrainFlags& f) {
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
   app.add_option("--out", f.out, "also write a one-row .csv");
+  app.add_option("--profile",
+                 o.profile_top,
+                 "N > 0: after the timed steps, profile --steps more and print their N largest "
+                 "GPU kernels and CPU ops (LibTorch's profiler)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  app.add_option("--trace", o.trace, "with --profile: also write the Chrome trace (.json) here");
 }
 
 }  // namespace
@@ -296,9 +312,11 @@ int main(int argc, char** argv) {
         ->capture_default_str();
     check->add_option("--variants", check_flags.variants, "all, or comma-separated variant names")
         ->capture_default_str();
-    check->add_option("--sizes", check_flags.sizes,
-                      "all, or small: only the cases up to L 300 (quick, e.g. under "
-                      "compute-sanitizer); all adds L ~1600 (more than 64 summaries)")
+    check
+        ->add_option("--sizes",
+                     check_flags.sizes,
+                     "all, or small: only the cases up to L 300 (quick, e.g. under "
+                     "compute-sanitizer); all adds L ~1600 (more than 64 summaries)")
         ->check(CLI::IsMember({"all", "small"}))
         ->capture_default_str();
     try {

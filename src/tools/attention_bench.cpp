@@ -22,6 +22,7 @@
 #include "attention/attention.h"
 #include "attention/plan.h"
 #include "attention/reference.h"
+#include "tools/profile.h"
 #include "util/device.h"
 #include "util/runtime.h"
 
@@ -197,9 +198,24 @@ BenchResult time_case(const BenchCase& given) {
     }
     std::sort(ms.begin(), ms.end());
     r.ms = ms[ms.size() / 2];
-    const double peak =
-        tensors ? util::device_peak_mib(device) : bench_detail::status_mib("VmHWM");
+    const double peak = tensors ? util::device_peak_mib(device) : bench_detail::status_mib("VmHWM");
     r.peak_mib = std::max(0.0, peak - base);
+    if (c.profile > 0) {  // more runs, after the measured ones: timings stay unperturbed
+      const int64_t runs = std::max<int64_t>(1, c.repeats);
+      const auto rows = tools::profile(
+          [&] {
+            for (int64_t t = 0; t < runs; ++t) once(c.length);
+          },
+          device.is_cuda(),
+          "");
+      std::fprintf(stderr,
+                   "profile of %s L=%lld %s (%lld runs):\n%s",
+                   c.variant.c_str(),
+                   static_cast<long long>(c.length),
+                   pass_name(c).c_str(),
+                   static_cast<long long>(runs),
+                   tools::profile_table(rows, int(c.profile), runs).c_str());
+    }
     r.status = "ok";
   } catch (const std::bad_alloc& e) {
     r.status = "oom";
@@ -217,7 +233,8 @@ std::string encode_case(const BenchCase& c) {
       << " row_len=" << c.row_len << " batch=" << c.batch << " heads=" << c.heads
       << " dim=" << c.dim << " dtype=" << c.dtype << " device=" << c.device
       << " backward=" << c.backward << " repeats=" << c.repeats << " threads=" << c.threads
-      << " max_mib=" << c.max_mib << " path=" << c.path << " memory=" << c.memory;
+      << " max_mib=" << c.max_mib << " path=" << c.path << " memory=" << c.memory
+      << " profile=" << c.profile;
   return out.str();
 }
 
@@ -251,6 +268,7 @@ BenchCase decode_case(const std::string& text) {
   c.max_mib = std::stoll(get("max_mib"));
   if (fields.count("path")) c.path = fields["path"];
   if (fields.count("memory")) c.memory = fields["memory"];
+  if (fields.count("profile")) c.profile = std::stoll(fields["profile"]);
   return c;
 }
 

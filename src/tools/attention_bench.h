@@ -27,6 +27,7 @@ struct BenchCase {
   int64_t max_mib = 0;            // address-space allowance of the child beyond its start; 0 = none
   std::string path = "auto";      // auto | composed | fused (fused on the CPU: the kernels' model)
   std::string memory = "rss";     // CPU peak: rss (resident set) | tensors (bytes of live tensors)
+  int64_t profile = 0;            // > 0: profile `repeats` more runs, top rows to stderr
   // Where block / row_len came from (the CSV's layout column); not sent to the child.
   bool block_auto = false;
   bool row_len_auto = false;

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "attention/plan.h"
+#include "tools/profile.h"
 #include "train/bits.h"
 #include "train/distributed.h"
 #include "train/optimizer.h"
@@ -151,11 +152,8 @@ TrainBenchResult run_train_bench(const config::Config& config, const TrainBenchO
         torch::randint(0, model->options().vocab, {micro, L}, torch::kByte).to(device));
   const double max_norm = t.grad_clip > 0 ? t.grad_clip : std::numeric_limits<double>::infinity();
 
-  util::reset_peak_memory(device);
-  std::vector<double> ms;
-  for (int64_t step = 0; step < options.warmup + options.steps; ++step) {
-    const auto start = train_bench_detail::Clock::now();
-    // The trainer's step: the loss stays on the device, one read-back of loss and norm.
+  // The trainer's step: the loss stays on the device, one read-back of loss and norm.
+  const auto one_step = [&] {
     optimizer->zero_grad();
     auto bits = torch::zeros({1}, torch::TensorOptions().dtype(torch::kDouble).device(device));
     for (const auto& x : batches) {
@@ -167,9 +165,26 @@ TrainBenchResult run_train_bench(const config::Config& config, const TrainBenchO
     torch::cat({bits, norm.to(bits.options()).reshape({1})}).cpu();
     adamw_step(*optimizer);
     util::synchronize(device);
+  };
+  util::reset_peak_memory(device);
+  std::vector<double> ms;
+  for (int64_t step = 0; step < options.warmup + options.steps; ++step) {
+    const auto start = train_bench_detail::Clock::now();
+    one_step();
     if (step >= options.warmup) ms.push_back(1e3 * train_bench_detail::seconds_since(start));
   }
   r.peak_mib = device.is_cuda() ? util::device_peak_mib(device) : util::process_peak_rss_mib();
+  if (options.profile_top > 0) {  // more steps, after the timed ones: timings stay unperturbed
+    const auto rows = tools::profile(
+        [&] {
+          for (int64_t step = 0; step < options.steps; ++step) one_step();
+        },
+        device.is_cuda(),
+        options.trace);
+    std::printf("profile of %lld training steps:\n%s",
+                static_cast<long long>(options.steps),
+                tools::profile_table(rows, int(options.profile_top), options.steps).c_str());
+  }
   std::sort(ms.begin(), ms.end());
   const size_t n = ms.size();
   r.ms_per_step = n % 2 == 1 ? ms[n / 2] : 0.5 * (ms[n / 2 - 1] + ms[n / 2]);

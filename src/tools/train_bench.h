@@ -62,6 +62,8 @@ struct TrainBenchOptions {
   int64_t threads = -1;        // LibTorch threads; -1 = the config's train.threads (0 = all cores)
   int64_t matmul_size = 2048;  // largest n of the peak measurement (best_matmul_gflops)
   int64_t matmul_repeats = 5;  // timings per size
+  int64_t profile_top = 0;     // > 0: profile `steps` more steps, print the top rows (profile.h)
+  std::string trace;           // with profile_top: also write the Chrome trace here
 };
 
 struct TrainBenchResult {

@@ -83,35 +83,65 @@ void check_operands(const torch::Tensor& q,
   TORCH_CHECK(!passes.empty() && covers(passes[0].query, Lq) && covers(passes.back().query, Lq),
               "fused attention: the first and last pass must cover every query row");
   auto same_frame = [&](const torch::Tensor& x, const char* name) {
-    TORCH_CHECK(x.dim() == 4 && x.size(0) == q.size(0) && x.size(1) == q.size(1) &&
-                    x.size(3) == q.size(3),
-                "fused attention: ", name, " must be [B, H, rows, D] with q's B, H, D ",
-                q.sizes(), ", got ", x.sizes());
+    TORCH_CHECK(
+        x.dim() == 4 && x.size(0) == q.size(0) && x.size(1) == q.size(1) && x.size(3) == q.size(3),
+        "fused attention: ",
+        name,
+        " must be [B, H, rows, D] with q's B, H, D ",
+        q.sizes(),
+        ", got ",
+        x.sizes());
     TORCH_CHECK(x.device() == q.device(),
-                "fused attention: ", name, " is on ", x.device(), ", q on ", q.device());
+                "fused attention: ",
+                name,
+                " is on ",
+                x.device(),
+                ", q on ",
+                q.device());
   };
   same_frame(k, "k");
   same_frame(v, "v");
   if (ks.defined()) same_frame(ks, "ks");
   if (u.defined()) same_frame(u, "u");
   auto fits = [](const fused::Geometry& g, int64_t rows, const char* what) {
-    TORCH_CHECK(g.limit <= rows, "fused attention: ", what, " rows end at ", g.limit,
-                " but the tensor has ", rows);
-    TORCH_CHECK(non_negative(g), "fused attention: ", what, " reads rows below 0 (first ",
-                g.first, ", seg_stride ", g.seg_stride, ", row_stride ", g.row_stride, ")");
+    TORCH_CHECK(g.limit <= rows,
+                "fused attention: ",
+                what,
+                " rows end at ",
+                g.limit,
+                " but the tensor has ",
+                rows);
+    TORCH_CHECK(non_negative(g),
+                "fused attention: ",
+                what,
+                " reads rows below 0 (first ",
+                g.first,
+                ", seg_stride ",
+                g.seg_stride,
+                ", row_stride ",
+                g.row_stride,
+                ")");
   };
   for (const auto& p : passes) {
     fits(p.query, Lq, "query");
-    TORCH_CHECK(p.query.limit == Lq, "fused attention: a pass's queries end at ", p.query.limit,
-                ", q has ", Lq, " rows (o, lse and dq are indexed by it)");
+    TORCH_CHECK(p.query.limit == Lq,
+                "fused attention: a pass's queries end at ",
+                p.query.limit,
+                ", q has ",
+                Lq,
+                " rows (o, lse and dq are indexed by it)");
     const bool summaries = p.summaries || p.a_from_summaries;
     TORCH_CHECK(!summaries || (ks.defined() && u.defined()),
                 "fused attention: a pass reads summaries but ks or u is undefined");
     fits(p.key, p.a_from_summaries ? ks.size(2) : k.size(2), "source A key");
     fits(p.value, p.a_from_summaries ? u.size(2) : v.size(2), "source A value");
     if (p.summaries)
-      TORCH_CHECK(u.size(2) >= ks.size(2), "fused attention: ", ks.size(2),
-                  " summary keys but only ", u.size(2), " summary values");
+      TORCH_CHECK(u.size(2) >= ks.size(2),
+                  "fused attention: ",
+                  ks.size(2),
+                  " summary keys but only ",
+                  u.size(2),
+                  " summary values");
   }
 }
 

@@ -45,6 +45,9 @@ torch::Tensor query_rows(const torch::Tensor& q, const SpanSummary& s, int64_t s
 torch::Tensor operand(const torch::Tensor& summary, const torch::Tensor& like) {
   return summary.to(like.scalar_type());
 }
+// The fused path is the GPU's: its cumulative max pools keep no indices (summary.h) on the CPU
+// model too, so that the CPU counts the memory a GPU would hold (combiner-bench --memory tensors).
+constexpr bool kKeepIndices = false;
 torch::Tensor flat(const torch::Tensor& x) {
   return x.reshape({x.size(0), x.size(1), x.size(2) * x.size(3), x.size(4)});
 }
@@ -150,8 +153,10 @@ torch::Tensor fused_combiner_vertical(const torch::Tensor& q,
   torch::Tensor ks, u;
   if (spans > 0) {
     // Row r of the cumulative pools summarises column c's rows 0..r.
-    ks = operand(flat(summary.cumulative(key_rows(k, summary, spans, W), 2, false)), k);
-    auto q_cum = operand(flat(summary.cumulative(query_rows(q, summary, spans, W), 2, false)), q);
+    ks = operand(flat(summary.cumulative(key_rows(k, summary, spans, W), 2, false, kKeepIndices)),
+                 k);
+    auto q_cum = operand(
+        flat(summary.cumulative(query_rows(q, summary, spans, W), 2, false, kKeepIndices)), q);
     // u[(r, c)]: q_cum[(r, c)]'s causal attention down column c (rows 0..r).
     FusedPass local;
     local.query = local.key = local.value = {W, spans, 1, W, spans * W};
@@ -180,19 +185,20 @@ torch::Tensor fused_combiner_horizontal(const torch::Tensor& q,
     // suffix's over keys c..W-1: the same causal pass with each row read right to left.
     std::vector<torch::Tensor> keys, values;
     for (bool suffix : {false, true}) {
-      keys.push_back(operand(flat(summary.cumulative(k_phi, 3, suffix)), k));
+      keys.push_back(operand(flat(summary.cumulative(k_phi, 3, suffix, kKeepIndices)), k));
       FusedPass local;
       local.query = local.key = local.value =
           suffix ? fused::Geometry{spans, W, W, -1, spans * W, /*first=*/W - 1}
                  : fused::Geometry{spans, W, W, 1, spans * W};
       local.mask = fused::Mask::kCausal;
-      values.push_back(fused_attention(operand(flat(summary.cumulative(q_phi, 3, suffix)), q),
-                                       head(k),
-                                       head(v),
-                                       {},
-                                       {},
-                                       {local},
-                                       scale));
+      values.push_back(
+          fused_attention(operand(flat(summary.cumulative(q_phi, 3, suffix, kKeepIndices)), q),
+                          head(k),
+                          head(v),
+                          {},
+                          {},
+                          {local},
+                          scale));
     }
     ks = torch::cat(keys, 2);
     u = torch::cat(values, 2);
