@@ -25,7 +25,11 @@
 #      images/s) -> OUT/sampling-cuda.csv;
 #   7. the 128-layer CIFAR-10 preset, bf16, with and without activation checkpointing (the
 #      preset's own setting, with, is also a gpu-vs-peer.csv row of shape cifar10-128x256);
-#   8. the peer under torch.compile, both shapes (appended to gpu-vs-peer.csv).
+#   8. the peer under torch.compile, both shapes (appended to gpu-vs-peer.csv);
+#   9. where the time goes: LibTorch's profiler (combiner-bench --profile) over the fused
+#      attention variants alone (forward + backward, bf16, B 8, L 12288) and over training steps
+#      of the ImageNet-64 6 x 512 rowmajor model and the 128-layer preset: their largest GPU
+#      kernels per step, in test-gpu.log.
 # Everything lands in OUT (kept to 8 files, so that all of them can be copied back): test-gpu.log (all output),
 # build.log, gpu-vs-peer.csv, attention-vs-flash.csv, train-cuda.csv (our raw combiner-bench train
 # rows, with MFU), attention-cuda.csv (combiner-bench attention's own rows),
@@ -34,7 +38,7 @@
 # from a copy carried in .cache/fashion-mnist (cp -r /usr/share/datasets/fashion-mnist .cache/).
 # Usage: scripts/test-gpu.sh OUT_DIR   (COMBINER_GPU_BUDGET_S: seconds for all stages, default 470;
 #        COMBINER_GPU_VARIANTS: our variants in stage 4, default full + three of ours;
-#        COMBINER_GPU_STAGES: comma-separated stage numbers 2..8 to run, default all)
+#        COMBINER_GPU_STAGES: comma-separated stage numbers 2..9 to run, default all)
 set -uo pipefail  # no -e: a failed stage is logged and the next one runs
 cd "$(dirname "$0")/.." || exit 1
 out=${1:?usage: scripts/test-gpu.sh OUT_DIR}
@@ -370,6 +374,25 @@ for shape in "${shapes[@]}"; do
   PEER_TIMEOUT=170 peer "$2" "$3" --compile
 done
 [ -s "$work/peer.csv" ] && awk 'NR > 1 && !/^gpu,/' "$work/peer.csv" >>"$out/gpu-vs-peer.csv"
+
+section "9. profiles: the largest GPU kernels per step"
+if wanted 9 && [ -x "$bench" ]; then
+  # shellcheck disable=SC2086  # L, batch of the middle attention shape (12288 8 on a GPU)
+  set -- ${attention_shapes[1]}
+  run_for 100 "$bench" attention --device $device --dtype $precision --backward --batch "$2" \
+    --heads 8 --dim 64 --lengths "$1" --repeats 3 --profile 15 --timeout 60 --max-mib 0 \
+    --variants combiner-fixed,combiner-axial-rowmajor,combiner-axial-vertical,combiner-axial-horizontal \
+    --out "$work/profile-attention.csv" 2>&1 | grep -vE "^\[|^results:"
+  # shellcheck disable=SC2086  # dataset, L, batch: ImageNet-64's on a GPU
+  set -- ${shapes[1]:-${shapes[0]}}
+  run_for 60 "$bench" train --config "configs/$1_ablation_combiner_axial_rowmajor.yaml" \
+    --steps 2 --warmup 1 --profile 15 --matmul-size 256 --set train.device=$device \
+    --set train.precision=$precision --set train.batch_size="$3" "${ours_shrink[@]}" 2>&1 |
+    grep -v "^\["
+  [ -n "$deep" ] && run_for 60 "$bench" train --config "$deep" --steps 2 --warmup 1 \
+    --profile 15 --matmul-size 256 --set train.device=$device --set train.precision=$precision \
+    "${ours_128[@]}" 2>&1 | grep -v "^\["
+fi
 
 section "done in $((SECONDS - begin)) s"
 for f in gpu-vs-peer attention-vs-flash fused-vs-libtorch sampling-cuda; do

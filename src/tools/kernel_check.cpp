@@ -141,8 +141,11 @@ std::vector<KernelCheckCase> kernel_check_cases(const std::string& device,
                                                 const std::vector<int64_t>& dims,
                                                 KernelCheckSizes sizes) {
   const bool cuda = torch::Device(device).is_cuda();
-  const std::vector<std::string> dtypes = cuda ? std::vector<std::string>{"float32", "bfloat16"}
-                                               : std::vector<std::string>{"float32", "float64"};
+  // The CPU model runs bfloat16 too (float32 arithmetic on bfloat16 operands and stores): the
+  // glue's bfloat16 paths (summaries in the compute dtype, Acc gradient buffers) without a GPU.
+  const std::vector<std::string> dtypes =
+      cuda ? std::vector<std::string>{"float32", "bfloat16"}
+           : std::vector<std::string>{"float32", "float64", "bfloat16"};
   // {length, input length, layout}: a short last block (200 = 8 * 24 + 8); blocks of 96 > one
   // 64-row tile with a short last one; a short last row (163 of 7 rows of 24); rows of 96.
   // Then the large-n paths: 1600 / 24 has 66 summaries (a second 64-row summary tile) whose

@@ -5,7 +5,10 @@
 #include <torch/torch.h>
 #include <torch/version.h>
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <filesystem>
 #include <map>
 #include <set>
 
@@ -64,6 +67,18 @@ std::vector<ProfileRow> profile(const std::function<void()>& work,
     return a.total_ms > b.total_ms;
   });
   return rows;
+}
+
+bool can_save_traces() {
+  const std::string path = std::filesystem::temp_directory_path() /
+                           ("combiner-trace-check-" + std::to_string(::getpid()) + ".json");
+  try {
+    profile([] {}, false, path);
+  } catch (const std::exception&) {
+    return false;
+  }
+  std::filesystem::remove(path);
+  return true;
 }
 
 std::string profile_table(const std::vector<ProfileRow>& rows, int top, int64_t steps) {

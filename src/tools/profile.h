@@ -25,6 +25,10 @@ std::vector<ProfileRow> profile(const std::function<void()>& work,
                                 bool cuda,
                                 const std::string& trace_path);
 
+// Whether this LibTorch can write a trace (it has Kineto: pip's does, Debian's 1.13 does not);
+// the tables need none. Tries once, with an empty profile, into a temporary file.
+bool can_save_traces();
+
 // The `top` largest rows of each kind as text: calls, ms per step (total / steps), and each
 // kernel's share of all kernels' time.
 std::string profile_table(const std::vector<ProfileRow>& rows, int top, int64_t steps);

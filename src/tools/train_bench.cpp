@@ -109,6 +109,12 @@ double best_matmul_gflops(int64_t max_n,
 }
 
 TrainBenchResult run_train_bench(const config::Config& config, const TrainBenchOptions& options) {
+  if (!options.trace.empty() && options.profile_top < 1)
+    throw std::invalid_argument("--trace " + options.trace + ": needs --profile N (N > 0)");
+  if (!options.trace.empty() && !tools::can_save_traces())
+    throw std::invalid_argument("--trace " + options.trace +
+                                ": this LibTorch cannot write traces (no Kineto, as Debian's "
+                                "1.13); --profile's table needs none");
   if (options.steps < 1)
     throw std::invalid_argument("--steps must be >= 1, got " + std::to_string(options.steps));
   if (options.warmup < 0)

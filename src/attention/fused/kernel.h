@@ -172,7 +172,7 @@ COMBINER_HD int64_t segments_per_part(const Pass& p) {
   return s > 0 ? s : 1;
 }
 
-// ---- the CPU model (fused/kernel_cpu.cpp): float32 and float64 ----
+// ---- the CPU model (fused/kernel_cpu.cpp): float32, float64, bfloat16 (float32 arithmetic) ----
 void forward_cpu(const Forward& f);
 void delta_cpu(const Delta& d);
 void backward_cpu(const Backward& b);

@@ -2,14 +2,18 @@
 // the same formulas as kernel_*.cu, in plain loops, so that what the tests prove here is
 // what the GPU runs. Where a CUDA warp works on 16 rows of a tile at once, this works row by row;
 // the online-softmax rescaling, the log2-domain exponentials, the saved log-sum-exp and the
-// backward's recomputation dS = P (dP - delta) are the kernels' own.
+// backward's recomputation dS = P (dP - delta) are the kernels' own. Storage S is float, double
+// or bfloat16; arithmetic T is S, or float32 for bfloat16 (operands read from bfloat16, stored
+// outputs rounded to it; the CUDA kernels also round P and dS to bfloat16 for their tensor-core
+// products, which this model does not).
 #include "attention/fused/kernel.h"
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
-#include <stdexcept>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 namespace combiner::attention::fused {
@@ -19,9 +23,48 @@ namespace cpu_model {
 constexpr double kLog2e = 1.4426950408889634;
 constexpr double kLn2 = 0.6931471805599453;
 
-template <typename T>
-const T* row_in(const Operand& x, int64_t b, int64_t h, int64_t row) {
-  return static_cast<const T*>(x.data) + b * x.batch + h * x.head + row * x.row;
+// bfloat16 storage: the high half of a float32, rounded to nearest even (as __float2bfloat16).
+struct BFloat16 {
+  uint16_t bits = 0;
+};
+inline float widen(BFloat16 x) {
+  const uint32_t u = uint32_t(x.bits) << 16;
+  float f;
+  std::memcpy(&f, &u, sizeof f);
+  return f;
+}
+template <typename S, typename T>
+T to_math(S x) {
+  if constexpr (std::is_same_v<S, BFloat16>)
+    return T(widen(x));
+  else
+    return T(x);
+}
+template <typename S, typename T>
+S to_storage(T x) {
+  if constexpr (std::is_same_v<S, BFloat16>) {
+    const float f = float(x);
+    if (std::isnan(f)) return BFloat16{0x7fc0};
+    uint32_t u;
+    std::memcpy(&u, &f, sizeof u);
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return BFloat16{uint16_t(u >> 16)};
+  } else {
+    return S(x);
+  }
+}
+
+// Row `row` of head (b, h) of x as D values of T.
+template <typename S, typename T>
+void load_row(const Operand& x, int64_t b, int64_t h, int64_t row, int64_t D, T* out) {
+  const S* in = static_cast<const S*>(x.data) + b * x.batch + h * x.head + row * x.row;
+  for (int64_t d = 0; d < D; ++d) out[d] = to_math<S, T>(in[d]);
+}
+template <typename S, typename T>
+std::vector<T> row_of_head(const Operand& x, int64_t b, int64_t h, int64_t row, int64_t D) {
+  std::vector<T> out(D);
+  load_row<S, T>(x, b, h, row, D, out.data());
+  return out;
 }
 
 template <typename T>
@@ -31,14 +74,15 @@ T dot(const T* a, const T* b, int64_t n) {
   return out;
 }
 
-// Writes (or adds) one gradient row `g` of `width` values to out's row `row` of head (b, h).
-template <typename T>
+// Writes (or adds) one gradient row `g` of `width` values to out's row `row` of head (b, h):
+// kStore in the storage type (plus the Acc addend), kStoreAcc and kAtomic in Acc = T.
+template <typename S, typename T>
 void write_grad(const GradOut& out, const Pass& p, int64_t b, int64_t h, int64_t row, const T* g) {
   const int64_t D = p.dim, at = ((b * p.heads + h) * out.rows + row) * D;
   if (out.kind == GradOut::kStore) {
-    auto* dst = static_cast<T*>(out.data) + at;
+    auto* dst = static_cast<S*>(out.data) + at;
     const auto* add = static_cast<const T*>(out.addend);
-    for (int64_t d = 0; d < D; ++d) dst[d] = g[d] + (add ? add[at + d] : T(0));
+    for (int64_t d = 0; d < D; ++d) dst[d] = to_storage<S>(g[d] + (add ? add[at + d] : T(0)));
   } else if (out.kind == GradOut::kStoreAcc) {
     std::copy(g, g + D, static_cast<T*>(out.data) + at);
   } else if (out.kind == GradOut::kAtomic) {
@@ -47,31 +91,36 @@ void write_grad(const GradOut& out, const Pass& p, int64_t b, int64_t h, int64_t
   }
 }
 
-// The keys of one tile: the tile index runs over source A's tiles, then source B's.
+// The keys of one tile: the tile index runs over source A's tiles, then source B's. Row c of k
+// and v holds key first + c where `present[c]`.
 template <typename T>
 struct KeyTile {
   bool summary = false;
-  int64_t first = 0;           // j (source A) or r (source B) of column 0
-  std::vector<const T*> k, v;  // nullptr where the key does not exist
+  int64_t first = 0;  // j (source A) or r (source B) of column 0
+  std::vector<bool> present;
+  std::vector<T> k, v;  // [kKeyTile, D]
 };
 
-template <typename T>
+template <typename S, typename T>
 KeyTile<T> key_tile(const Pass& p, int64_t b, int64_t h, int64_t g, int64_t tile, int64_t n_a) {
+  const int64_t D = p.dim;
   KeyTile<T> kt;
   kt.summary = tile >= n_a;
   kt.first = (kt.summary ? tile - n_a : tile) * kKeyTile;
-  kt.k.assign(kKeyTile, nullptr);
-  kt.v.assign(kKeyTile, nullptr);
+  kt.present.assign(kKeyTile, false);
+  kt.k.assign(kKeyTile * D, 0);
+  kt.v.assign(kKeyTile * D, 0);
   const int64_t count = kt.summary ? summary_terms(p, g) : valid_count(p.key, g);
   for (int64_t c = 0; c < kKeyTile; ++c) {
     const int64_t j = kt.first + c;
     if (j >= count) continue;
+    kt.present[c] = true;
     if (kt.summary) {
-      kt.k[c] = row_in<T>(p.ks, b, h, j);
-      kt.v[c] = row_in<T>(p.u, b, h, j);
+      load_row<S>(p.ks, b, h, j, D, &kt.k[c * D]);
+      load_row<S>(p.u, b, h, j, D, &kt.v[c * D]);
     } else {
-      kt.k[c] = row_in<T>(p.k, b, h, row_of(p.key, g, j));
-      kt.v[c] = row_in<T>(p.v, b, h, row_of(p.value, g, j));
+      load_row<S>(p.k, b, h, row_of(p.key, g, j), D, &kt.k[c * D]);
+      load_row<S>(p.v, b, h, row_of(p.value, g, j), D, &kt.v[c * D]);
     }
   }
   return kt;
@@ -93,11 +142,11 @@ inline TileCounts tile_counts(const Pass& p, int64_t g, int64_t chunk) {
 
 template <typename T>
 bool allowed(const Pass& p, const KeyTile<T>& kt, int64_t c, int64_t t) {
-  return kt.k[c] && (kt.summary || mask_allows(p.mask, t, kt.first + c));
+  return kt.present[c] && (kt.summary || mask_allows(p.mask, t, kt.first + c));
 }
 
 // One query tile: online softmax over the key tiles, then the epilogue (store or merge).
-template <typename T>
+template <typename S, typename T>
 void forward_tile(const Forward& f, int64_t b, int64_t h, int64_t g, int64_t chunk) {
   const Pass& p = f.pass;
   const TileCounts n = tile_counts(p, g, chunk);
@@ -106,12 +155,12 @@ void forward_tile(const Forward& f, int64_t b, int64_t h, int64_t g, int64_t chu
   const T scale2 = T(p.scale * kLog2e), inf = std::numeric_limits<T>::infinity();
   std::vector<T> m(n.rows, -inf), l(n.rows, 0), acc(n.rows * D, 0), s(kKeyTile);
   for (int64_t tile = 0; tile < n.total; ++tile) {
-    const auto kt = key_tile<T>(p, b, h, g, tile, n.direct);
+    const auto kt = key_tile<S, T>(p, b, h, g, tile, n.direct);
     for (int64_t r = 0; r < n.rows; ++r) {
-      const T* q = row_in<T>(p.q, b, h, row_of(p.query, g, t0 + r));
+      const auto q = row_of_head<S, T>(p.q, b, h, row_of(p.query, g, t0 + r), D);
       T top = -inf;
       for (int64_t c = 0; c < kKeyTile; ++c) {
-        s[c] = allowed(p, kt, c, t0 + r) ? dot(q, kt.k[c], D) * scale2 : -inf;
+        s[c] = allowed(p, kt, c, t0 + r) ? dot(q.data(), &kt.k[c * D], D) * scale2 : -inf;
         top = std::max(top, s[c]);
       }
       const T m_new = std::max(m[r], top), m_use = m_new == -inf ? T(0) : m_new;
@@ -123,7 +172,7 @@ void forward_tile(const Forward& f, int64_t b, int64_t h, int64_t g, int64_t chu
         const T w = std::exp2(s[c] - m_use);
         if (w == 0) continue;
         l[r] += w;
-        for (int64_t d = 0; d < D; ++d) o[d] += w * kt.v[c][d];
+        for (int64_t d = 0; d < D; ++d) o[d] += w * kt.v[c * D + d];
       }
       m[r] = m_new;
     }
@@ -131,25 +180,26 @@ void forward_tile(const Forward& f, int64_t b, int64_t h, int64_t g, int64_t chu
   const int64_t rows = p.query.limit;
   for (int64_t r = 0; r < n.rows; ++r) {
     const int64_t row = row_of(p.query, g, t0 + r), at = (b * p.heads + h) * rows + row;
-    T* o_out = static_cast<T*>(f.o) + at * D;
+    S* o_out = static_cast<S*>(f.o) + at * D;
     T* lse = static_cast<T*>(f.lse) + at;
     const T lse2 = l[r] > 0 ? m[r] + std::log2(l[r]) : -inf;
     const T inv = l[r] > 0 ? T(1) / l[r] : T(0);
     if (!f.merge) {
-      for (int64_t d = 0; d < D; ++d) o_out[d] = acc[r * D + d] * inv;
+      for (int64_t d = 0; d < D; ++d) o_out[d] = to_storage<S>(acc[r * D + d] * inv);
       *lse = lse2 * T(kLn2);
     } else if (l[r] > 0) {  // log-sum-exp of the two passes; rows without terms keep theirs
       const T prev2 = *lse * T(kLog2e), top = std::max(prev2, lse2);
       const T total2 = top + std::log2(std::exp2(prev2 - top) + std::exp2(lse2 - top));
       const T w_prev = std::exp2(prev2 - total2), w_new = std::exp2(lse2 - total2) * inv;
-      for (int64_t d = 0; d < D; ++d) o_out[d] = w_prev * o_out[d] + w_new * acc[r * D + d];
+      for (int64_t d = 0; d < D; ++d)
+        o_out[d] = to_storage<S>(w_prev * to_math<S, T>(o_out[d]) + w_new * acc[r * D + d]);
       *lse = total2 * T(kLn2);
     }
   }
 }
 
 // dQ of one query tile: P from the saved lse, dP = dO V^T, dS = P (dP - delta), dQ += dS K.
-template <typename T>
+template <typename S, typename T>
 void backward_dq_tile(const Backward& bw, int64_t b, int64_t h, int64_t g, int64_t chunk) {
   const Pass& p = bw.pass;
   const TileCounts n = tile_counts(p, g, chunk);
@@ -158,24 +208,24 @@ void backward_dq_tile(const Backward& bw, int64_t b, int64_t h, int64_t g, int64
   const T scale2 = T(p.scale * kLog2e);
   std::vector<T> dq(n.rows * D, 0);
   for (int64_t tile = 0; tile < n.total; ++tile) {
-    const auto kt = key_tile<T>(p, b, h, g, tile, n.direct);
+    const auto kt = key_tile<S, T>(p, b, h, g, tile, n.direct);
     for (int64_t r = 0; r < n.rows; ++r) {
       const int64_t row = row_of(p.query, g, t0 + r), at = (b * p.heads + h) * rows + row;
-      const T* q = row_in<T>(p.q, b, h, row);
-      const T* d_o = row_in<T>(bw.d_o, b, h, row);
+      const auto q = row_of_head<S, T>(p.q, b, h, row, D);
+      const auto d_o = row_of_head<S, T>(bw.d_o, b, h, row, D);
       const T lse2 = static_cast<const T*>(bw.lse)[at] * T(kLog2e);
       const T delta = static_cast<const T*>(bw.delta)[at];
       for (int64_t c = 0; c < kKeyTile; ++c) {
         if (!allowed(p, kt, c, t0 + r)) continue;
-        const T w = std::exp2(dot(q, kt.k[c], D) * scale2 - lse2);
-        const T ds = w * (dot(d_o, kt.v[c], D) - delta);
-        for (int64_t d = 0; d < D; ++d) dq[r * D + d] += ds * kt.k[c][d];
+        const T w = std::exp2(dot(q.data(), &kt.k[c * D], D) * scale2 - lse2);
+        const T ds = w * (dot(d_o.data(), &kt.v[c * D], D) - delta);
+        for (int64_t d = 0; d < D; ++d) dq[r * D + d] += ds * kt.k[c * D + d];
       }
     }
   }
   for (auto& x : dq) x *= T(p.scale);
   for (int64_t r = 0; r < n.rows; ++r)
-    write_grad(bw.dq, p, b, h, row_of(p.query, g, t0 + r), dq.data() + r * D);
+    write_grad<S>(bw.dq, p, b, h, row_of(p.query, g, t0 + r), dq.data() + r * D);
 }
 
 // One query of the key-side walk: its segment, index, and whether it exists.
@@ -186,7 +236,7 @@ struct QueryRef {
 
 // dK, dV of key tile `tile` (of source A in segment g, or of the summaries when `summary`), walking
 // the query tiles that can see it: P^T, dP^T and dS^T per (key, query), summed over queries.
-template <typename T>
+template <typename S, typename T>
 void backward_dkv_tile(
     const Backward& bw, int64_t b, int64_t h, bool summary, int64_t g, int64_t tile, int64_t part) {
   const Pass& p = bw.pass;
@@ -207,7 +257,12 @@ void backward_dkv_tile(
     f_begin = first_query_tile(p.mask, j0, MQ);
     f_end = valid_count(p.query, g);
   }
-  std::vector<T> dk(kKeyTile * D, 0), dv(kKeyTile * D, 0);
+  std::vector<T> dk(kKeyTile * D, 0), dv(kKeyTile * D, 0), ks(kKeyTile * D), us(kKeyTile * D);
+  for (int64_t c = 0; c < kKeyTile && j0 + c < key_count; ++c) {
+    const int64_t j = j0 + c;
+    load_row<S>(summary ? p.ks : p.k, b, h, summary ? j : row_of(p.key, g, j), D, &ks[c * D]);
+    load_row<S>(summary ? p.u : p.v, b, h, summary ? j : row_of(p.value, g, j), D, &us[c * D]);
+  }
   for (int64_t f0 = f_begin; f0 < f_end; f0 += MQ) {
     for (int64_t i = 0; i < MQ && f0 + i < f_end; ++i) {
       QueryRef qr;
@@ -216,19 +271,16 @@ void backward_dkv_tile(
       qr.valid = qr.t < valid_count(p.query, qr.g);
       if (!qr.valid) continue;
       const int64_t row = row_of(p.query, qr.g, qr.t), at = (b * p.heads + h) * rows + row;
-      const T* q = row_in<T>(p.q, b, h, row);
-      const T* d_o = row_in<T>(bw.d_o, b, h, row);
+      const auto q = row_of_head<S, T>(p.q, b, h, row, D);
+      const auto d_o = row_of_head<S, T>(bw.d_o, b, h, row, D);
       const T lse2 = static_cast<const T*>(bw.lse)[at] * T(kLog2e);
       const T delta = static_cast<const T*>(bw.delta)[at];
       for (int64_t c = 0; c < kKeyTile && j0 + c < key_count; ++c) {
         const int64_t j = j0 + c;
         const bool seen = summary ? j < summary_terms(p, qr.g) : mask_allows(p.mask, qr.t, j);
         if (!seen) continue;
-        const T* k = summary ? row_in<T>(p.ks, b, h, j) : row_in<T>(p.k, b, h, row_of(p.key, g, j));
-        const T* v =
-            summary ? row_in<T>(p.u, b, h, j) : row_in<T>(p.v, b, h, row_of(p.value, g, j));
-        const T w = std::exp2(dot(k, q, D) * scale2 - lse2);
-        const T ds = w * (dot(v, d_o, D) - delta);
+        const T w = std::exp2(dot(&ks[c * D], q.data(), D) * scale2 - lse2);
+        const T ds = w * (dot(&us[c * D], d_o.data(), D) - delta);
         for (int64_t d = 0; d < D; ++d) {
           dv[c * D + d] += w * d_o[d];
           dk[c * D + d] += ds * q[d];
@@ -241,73 +293,72 @@ void backward_dkv_tile(
     const int64_t j = j0 + c;
     const int64_t k_row = row_of(p.key, g, j) + g * bw.dk.segment_rows;
     const int64_t v_row = row_of(p.value, g, j) + g * bw.dv.segment_rows;
-    write_grad(summary ? bw.dks : bw.dk, p, b, h, summary ? j : k_row, &dk[c * D]);
-    write_grad(summary ? bw.du : bw.dv, p, b, h, summary ? j : v_row, &dv[c * D]);
+    write_grad<S>(summary ? bw.dks : bw.dk, p, b, h, summary ? j : k_row, &dk[c * D]);
+    write_grad<S>(summary ? bw.du : bw.dv, p, b, h, summary ? j : v_row, &dv[c * D]);
   }
 }
 
-template <typename T>
+template <typename S, typename T>
 void forward_all(const Forward& f) {
   const Pass& p = f.pass;
   for (int64_t b = 0; b < p.batch; ++b)
     for (int64_t h = 0; h < p.heads; ++h)
       for (int64_t g = 0; g < p.query.segments; ++g)
-        for (int64_t c = 0; c < query_chunks(p); ++c) forward_tile<T>(f, b, h, g, c);
+        for (int64_t c = 0; c < query_chunks(p); ++c) forward_tile<S, T>(f, b, h, g, c);
 }
 
-template <typename T>
+template <typename S, typename T>
 void delta_all(const Delta& d) {
   for (int64_t b = 0; b < d.batch; ++b)
     for (int64_t h = 0; h < d.heads; ++h)
       for (int64_t r = 0; r < d.rows; ++r)
         static_cast<T*>(d.delta)[(b * d.heads + h) * d.rows + r] =
-            dot(row_in<T>(d.o, b, h, r), row_in<T>(d.d_o, b, h, r), d.dim);
+            dot(row_of_head<S, T>(d.o, b, h, r, d.dim).data(),
+                row_of_head<S, T>(d.d_o, b, h, r, d.dim).data(),
+                d.dim);
 }
 
-template <typename T>
+template <typename S, typename T>
 void backward_all(const Backward& bw) {
   const Pass& p = bw.pass;
   for (int64_t b = 0; b < p.batch; ++b)
     for (int64_t h = 0; h < p.heads; ++h) {
       for (int64_t g = 0; g < p.query.segments; ++g)
-        for (int64_t c = 0; c < query_chunks(p); ++c) backward_dq_tile<T>(bw, b, h, g, c);
+        for (int64_t c = 0; c < query_chunks(p); ++c) backward_dq_tile<S, T>(bw, b, h, g, c);
       for (int64_t g = 0; g < p.key.segments; ++g)
         for (int64_t kt = 0; kt < ceil_div(p.key.seg_len, kKeyTile); ++kt)
-          backward_dkv_tile<T>(bw, b, h, false, g, kt, 0);
+          backward_dkv_tile<S, T>(bw, b, h, false, g, kt, 0);
       if (!p.summaries) continue;
       const int64_t parts = ceil_div(p.query.segments, segments_per_part(p));
       for (int64_t st = 0; st < ceil_div(p.summary_count, kKeyTile); ++st)
         for (int64_t part = 0; part < parts; ++part)
-          backward_dkv_tile<T>(bw, b, h, true, 0, st, part);
+          backward_dkv_tile<S, T>(bw, b, h, true, 0, st, part);
     }
 }
 
-// The model runs in float32 or float64; bfloat16 is for the GPU only.
+// fn(storage, math): float32 and float64 compute in their own type, bfloat16 in float32.
 template <typename Fn>
-void dispatch(Dtype dtype, const char* what, Fn&& fn) {
-  if (dtype == Dtype::kFloat32) return fn(float{});
-  if (dtype == Dtype::kFloat64) return fn(double{});
-  throw std::invalid_argument(std::string(what) +
-                              ": the CPU model runs float32 or float64, got bfloat16");
+void dispatch(Dtype dtype, Fn&& fn) {
+  if (dtype == Dtype::kFloat32) return fn(float{}, float{});
+  if (dtype == Dtype::kFloat64) return fn(double{}, double{});
+  return fn(BFloat16{}, float{});
 }
 
 }  // namespace cpu_model
 
 void forward_cpu(const Forward& f) {
-  cpu_model::dispatch(f.pass.dtype, "fused forward (CPU model)", [&](auto x) {
-    cpu_model::forward_all<decltype(x)>(f);
-  });
+  cpu_model::dispatch(f.pass.dtype,
+                      [&](auto s, auto t) { cpu_model::forward_all<decltype(s), decltype(t)>(f); });
 }
 
 void delta_cpu(const Delta& d) {
-  cpu_model::dispatch(
-      d.dtype, "fused delta (CPU model)", [&](auto x) { cpu_model::delta_all<decltype(x)>(d); });
+  cpu_model::dispatch(d.dtype,
+                      [&](auto s, auto t) { cpu_model::delta_all<decltype(s), decltype(t)>(d); });
 }
 
 void backward_cpu(const Backward& b) {
-  cpu_model::dispatch(b.pass.dtype, "fused backward (CPU model)", [&](auto x) {
-    cpu_model::backward_all<decltype(x)>(b);
-  });
+  cpu_model::dispatch(
+      b.pass.dtype, [&](auto s, auto t) { cpu_model::backward_all<decltype(s), decltype(t)>(b); });
 }
 
 }  // namespace combiner::attention::fused
