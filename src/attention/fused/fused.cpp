@@ -1,9 +1,8 @@
 // Glue between torch and the fused kernels: dtype and stride checks, allocation, the autograd
 // Function (saved: q, k, v, ks, u in the kernel dtype, o and lse), the CUDA stream, and
-// combiner-fixed's plan (the axial variants' plans: fused_axial.cpp). Gradient buffers: a slot
-// read as source A only, by passes whose segments own disjoint rows covering the tensor, is
-// stored in the kernel dtype by its last reader (the earlier ones sum into Acc, as dq); any other
-// is a zeroed Acc buffer the kernels add into (summaries, shared by every later segment).
+// combiner-fixed's plan (the axial variants' plans: fused_axial.cpp). Gradient buffers: slot_grad
+// (q, k, v and summaries read as source A: the kernel dtype, each pass adding its part in place;
+// summaries read as source B: an Acc buffer added into atomically).
 #include "attention/fused/fused.h"
 
 #include <spdlog/spdlog.h>
@@ -237,30 +236,34 @@ constexpr void (*kDeltaCuda)(const fused::Delta&, void*) = nullptr;
 constexpr void (*kBackwardCuda)(const fused::Backward&, void*) = nullptr;
 #endif
 
-// The gradient of one input slot and how each pass writes it. `readers`: the passes that read
-// the slot as source A and their geometries; `shared`: whether any pass reads it as source B.
-//  - one reader whose segments own every row, not shared: it stores the kernel dtype;
-//  - several readers that each own every row, not shared (the row and column passes over k and
-//    v): the first stores Acc, the middle ones add into it, the last stores the kernel dtype
-//    with that sum as its addend, as dq is summed (no zero fill, no atomics in the first, no
-//    conversion after the last);
-//  - otherwise (summaries, partial readers): a zeroed Acc buffer that every reader adds into.
-struct Grad {
-  torch::Tensor buffer;                // the slot's gradient (kernel dtype or Acc)
-  torch::Tensor acc;                   // the Acc sum before the last reader stores
-  std::vector<GradOut::Kind> by_pass;  // how pass i writes the gradient (kNone: not a reader)
-  std::vector<const void*> addend;     // pass i's addend (the last of several readers)
+// Whether no two indices (g, t) of g name the same row: each row is then written by one CTA,
+// once, in a pass, so a later pass may add its part in place.
+bool injective(const fused::Geometry& g, int64_t rows) {
+  if (covers(g, rows)) return true;
+  std::vector<char> seen(rows, 0);
+  for (int64_t s = 0; s < g.segments; ++s)
+    for (int64_t t = 0; t < fused::valid_count(g, s); ++t) {
+      const int64_t r = fused::row_of(g, s, t);
+      if (r < 0 || r >= rows || seen[r]++) return false;
+    }
+  return true;
+}
 
-  GradOut out(size_t pass) const {
-    GradOut g;
-    if (by_pass.empty() || by_pass[pass] == GradOut::kNone) return g;
-    g.kind = by_pass[pass];
-    const bool to_acc = g.kind != GradOut::kStore && acc.defined();
-    g.data = to_acc ? acc.data_ptr() : buffer.data_ptr();
-    g.rows = buffer.size(2);
-    g.addend = addend[pass];
-    return g;
-  }
+// The gradient of one input slot (q, k, v, ks or u) and how each pass writes it. `readers`: the
+// passes whose gradient lands in the slot (for q every pass, for the others the passes reading
+// it as source A) and their geometries; `shared`: whether a pass reads it as source B.
+//  - every reader writes each of its rows once (injective) and the slot is not shared: the
+//    kernel dtype, with no Acc buffer and no atomics; the first reader stores (into an empty
+//    buffer where it covers every row, else a zeroed one), each later reader adds its part in
+//    place (addend = the buffer itself). Each pass's part is rounded to the kernel dtype before
+//    it is added: bfloat16 sums a few partial gradients (two or three passes) in bfloat16.
+//  - otherwise (summaries read by every later segment, key rows shared by segments): a zeroed
+//    Acc buffer every reader adds into, converted when returned.
+struct Grad {
+  torch::Tensor buffer;          // the slot's gradient: kernel dtype or Acc
+  std::vector<GradOut> by_pass;  // how pass i writes it (kind kNone: not a reader)
+
+  GradOut out(size_t pass) const { return by_pass.empty() ? GradOut{} : by_pass[pass]; }
   // As source B (summaries): the zeroed Acc buffer, added into.
   GradOut summary_out() const {
     GradOut g;
@@ -278,26 +281,26 @@ Grad slot_grad(const torch::Tensor& x,
                bool shared) {
   Grad g;
   if (!x.defined() || (readers.empty() && !shared)) return g;
-  g.by_pass.assign(passes, GradOut::kNone);
-  g.addend.assign(passes, nullptr);
-  bool every_reader_covers = !readers.empty();
-  for (const auto& r : readers) every_reader_covers &= covers(r.second, x.size(2));
-  if (!shared && every_reader_covers) {
-    g.buffer = torch::empty_like(x, torch::MemoryFormat::Contiguous);
-    // Where Acc is the kernel dtype (float32, float64) the sum runs in the buffer itself: the
-    // last reader adds its part to what it reads back from the same element.
-    const auto acc = acc_type(x.scalar_type());
-    if (readers.size() > 1)
-      g.acc = acc == x.scalar_type() ? g.buffer : torch::empty(x.sizes(), x.options().dtype(acc));
-    for (size_t i = 0; i < readers.size(); ++i) {
-      const size_t pass = readers[i].first;
-      const bool last = i + 1 == readers.size();
-      g.by_pass[pass] = last ? GradOut::kStore : i == 0 ? GradOut::kStoreAcc : GradOut::kAtomic;
-      if (last && g.acc.defined()) g.addend[pass] = g.acc.data_ptr();
-    }
+  g.by_pass.assign(passes, GradOut{});
+  const int64_t rows = x.size(2);
+  bool in_place = !shared && !readers.empty();
+  for (const auto& r : readers) in_place = in_place && injective(r.second, rows);
+  if (in_place) {
+    g.buffer = covers(readers[0].second, rows)
+                   ? torch::empty_like(x, torch::MemoryFormat::Contiguous)
+                   : torch::zeros_like(x, torch::MemoryFormat::Contiguous);
   } else {
     g.buffer = torch::zeros(x.sizes(), x.options().dtype(acc_type(x.scalar_type())));
-    for (const auto& r : readers) g.by_pass[r.first] = GradOut::kAtomic;
+  }
+  for (size_t i = 0; i < readers.size(); ++i) {
+    GradOut& o = g.by_pass[readers[i].first];
+    o.data = g.buffer.data_ptr();
+    o.rows = rows;
+    o.kind = in_place ? GradOut::kStore : GradOut::kAtomic;
+    if (in_place && i > 0) {
+      o.addend = g.buffer.data_ptr();
+      o.addend_in_storage = true;
+    }
   }
   return g;
 }
@@ -364,32 +367,26 @@ class FusedFunction : public torch::autograd::Function<FusedFunction> {
     dl.delta = delta.data_ptr();
     run(q, dl, &fused::delta_cpu, kDeltaCuda);
 
-    std::vector<std::pair<size_t, fused::Geometry>> k_uses, v_uses, ks_uses, u_uses;
+    std::vector<std::pair<size_t, fused::Geometry>> q_uses, k_uses, v_uses, ks_uses, u_uses;
     bool summaries = false;
     for (size_t i = 0; i < passes.size(); ++i) {
       const auto& p = passes[i];
+      q_uses.emplace_back(i, p.query);
       (p.a_from_summaries ? ks_uses : k_uses).emplace_back(i, p.key);
       (p.a_from_summaries ? u_uses : v_uses).emplace_back(i, p.value);
       summaries = summaries || p.summaries;
     }
     const size_t n = passes.size();
-    Grad dk = slot_grad(k, k_uses, n, false), dv = slot_grad(v, v_uses, n, false),
-         dks = slot_grad(ks, ks_uses, n, summaries), du = slot_grad(u, u_uses, n, summaries);
-    // dq: one pass stores it; several add up in an Acc buffer, the last pass storing the sum.
-    auto dq = torch::empty_like(q, torch::MemoryFormat::Contiguous);
-    torch::Tensor dq_acc;
-    if (passes.size() > 1) dq_acc = torch::empty(q.sizes(), q.options().dtype(lse.scalar_type()));
+    Grad dq = slot_grad(q, q_uses, n, false), dk = slot_grad(k, k_uses, n, false),
+         dv = slot_grad(v, v_uses, n, false), dks = slot_grad(ks, ks_uses, n, summaries),
+         du = slot_grad(u, u_uses, n, summaries);
     for (size_t i = 0; i < passes.size(); ++i) {
       fused::Backward bw;
       bw.pass = make_pass(passes[i], q, k, v, ks, u, scale);
       bw.d_o = operand(d_o);
       bw.lse = lse.data_ptr();
       bw.delta = delta.data_ptr();
-      const bool last = i + 1 == passes.size();
-      bw.dq.data = last ? dq.data_ptr() : dq_acc.data_ptr();
-      bw.dq.rows = Lq;
-      bw.dq.kind = last ? GradOut::kStore : i == 0 ? GradOut::kStoreAcc : GradOut::kAtomic;
-      bw.dq.addend = last && i > 0 ? dq_acc.data_ptr() : nullptr;
+      bw.dq = dq.out(i);
       const bool a_summ = passes[i].a_from_summaries;
       Grad& key_grad = a_summ ? dks : dk;
       bw.dk = key_grad.out(i);
@@ -414,8 +411,13 @@ class FusedFunction : public torch::autograd::Function<FusedFunction> {
     auto as = [&](const Grad& g, int64_t type) {
       return g.buffer.defined() ? g.buffer.to(torch::ScalarType(type)) : torch::Tensor();
     };
-    return {
-        dq, as(dk, dtypes[0]), as(dv, dtypes[1]), as(dks, dtypes[2]), as(du, dtypes[3]), {}, {}};
+    return {as(dq, int64_t(q.scalar_type())),
+            as(dk, dtypes[0]),
+            as(dv, dtypes[1]),
+            as(dks, dtypes[2]),
+            as(du, dtypes[3]),
+            {},
+            {}};
   }
 };
 

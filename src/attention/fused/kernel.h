@@ -54,8 +54,10 @@ struct Operand {
 
 // "Acc" below is the accumulation type: double for kFloat64, float otherwise.
 // A gradient output: contiguous [B, H, rows, width]. kStore writes the pass dtype (plus
-// `addend`, an Acc tensor of the same shape, when given); kStoreAcc writes Acc; kAtomic adds
-// into Acc data (atomically on the GPU, where CTAs share rows).
+// `addend`, a tensor of the same shape in Acc, or in the pass dtype when `addend_in_storage`:
+// then it may be `data` itself, a pass adding its part in place, which is safe where the pass
+// writes each row once); kStoreAcc writes Acc; kAtomic adds into Acc data (atomically on the
+// GPU, where CTAs share rows).
 // `segment_rows`: source A's gradient of segment g's row r goes to row r + g * segment_rows. A
 // pass whose segments all read the same key rows (seg_stride 0: rowmajor's columns over the row
 // summaries) writes one slab per segment, summed afterwards, instead of W CTAs adding into the
@@ -67,6 +69,7 @@ struct GradOut {
   int64_t rows = 0;
   const void* addend = nullptr;
   int64_t segment_rows = 0;
+  bool addend_in_storage = false;
 };
 
 // One pass: queries of `query`; source A = keys of `key` (rows of k) with values at the same
@@ -130,8 +133,9 @@ COMBINER_HD int64_t valid_count(const Geometry& g, int64_t segment) {
 }
 
 COMBINER_HD bool mask_allows(Mask mask, int64_t t, int64_t j) {
-  return mask == Mask::kNone ||
-         (mask == Mask::kCausal ? j <= t : mask == Mask::kStrict ? j < t : j != t);
+  return mask == Mask::kNone || (mask == Mask::kCausal   ? j <= t
+                                 : mask == Mask::kStrict ? j < t
+                                                         : j != t);
 }
 
 // Keys of source A that queries 0..last of a segment with `count` keys can see (a prefix of them;

@@ -75,14 +75,21 @@ T dot(const T* a, const T* b, int64_t n) {
 }
 
 // Writes (or adds) one gradient row `g` of `width` values to out's row `row` of head (b, h):
-// kStore in the storage type (plus the Acc addend), kStoreAcc and kAtomic in Acc = T.
+// kStore in the storage type (plus the addend, which may be dst itself: read first), kStoreAcc
+// and kAtomic in Acc = T.
 template <typename S, typename T>
 void write_grad(const GradOut& out, const Pass& p, int64_t b, int64_t h, int64_t row, const T* g) {
   const int64_t D = p.dim, at = ((b * p.heads + h) * out.rows + row) * D;
   if (out.kind == GradOut::kStore) {
     auto* dst = static_cast<S*>(out.data) + at;
     const auto* add = static_cast<const T*>(out.addend);
-    for (int64_t d = 0; d < D; ++d) dst[d] = to_storage<S>(g[d] + (add ? add[at + d] : T(0)));
+    const auto* add_s = static_cast<const S*>(out.addend);
+    for (int64_t d = 0; d < D; ++d) {
+      const T a = !out.addend             ? T(0)
+                  : out.addend_in_storage ? to_math<S, T>(add_s[at + d])
+                                          : add[at + d];
+      dst[d] = to_storage<S>(g[d] + a);
+    }
   } else if (out.kind == GradOut::kStoreAcc) {
     std::copy(g, g + D, static_cast<T*>(out.data) + at);
   } else if (out.kind == GradOut::kAtomic) {

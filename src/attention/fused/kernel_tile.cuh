@@ -95,7 +95,9 @@ template <typename T>
 __device__ __forceinline__ void write_grad_pair(const GradOut& out, int64_t at, float x, float y) {
   if (out.kind == GradOut::kStore) {
     if (out.addend) {
-      const float2 a = *reinterpret_cast<const float2*>(static_cast<const float*>(out.addend) + at);
+      const float2 a = out.addend_in_storage
+                           ? load_pair(static_cast<const T*>(out.addend) + at)
+                           : load_pair(static_cast<const float*>(out.addend) + at);
       x += a.x;
       y += a.y;
     }
