@@ -214,6 +214,95 @@ TEST(FusedJointTest, SummaryGradientsMatchComposition) {
   }
 }
 
+// fused_attention_with_local against the two calls it replaces (u made by its own
+// fused_attention, then the joint passes reading it): o and the gradients of q, k, v and qs, in
+// float64. A local stage over qs (vertical: one causal pass down the columns; horizontal: a
+// prefix pass and a right-to-left suffix pass into the two halves of u) and one over q itself
+// (rowmajor: the rows before the last, u's last row zeros).
+TEST(FusedJointTest, LocalStageInOneCallMatchesTwoCalls) {
+  const int64_t L = 150, W = 24, n = (L + W - 1) / W, spans = n - 1, rows = spans * W;
+  const double scale = score_scale(kD);
+  torch::manual_seed(5);
+  auto draw = [&](int64_t r) {
+    return torch::randn({kB, kH, r, kD}, torch::kDouble).requires_grad_();
+  };
+  auto q = draw(L), k = draw(L), v = draw(L), g = torch::randn({kB, kH, L, kD}, torch::kDouble);
+  auto head = [&](const torch::Tensor& x) { return x.narrow(2, 0, rows); };
+  struct Plan {
+    std::vector<FusedPass> local, joint;
+    int64_t u_rows;  // 0: the local queries are q itself
+    int64_t ks_rows;
+  };
+  FusedPass column;  // vertical's local pass
+  column.query = column.key = column.value = {W, spans, 1, W, rows};
+  column.mask = fused::Mask::kCausal;
+  FusedPass prefix, suffix;  // horizontal's
+  prefix.query = {spans, W, W, 1, 2 * rows};
+  prefix.key = prefix.value = {spans, W, W, 1, rows};
+  prefix.mask = suffix.mask = fused::Mask::kCausal;
+  suffix.query = {spans, W, W, -1, 2 * rows, rows + W - 1};
+  suffix.key = suffix.value = {spans, W, W, -1, rows, W - 1};
+  FusedPass row;  // rowmajor's, over q
+  row.query = {spans, W, W, 1, L};
+  row.key = row.value = {spans, W, W, 1, rows};
+  row.mask = fused::Mask::kNone;
+  const std::vector<Plan> plans = {
+      {{column}, vertical_joint_passes(L, W), rows, rows},
+      {{prefix, suffix}, horizontal_joint_passes(L, W), 2 * rows, 2 * rows},
+      {{row}, rowmajor_joint_passes(L, W), 0, spans}};
+  for (const auto& plan : plans) {
+    const bool own_queries = plan.u_rows > 0;
+    auto qs = own_queries ? draw(plan.u_rows) : torch::Tensor();
+    auto ks = draw(plan.ks_rows);
+    std::vector<torch::Tensor> in = {q, k, v, ks};
+    if (own_queries) in.push_back(qs);
+    auto o = fused_attention_with_local(q, k, v, ks, qs, plan.local, plan.joint, scale);
+    auto grads = torch::autograd::grad({o}, in, {g});
+    // Two calls: u from fused_attention over (qs or q, k, v), one per local pass over its own
+    // queries (a pass of a call covers every query row), then the joint passes reading u.
+    std::vector<torch::Tensor> parts;
+    for (auto p : plan.local) {
+      const int64_t first = p.query.row_stride < 0 ? p.query.first - (W - 1) : p.query.first;
+      p.query.first -= first;
+      p.query.limit = rows;
+      const auto& queries = own_queries ? qs : q;
+      parts.push_back(
+          fused_attention(queries.narrow(2, first, rows), head(k), head(v), {}, {}, {p}, scale));
+    }
+    if (!own_queries) parts.push_back(torch::zeros({kB, kH, L - rows, kD}, torch::kDouble));
+    auto u = torch::cat(parts, 2);
+    auto ref = fused_attention(q, k, v, ks, u, plan.joint, scale);
+    auto ref_grads = torch::autograd::grad({ref}, in, {g});
+    EXPECT_LT(max_error(o, ref), 1e-12) << plan.local.size() << " local passes";
+    for (size_t i = 0; i < in.size(); ++i)
+      EXPECT_LT(max_error(grads[i], ref_grads[i]), 1e-11) << "input " << i;
+  }
+}
+
+TEST(FusedJointTest, BadLocalStagesGiveOneLineErrors) {
+  auto q = torch::randn({1, 1, 8, 4});
+  FusedPass local;
+  local.query = local.key = local.value = {2, 4, 4, 1, 8};
+  FusedPass twice = local;
+  auto expect_error = [&](const std::vector<FusedPass>& plan, const std::string& what) {
+    try {
+      fused_attention_with_local(q, q, q, {}, q, plan, fixed_joint_passes(8, 8), 0.5);
+      FAIL() << what << ": accepted";
+    } catch (const c10::Error& e) {
+      EXPECT_NE(std::string(e.what_without_backtrace()).find(what), std::string::npos)
+          << e.what_without_backtrace();
+    }
+  };
+  expect_error({local, twice}, "two local queries write the same row of u");
+  FusedPass summaries = local;
+  summaries.a_from_summaries = true;
+  expect_error({summaries}, "a local pass reads no summaries");
+  FusedPass short_limit = local;
+  short_limit.query.limit = 6;
+  expect_error({short_limit}, "a local pass's queries end at 6, u has 8 rows");
+  expect_error({}, "a local stage needs at least one pass");
+}
+
 TEST(FusedJointTest, BadInputsGiveOneLineErrors) {
   auto q = torch::randn({1, 1, 8, 4}), v5 = torch::randn({1, 1, 8, 5});
   try {

@@ -38,6 +38,21 @@ torch::Tensor fused_attention(const torch::Tensor& q,
                               const std::vector<FusedPass>& passes,
                               double scale);
 
+// The same in one call that also makes u: the `local` passes run first over the summary queries
+// qs [B, H, Lu, D] (undefined: q itself, Lu = Lq) against k and v, each storing its own rows of
+// u [B, H, Lu, D] (no row twice; rows no local query writes are zeros; masks as in any pass, no
+// summaries); then `passes` read that u. One autograd node: its backward runs the joint passes, then the local ones with
+// u's gradient, adding the local passes' parts of dk, dv (and dq) into the joint ones in place,
+// with no separate gradient tensors for the local stage's k and v.
+torch::Tensor fused_attention_with_local(const torch::Tensor& q,
+                                         const torch::Tensor& k,
+                                         const torch::Tensor& v,
+                                         const torch::Tensor& ks,
+                                         const torch::Tensor& qs,
+                                         const std::vector<FusedPass>& local,
+                                         const std::vector<FusedPass>& passes,
+                                         double scale);
+
 // The joint passes of each variant over L = `length`, merged by log-sum-exp. n = ceil(L / W)
 // rows, spans = n - 1 (every block / row but the last).
 //   fixed: one pass; ks [B, H, spans, D] one pooled key per block, u [B, H, spans, D].

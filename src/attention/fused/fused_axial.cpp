@@ -128,17 +128,16 @@ torch::Tensor fused_combiner_rowmajor(const torch::Tensor& q,
   const int64_t L = q.size(2), D = q.size(3), W = row_len;
   const int64_t spans = (L + W - 1) / W - 1;  // every row but the last is a span
   const double scale = score_scale(D);
-  torch::Tensor ks, u;
-  if (spans > 0) {
-    auto rows = [&](const torch::Tensor& x) { return x.narrow(2, 0, spans * W); };
-    ks = operand(summary.pool(key_rows(k, summary, spans, W), 3), k);
-    // u[(r, c)]: q_(r, c)'s unmasked softmax over row r.
-    FusedPass local;
-    local.query = local.key = local.value = {spans, W, W, 1, spans * W};
-    local.mask = fused::Mask::kNone;
-    u = fused_attention(rows(q), rows(k), rows(v), {}, {}, {local}, scale);
-  }
-  return fused_attention(q, k, v, ks, u, rowmajor_joint_passes(L, W), scale);
+  const auto passes = rowmajor_joint_passes(L, W);
+  if (spans == 0) return fused_attention(q, k, v, {}, {}, passes, scale);
+  const auto ks = operand(summary.pool(key_rows(k, summary, spans, W), 3), k);
+  // u[(r, c)]: q_(r, c)'s unmasked softmax over row r, for the rows before the last (read from
+  // q itself: u has L rows, the last row's zeros unread).
+  FusedPass local;
+  local.query = {spans, W, W, 1, L};
+  local.key = local.value = {spans, W, W, 1, spans * W};
+  local.mask = fused::Mask::kNone;
+  return fused_attention_with_local(q, k, v, ks, {}, {local}, passes, scale);
 }
 
 torch::Tensor fused_combiner_vertical(const torch::Tensor& q,
@@ -150,21 +149,18 @@ torch::Tensor fused_combiner_vertical(const torch::Tensor& q,
   const int64_t L = q.size(2), D = q.size(3), W = row_len;
   const int64_t spans = (L + W - 1) / W - 1;  // the whole rows whose columns are spans
   const double scale = score_scale(D);
-  torch::Tensor ks, u;
-  if (spans > 0) {
-    // Row r of the cumulative pools summarises column c's rows 0..r.
-    ks = operand(flat(summary.cumulative(key_rows(k, summary, spans, W), 2, false, kKeepIndices)),
-                 k);
-    auto q_cum = operand(
-        flat(summary.cumulative(query_rows(q, summary, spans, W), 2, false, kKeepIndices)), q);
-    // u[(r, c)]: q_cum[(r, c)]'s causal attention down column c (rows 0..r).
-    FusedPass local;
-    local.query = local.key = local.value = {W, spans, 1, W, spans * W};
-    local.mask = fused::Mask::kCausal;
-    auto head = [&](const torch::Tensor& x) { return x.narrow(2, 0, spans * W); };
-    u = fused_attention(q_cum, head(k), head(v), {}, {}, {local}, scale);
-  }
-  return fused_attention(q, k, v, ks, u, vertical_joint_passes(L, W), scale);
+  const auto passes = vertical_joint_passes(L, W);
+  if (spans == 0) return fused_attention(q, k, v, {}, {}, passes, scale);
+  // Row r of the cumulative pools summarises column c's rows 0..r.
+  const auto ks =
+      operand(flat(summary.cumulative(key_rows(k, summary, spans, W), 2, false, kKeepIndices)), k);
+  const auto q_cum = operand(
+      flat(summary.cumulative(query_rows(q, summary, spans, W), 2, false, kKeepIndices)), q);
+  // u[(r, c)]: q_cum[(r, c)]'s causal attention down column c (rows 0..r).
+  FusedPass local;
+  local.query = local.key = local.value = {W, spans, 1, W, spans * W};
+  local.mask = fused::Mask::kCausal;
+  return fused_attention_with_local(q, k, v, ks, q_cum, {local}, passes, scale);
 }
 
 torch::Tensor fused_combiner_horizontal(const torch::Tensor& q,
@@ -176,34 +172,28 @@ torch::Tensor fused_combiner_horizontal(const torch::Tensor& q,
   const int64_t L = q.size(2), D = q.size(3), W = row_len;
   const int64_t spans = (L + W - 1) / W - 1;  // the whole rows whose prefixes/suffixes are spans
   const double scale = score_scale(D);
-  torch::Tensor ks, u;
-  if (spans > 0) {
-    auto k_phi = key_rows(k, summary, spans, W);
-    auto q_phi = query_rows(q, summary, spans, W);
-    auto head = [&](const torch::Tensor& x) { return x.narrow(2, 0, spans * W); };
-    // u[(r, c)]: the inclusive prefix's pooled query over keys 0..c of row r (causal), and the
-    // suffix's over keys c..W-1: the same causal pass with each row read right to left.
-    std::vector<torch::Tensor> keys, values;
-    for (bool suffix : {false, true}) {
-      keys.push_back(operand(flat(summary.cumulative(k_phi, 3, suffix, kKeepIndices)), k));
-      FusedPass local;
-      local.query = local.key = local.value =
-          suffix ? fused::Geometry{spans, W, W, -1, spans * W, /*first=*/W - 1}
-                 : fused::Geometry{spans, W, W, 1, spans * W};
-      local.mask = fused::Mask::kCausal;
-      values.push_back(
-          fused_attention(operand(flat(summary.cumulative(q_phi, 3, suffix, kKeepIndices)), q),
-                          head(k),
-                          head(v),
-                          {},
-                          {},
-                          {local},
-                          scale));
-    }
-    ks = torch::cat(keys, 2);
-    u = torch::cat(values, 2);
-  }
-  return fused_attention(q, k, v, ks, u, horizontal_joint_passes(L, W), scale);
+  const auto passes = horizontal_joint_passes(L, W);
+  if (spans == 0) return fused_attention(q, k, v, {}, {}, passes, scale);
+  const auto k_phi = key_rows(k, summary, spans, W);
+  const auto q_phi = query_rows(q, summary, spans, W);
+  // ks, qs: rows 0..spans*W-1 the inclusive prefixes, the next spans*W the inclusive suffixes.
+  auto both = [&](const torch::Tensor& x, const torch::Tensor& like) {
+    return operand(torch::cat({flat(summary.cumulative(x, 3, false, kKeepIndices)),
+                               flat(summary.cumulative(x, 3, true, kKeepIndices))},
+                              2),
+                   like);
+  };
+  const auto ks = both(k_phi, k), qs = both(q_phi, q);
+  // u[(r, c)]: the prefix's pooled query over keys 0..c of row r (causal), and the suffix's over
+  // keys c..W-1: the same causal pass with each row of queries and keys read right to left.
+  const int64_t n = spans * W;
+  FusedPass prefix, suffix;
+  prefix.query = {spans, W, W, 1, 2 * n};
+  prefix.key = prefix.value = {spans, W, W, 1, n};
+  prefix.mask = suffix.mask = fused::Mask::kCausal;
+  suffix.query = {spans, W, W, -1, 2 * n, /*first=*/n + W - 1};
+  suffix.key = suffix.value = {spans, W, W, -1, n, /*first=*/W - 1};
+  return fused_attention_with_local(q, k, v, ks, qs, {prefix, suffix}, passes, scale);
 }
 
 }  // namespace combiner::attention

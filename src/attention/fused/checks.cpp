@@ -1,0 +1,174 @@
+// The fused glue's checks of what the kernels will index (function.cpp calls them before any
+// launch): shapes and devices of the operands, geometries against the rows of the tensors they
+// read, and the row ownership that decides how gradients are written.
+#include "attention/fused/checks.h"
+
+#include <algorithm>
+#include <vector>
+
+namespace combiner::attention::fused_glue {
+
+// Whether the segments of g own disjoint rows that together are every row 0..rows-1: blocks,
+// columns, or whole blocks read right to left (which exist whole or not at all).
+bool covers(const fused::Geometry& g, int64_t rows) {
+  const bool blocks = g.row_stride == 1 && g.seg_stride == g.seg_len && g.first == 0;
+  const bool columns = g.seg_stride == 1 && g.row_stride == g.segments && g.first == 0;
+  const bool reversed = g.row_stride == -1 && g.seg_stride == g.seg_len &&
+                        g.first == g.seg_len - 1 && g.segments * g.seg_len == rows;
+  return (blocks || columns || reversed) && g.segments * g.seg_len >= rows && g.limit >= rows;
+}
+
+// The lowest row a geometry reads is not negative (a right-to-left segment ends at its first
+// row minus seg_len - 1).
+bool non_negative(const fused::Geometry& g) {
+  const int64_t last = g.row_stride < 0 ? (g.seg_len - 1) * g.row_stride : 0;
+  return g.segments == 0 || g.seg_len == 0 || (g.first + last >= 0 && g.seg_stride >= 0);
+}
+
+// What the kernels index must exist: o, lse and dq have exactly Lq rows, so every pass's queries
+// end at Lq; a geometry never reaches past the rows of the tensor it reads; the summary rows a
+// pass reads (summary_count = rows of ks) exist in u; every tensor on q's device with q's B, H, D.
+void check_frame(const torch::Tensor& q, const torch::Tensor& x, const char* name) {
+  TORCH_CHECK(
+      x.dim() == 4 && x.size(0) == q.size(0) && x.size(1) == q.size(1) && x.size(3) == q.size(3),
+      "fused attention: ",
+      name,
+      " must be [B, H, rows, D] with q's B, H, D ",
+      q.sizes(),
+      ", got ",
+      x.sizes());
+  TORCH_CHECK(x.device() == q.device(),
+              "fused attention: ",
+              name,
+              " is on ",
+              x.device(),
+              ", q on ",
+              q.device());
+}
+
+void fits(const fused::Geometry& g, int64_t rows, const char* what) {
+  TORCH_CHECK(g.limit <= rows,
+              "fused attention: ",
+              what,
+              " rows end at ",
+              g.limit,
+              " but the tensor has ",
+              rows);
+  TORCH_CHECK(non_negative(g),
+              "fused attention: ",
+              what,
+              " reads rows below 0 (first ",
+              g.first,
+              ", seg_stride ",
+              g.seg_stride,
+              ", row_stride ",
+              g.row_stride,
+              ")");
+}
+
+// u_rows: the rows of u (given, or made by a local stage); 0 when there is none.
+void check_operands(const torch::Tensor& q,
+                    const torch::Tensor& k,
+                    const torch::Tensor& v,
+                    const torch::Tensor& ks,
+                    int64_t u_rows,
+                    const std::vector<FusedPass>& passes) {
+  const int64_t Lq = q.size(2);
+  TORCH_CHECK(!passes.empty() && covers(passes[0].query, Lq) && covers(passes.back().query, Lq),
+              "fused attention: the first and last pass must cover every query row");
+  check_frame(q, k, "k");
+  check_frame(q, v, "v");
+  if (ks.defined()) check_frame(q, ks, "ks");
+  for (const auto& p : passes) {
+    fits(p.query, Lq, "query");
+    TORCH_CHECK(p.query.limit == Lq,
+                "fused attention: a pass's queries end at ",
+                p.query.limit,
+                ", q has ",
+                Lq,
+                " rows (o, lse and dq are indexed by it)");
+    const bool summaries = p.summaries || p.a_from_summaries;
+    TORCH_CHECK(!summaries || (ks.defined() && u_rows > 0),
+                "fused attention: a pass reads summaries but ks or u is undefined");
+    fits(p.key, p.a_from_summaries ? ks.size(2) : k.size(2), "source A key");
+    fits(p.value, p.a_from_summaries ? u_rows : v.size(2), "source A value");
+    if (p.summaries)
+      TORCH_CHECK(u_rows >= ks.size(2),
+                  "fused attention: ",
+                  ks.size(2),
+                  " summary keys but only ",
+                  u_rows,
+                  " summary values");
+  }
+}
+
+// How many local queries write each row of u (Lu rows).
+std::vector<int64_t> local_writes(const std::vector<FusedPass>& local, int64_t Lu) {
+  std::vector<int64_t> writes(Lu, 0);
+  for (const auto& p : local)
+    for (int64_t g = 0; g < p.query.segments; ++g)
+      for (int64_t t = 0; t < fused::valid_count(p.query, g); ++t) {
+        const int64_t r = fused::row_of(p.query, g, t);
+        if (r >= 0 && r < Lu) ++writes[r];
+      }
+  return writes;
+}
+
+// A local stage: its passes read their queries from `queries` (qs, or q itself) and keys and
+// values from k, v (no summaries), and store u's rows (u has the queries' rows), each row at most
+// once; rows no local query writes are zeros.
+void check_local(const torch::Tensor& queries,
+                 const torch::Tensor& k,
+                 const torch::Tensor& v,
+                 const std::vector<FusedPass>& local) {
+  const int64_t Lu = queries.size(2);
+  for (const auto& p : local) {
+    TORCH_CHECK(!p.summaries && !p.a_from_summaries,
+                "fused attention: a local pass reads no summaries");
+    TORCH_CHECK(p.query.limit == Lu,
+                "fused attention: a local pass's queries end at ",
+                p.query.limit,
+                ", u has ",
+                Lu,
+                " rows");
+    fits(p.query, Lu, "local query");
+    fits(p.key, k.size(2), "local key");
+    fits(p.value, v.size(2), "local value");
+  }
+  const auto writes = local_writes(local, Lu);
+  TORCH_CHECK(*std::max_element(writes.begin(), writes.end()) <= 1,
+              "fused attention: two local queries write the same row of u");
+}
+
+// Whether no two indices (g, t) of g name the same row: each row is then written by one CTA,
+// once, in a pass, so a later pass may add its part in place.
+bool injective(const fused::Geometry& g, int64_t rows) {
+  if (covers(g, rows)) return true;
+  std::vector<char> seen(rows, 0);
+  for (int64_t s = 0; s < g.segments; ++s)
+    for (int64_t t = 0; t < fused::valid_count(g, s); ++t) {
+      const int64_t r = fused::row_of(g, s, t);
+      if (r < 0 || r >= rows || seen[r]++) return false;
+    }
+  return true;
+}
+
+void check_qkv(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v) {
+  TORCH_CHECK(
+      q.dim() == 4 && k.dim() == 4 && v.dim() == 4 &&
+          q.sizes().slice(0, 2) == k.sizes().slice(0, 2) &&
+          k.sizes().slice(0, 3) == v.sizes().slice(0, 3) && q.size(3) == k.size(3),
+      "fused attention: expected q [B, H, Lq, D], k [B, H, Lk, D], v [B, H, Lk, Dv], got q ",
+      q.sizes(),
+      ", k ",
+      k.sizes(),
+      ", v ",
+      v.sizes());
+  TORCH_CHECK(q.size(3) == v.size(3),
+              "fused attention: needs D == Dv, got q ",
+              q.sizes(),
+              " and v ",
+              v.sizes());
+}
+
+}  // namespace combiner::attention::fused_glue

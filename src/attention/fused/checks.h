@@ -1,0 +1,45 @@
+// The fused glue's checks (checks.cpp), shared by the autograd Function (function.cpp): what the
+// kernels index must exist, and which rows each pass owns. Errors are c10::Error with one line.
+#pragma once
+
+#include <torch/torch.h>
+
+#include "attention/fused/fused.h"
+
+#include <cstdint>
+#include <vector>
+
+namespace combiner::attention::fused_glue {
+
+// q [B, H, Lq, D], k [B, H, Lk, D], v [B, H, Lk, Dv = D].
+void check_qkv(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v);
+// x is [B, H, rows, D] with q's B, H, D, on q's device.
+void check_frame(const torch::Tensor& q, const torch::Tensor& x, const char* name);
+// g reads rows below `rows` and none below 0.
+void fits(const fused::Geometry& g, int64_t rows, const char* what);
+
+// The joint passes: the first and last cover every query row, every query geometry ends at Lq
+// (o, lse and dq are indexed by it), sources fit their tensors. u_rows: the rows of u (given, or
+// made by a local stage); 0 when there is none.
+void check_operands(const torch::Tensor& q,
+                    const torch::Tensor& k,
+                    const torch::Tensor& v,
+                    const torch::Tensor& ks,
+                    int64_t u_rows,
+                    const std::vector<FusedPass>& passes);
+
+// A local stage over `queries` (qs, or q): no summaries, queries ending at the queries' rows,
+// no row of u written twice.
+void check_local(const torch::Tensor& queries,
+                 const torch::Tensor& k,
+                 const torch::Tensor& v,
+                 const std::vector<FusedPass>& local);
+// How many local queries write each of u's Lu rows.
+std::vector<int64_t> local_writes(const std::vector<FusedPass>& local, int64_t Lu);
+
+// Whether the segments of g own disjoint rows that together are every row 0..rows-1.
+bool covers(const fused::Geometry& g, int64_t rows);
+// Whether no two indices (g, t) of g name the same row.
+bool injective(const fused::Geometry& g, int64_t rows);
+
+}  // namespace combiner::attention::fused_glue
