@@ -279,6 +279,12 @@ void add_train_flags(CLI::App& app, TrainFlags& f) {
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
   app.add_option("--trace", o.trace, "with --profile: also write the Chrome trace (.json) here");
+  app.add_option("--memory",
+                 o.memory,
+                 "peak_mib on the CPU: rss (the process's resident set) or tensors (bytes of live "
+                 "tensors, as the CUDA caching allocator counts them on a GPU)")
+      ->check(CLI::IsMember({"rss", "tensors"}))
+      ->capture_default_str();
 }
 
 }  // namespace

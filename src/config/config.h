@@ -53,7 +53,8 @@ struct TrainConfig {
   std::string precision = "float32";  // float32 | bfloat16
   // Which implementation the Combiner variants with fused kernels run: auto = the fused CUDA
   // kernels where they apply (CUDA, float32/bfloat16, D 32/64/128), else the LibTorch
-  // composition; composed = always the LibTorch composition (the fused path's reference).
+  // composition; composed = always the LibTorch composition (the fused path's reference); fused =
+  // always the fused path (on the CPU the kernels' model: slow; for counting memory there).
   std::string attention_path = "auto";
   std::string device = "auto";        // auto | cpu | cuda | cuda:N
   int64_t dist_timeout_s = 300;       // seconds; a rank that dies stops the others after this

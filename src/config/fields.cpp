@@ -137,7 +137,8 @@ std::vector<Field> build_table() {
          "block math: float32, or bfloat16 autocast (fp32 weights, softmax, logits)")
         .one_of(&precision_names),
     make("train.attention_path", [](auto& c) -> auto& { return c.train.attention_path; },
-         "auto (fused CUDA kernels where they apply) or composed (always the LibTorch path)")
+         "auto (fused CUDA kernels where they apply), composed (always the LibTorch path) or "
+         "fused (always the fused path; the kernels' slow CPU model on the CPU)")
         .one_of(&attention_path_names),
     make("train.device", [](auto& c) -> auto& { return c.train.device; },
          "auto (cuda if LibTorch sees a GPU, else cpu), cpu, cuda or cuda:N").required(),
@@ -247,7 +248,7 @@ const std::vector<std::string>& precision_names() {
 }
 
 const std::vector<std::string>& attention_path_names() {
-  static const std::vector<std::string> names = {"auto", "composed"};
+  static const std::vector<std::string> names = {"auto", "composed", "fused"};
   return names;
 }
 

@@ -130,6 +130,15 @@ torch::Tensor ImageTransformerImpl::forward(const torch::Tensor& x) {
   return head_(ln_final_(h.to(torch::kFloat))).to(torch::kFloat);  // logits from fp32
 }
 
+void set_attention_path(torch::nn::Module& model, const std::string& path) {
+  const auto chosen = path == "composed" ? attention::AttentionImpl::Path::kComposed
+                      : path == "fused"  ? attention::AttentionImpl::Path::kFused
+                                         : attention::AttentionImpl::Path::kAuto;
+  for (const auto& module : model.modules())
+    if (auto* layer = dynamic_cast<attention::AttentionImpl*>(module.get()))
+      layer->set_path(chosen);
+}
+
 int64_t parameter_count(const torch::nn::Module& module) {
   int64_t n = 0;
   for (const auto& p : module.parameters()) n += p.numel();

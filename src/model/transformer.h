@@ -80,4 +80,9 @@ torch::Tensor input_tokens(const torch::Tensor& x, int64_t start_token = kStartT
 
 int64_t parameter_count(const torch::nn::Module& module);
 
+// train.attention_path on every attention layer of `model`: auto (the fused CUDA kernels where
+// they apply), composed (always the LibTorch composition) or fused (always the fused path; on the
+// CPU the kernels' model: slow, for counting on the CPU the memory a GPU run holds).
+void set_attention_path(torch::nn::Module& model, const std::string& path);
+
 }  // namespace combiner::model

@@ -119,6 +119,8 @@ TrainBenchResult run_train_bench(const config::Config& config, const TrainBenchO
     throw std::invalid_argument("--steps must be >= 1, got " + std::to_string(options.steps));
   if (options.warmup < 0)
     throw std::invalid_argument("--warmup must be >= 0, got " + std::to_string(options.warmup));
+  if (options.memory != "rss" && options.memory != "tensors")
+    throw std::invalid_argument("--memory: expected rss or tensors, got " + options.memory);
   const auto& t = config.train;
   TrainBenchResult r;
   r.threads = util::set_threads(options.threads >= 0 ? options.threads : t.threads);
@@ -126,6 +128,10 @@ TrainBenchResult run_train_bench(const config::Config& config, const TrainBenchO
   r.device = device.str();
   r.precision = t.precision;
   const auto peak_dtype = t.precision == "bfloat16" ? torch::kBFloat16 : torch::kFloat32;
+  // Counted from before the model is built, as a GPU's allocator counts: weights, AdamW state,
+  // activations (util/device.h).
+  const bool tensors = options.memory == "tensors" && device.is_cpu();
+  if (tensors) util::count_cpu_tensor_bytes();
   r.matmul_gflops_before =
       best_matmul_gflops(options.matmul_size, options.matmul_repeats, device, peak_dtype);
 
@@ -133,6 +139,7 @@ TrainBenchResult run_train_bench(const config::Config& config, const TrainBenchO
   model::ImageTransformer model(model::TransformerOptions::from_config(config));
   model->to(device);
   model->train();
+  model::set_attention_path(*model, t.attention_path);
   auto optimizer = make_optimizer(model, t);
   const int64_t L = model->options().length();
   const auto& o = model->options();
@@ -179,7 +186,8 @@ TrainBenchResult run_train_bench(const config::Config& config, const TrainBenchO
     one_step();
     if (step >= options.warmup) ms.push_back(1e3 * train_bench_detail::seconds_since(start));
   }
-  r.peak_mib = device.is_cuda() ? util::device_peak_mib(device) : util::process_peak_rss_mib();
+  r.peak_mib =
+      device.is_cuda() || tensors ? util::device_peak_mib(device) : util::process_peak_rss_mib();
   if (options.profile_top > 0) {  // more steps, after the timed ones: timings stay unperturbed
     const auto rows = tools::profile(
         [&] {

@@ -62,6 +62,7 @@ struct TrainBenchOptions {
   int64_t threads = -1;        // LibTorch threads; -1 = the config's train.threads (0 = all cores)
   int64_t matmul_size = 2048;  // largest n of the peak measurement (best_matmul_gflops)
   int64_t matmul_repeats = 5;  // timings per size
+  std::string memory = "rss";  // CPU peak: rss (resident set) | tensors (bytes of live tensors)
   int64_t profile_top = 0;     // > 0: profile `steps` more steps, print the top rows (profile.h)
   std::string trace;           // with profile_top: also write the Chrome trace here
 };
@@ -78,7 +79,8 @@ struct TrainBenchResult {
   double matmul_gflops_before = 0, matmul_gflops_after = 0;  // best_matmul_gflops around steps
   double mfu = 0;                                            // flops.total() / median step / peak
   // CUDA: the caching allocator's peak during the steps; CPU: the process's peak resident set
-  // (model, optimizer state, activations and the runtime, all of it).
+  // (model, optimizer state, activations and the runtime, all of it), or with memory "tensors"
+  // the peak bytes of live tensors during the steps (what a GPU's allocator would count).
   double peak_mib = 0;
   UpdateCheck update_check;        // run before timing (train/step_checks.h)
   AttentionCheck attention_check;  // the config's variant on the step's device and dtype

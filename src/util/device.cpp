@@ -8,6 +8,7 @@
 #include <limits>
 #include <mutex>
 #include <string>
+#include <unordered_map>
 
 #ifdef COMBINER_WITH_CUDA
 #include <c10/cuda/CUDACachingAllocator.h>
@@ -35,16 +36,23 @@ void cpu_add(int64_t bytes) {
   }
 }
 
-// One allocation of the counting allocator: the wrapped allocator's pointer and its size.
-struct Counted {
-  c10::DataPtr inner;
-  int64_t bytes;
-};
+// The live allocations' sizes by address, and the wrapped allocator's raw deleter that frees
+// them. Each allocation's context is its address, as raw_allocate() (used inside LibTorch)
+// requires.
+std::mutex sizes_mutex;
+std::unordered_map<void*, int64_t> sizes;
+c10::DeleterFnPtr base_delete = nullptr;
 
-void release_counted(void* context) {
-  auto* counted = static_cast<Counted*>(context);
-  cpu_now -= counted->bytes;
-  delete counted;  // frees the data through the wrapped allocator's deleter
+void release_counted(void* data) {
+  {
+    const std::lock_guard<std::mutex> lock(sizes_mutex);
+    const auto it = sizes.find(data);
+    if (it != sizes.end()) {
+      cpu_now -= it->second;
+      sizes.erase(it);
+    }
+  }
+  base_delete(data);
 }
 
 // LibTorch 2.3 made allocate() non-const and added copy_data().
@@ -61,11 +69,19 @@ class CountingAllocator final : public c10::Allocator {
   explicit CountingAllocator(c10::Allocator* base) : base_(base) {}
   c10::DataPtr allocate(size_t n) COMBINER_ALLOCATE_CONST override {
     c10::DataPtr inner = base_->allocate(n);
-    void* data = inner.get();
+    if (inner.get() == nullptr) return inner;  // n == 0
+    TORCH_CHECK(inner.get() == inner.get_context(),
+                "count_cpu_tensor_bytes: the CPU allocator's pointers are not their own context");
     const c10::Device device = inner.device();
+    void* data = inner.release_context();
+    {
+      const std::lock_guard<std::mutex> lock(sizes_mutex);
+      sizes[data] = int64_t(n);
+    }
     cpu_add(int64_t(n));
-    return {data, new Counted{std::move(inner), int64_t(n)}, &release_counted, device};
+    return {data, data, &release_counted, device};
   }
+  c10::DeleterFnPtr raw_deleter() const override { return &release_counted; }
 #if COMBINER_ALLOCATOR_COPY_DATA
   void copy_data(void* dest, const void* src, std::size_t count) const override {
     default_copy_data(dest, src, count);
@@ -80,7 +96,11 @@ class CountingAllocator final : public c10::Allocator {
 void count_cpu_tensor_bytes() {
   static std::once_flag once;
   std::call_once(once, [] {
-    static CountingAllocator counting(c10::GetCPUAllocator());
+    c10::Allocator* base = c10::GetCPUAllocator();
+    base_delete = base->raw_deleter();
+    TORCH_CHECK(base_delete != nullptr,
+                "count_cpu_tensor_bytes: the CPU allocator has no raw deleter");
+    static CountingAllocator counting(base);
     c10::SetCPUAllocator(&counting, /*priority=*/std::numeric_limits<uint8_t>::max());
     cpu_counting = true;
   });

@@ -119,9 +119,10 @@ TEST(BenchCli, KernelCheckOnTheCpuModelPasses) {
   EXPECT_NE(r.output.find("the kernels' CPU model"), std::string::npos) << r.output;
   size_t pass = 0;
   for (size_t at = 0; (at = r.output.find(" PASS", at)) != std::string::npos; ++at) ++pass;
-  EXPECT_EQ(pass, 4u) << r.output;
+  EXPECT_EQ(pass, 6u) << r.output;  // 2 layouts x float32, float64, bfloat16
+  EXPECT_NE(r.output.find(" bfloat16 "), std::string::npos) << r.output;
   EXPECT_EQ(r.output.find("FAIL"), std::string::npos) << r.output;
-  EXPECT_EQ(r.last_line(), "kernel-check: 4 of 4 cases pass") << r.output;
+  EXPECT_EQ(r.last_line(), "kernel-check: 6 of 6 cases pass") << r.output;
 }
 
 }  // namespace

@@ -108,7 +108,7 @@ TEST(ConfigValidate, EveryRangeNamesKeyAllowedRangeAndValue) {
       {{"train.max_nonfinite_steps=0"}, "train.max_nonfinite_steps: must be > 0, got 0"},
       {{"train.ema_decay=1"}, "train.ema_decay: must be in [0, 1), got 1.0"},
       {{"train.precision=fp16"}, "train.precision: "},
-      {{"train.attention_path=fused"}, "train.attention_path: "},
+      {{"train.attention_path=kernels"}, "train.attention_path: "},
       {{"train.device=gpu"}, "train.device: must be auto, cpu, cuda or cuda:N, got 'gpu'"},
       {{"train.device=cuda:x"}, "train.device: must be auto, cpu, cuda or cuda:N, got 'cuda:x'"},
       {{"train.dist_timeout_s=0"}, "train.dist_timeout_s: must be > 0, got 0"},
