@@ -3,9 +3,10 @@
 #   1. every src/attention/fused/*.cu with nvcc for sm_90, ptxas -v: one line per kernel with its
 #      registers, stack frame and spill bytes (dynamic shared memory is set at launch: the sizes
 #      are in each .cu file's opening comment);
-#   2. the torch glue (src/attention/fused/fused.cpp) with COMBINER_WITH_CUDA_KERNELS against this
-#      machine's LibTorch headers and the CUDA headers (-fsyntax-only), so type errors in the
-#      CUDA-only lines show up before anything runs on a GPU.
+#   2. the torch glue (src/attention/fused/function.cpp, fused.cpp) with
+#      COMBINER_WITH_CUDA_KERNELS against this machine's LibTorch headers and the CUDA headers
+#      (-fsyntax-only), so type errors in the CUDA-only lines show up before anything runs on a
+#      GPU.
 # Exits non-zero on a compile error, a spill or a stack frame. Not part of scripts/test.sh (CI
 # has no nvcc). Usage: scripts/check-cuda.sh [OUT_DIR]   (default: build-check-cuda/)
 set -euo pipefail
@@ -55,13 +56,14 @@ stub="$out/stub/c10/cuda/impl"
 mkdir -p "$stub"
 [ -f /usr/include/c10/cuda/impl/cuda_cmake_macros.h ] ||
   printf '#pragma once\n#define C10_CUDA_BUILD_SHARED_LIBS\n' >"$stub/cuda_cmake_macros.h"
-if g++ -std=c++17 -fsyntax-only -Wall -Wextra -Wno-unused-parameter -DCOMBINER_WITH_CUDA_KERNELS \
-    -Isrc -I"$torch_inc" -I"$cuda/include" -I"$out/stub" src/attention/fused/fused.cpp \
-    2>"$out/glue.log"; then
-  echo "check-cuda: src/attention/fused/fused.cpp with COMBINER_WITH_CUDA_KERNELS: ok"
-else
-  grep -E "error" "$out/glue.log" | head -20
-  echo "check-cuda: src/attention/fused/fused.cpp with COMBINER_WITH_CUDA_KERNELS: FAILED ($out/glue.log)"
-  status=1
-fi
+for glue in src/attention/fused/function.cpp src/attention/fused/fused.cpp; do
+  if g++ -std=c++17 -fsyntax-only -Wall -Wextra -Wno-unused-parameter -DCOMBINER_WITH_CUDA_KERNELS \
+      -Isrc -I"$torch_inc" -I"$cuda/include" -I"$out/stub" "$glue" 2>"$out/glue.log"; then
+    echo "check-cuda: $glue with COMBINER_WITH_CUDA_KERNELS: ok"
+  else
+    grep -E "error" "$out/glue.log" | head -20
+    echo "check-cuda: $glue with COMBINER_WITH_CUDA_KERNELS: FAILED ($out/glue.log)"
+    status=1
+  fi
+done
 exit $status
