@@ -2,6 +2,7 @@
 // network (changing x_k changes no prediction at positions <= k).
 #include <gtest/gtest.h>
 
+#include "attention/attention.h"
 #include "model/transformer.h"
 
 namespace combiner::model {
@@ -18,6 +19,32 @@ TransformerOptions tiny_options(const std::string& attention) {
   o.attention.block = 12;
   o.attention.row_len = 12;
   return o;
+}
+
+// train.attention_path reaches every attention layer; the fused path (here the kernels' CPU
+// model) gives the composed path's logits.
+TEST(Transformer, AttentionPathReachesEveryLayer) {
+  ImageTransformer model(tiny_options("combiner-axial-vertical"));
+  model->eval();
+  auto x = torch::randint(0, 256, {2, 36}, torch::kByte);
+  std::vector<torch::Tensor> logits;
+  for (const auto& [path, expected] :
+       std::vector<std::pair<std::string, attention::AttentionImpl::Path>>{
+           {"composed", attention::AttentionImpl::Path::kComposed},
+           {"fused", attention::AttentionImpl::Path::kFused},
+           {"auto", attention::AttentionImpl::Path::kAuto}}) {
+    set_attention_path(*model, path);
+    int layers = 0;
+    for (const auto& module : model->modules())
+      if (auto* layer = dynamic_cast<attention::AttentionImpl*>(module.get())) {
+        EXPECT_EQ(layer->path(), expected) << path;
+        ++layers;
+      }
+    EXPECT_EQ(layers, 2) << path;
+    torch::NoGradGuard no_grad;
+    logits.push_back(model->forward(x));
+  }
+  EXPECT_LT((logits[0] - logits[1]).abs().max().item<double>(), 1e-4);
 }
 
 TEST(Transformer, LogitsShapeAndDtype) {

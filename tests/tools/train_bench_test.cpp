@@ -87,6 +87,30 @@ TEST(TrainBench, StepFlopsByHand) {
   EXPECT_DOUBLE_EQ(g.attention, 4.0 * 8 * 21952 * 2 * 1 * 3 * 3);
 }
 
+// --memory tensors: the peak bytes of live tensors (weights, AdamW state, activations), here of
+// the fused path's CPU model.
+TEST(TrainBench, CountsTensorBytesOnTheFusedPath) {
+  TrainBenchOptions options;
+  options.steps = 1;
+  options.warmup = 0;
+  options.threads = 1;
+  options.matmul_size = 64;
+  options.memory = "tensors";
+  auto config = tiny_config("combiner-axial-vertical");
+  config.train.attention_path = "fused";
+  const auto one = run_train_bench(config, options);
+  config.train.batch_size = 4;
+  const auto two = run_train_bench(config, options);
+  const double weights_mib = double(one.parameters) * 4 / (1024.0 * 1024.0);
+  EXPECT_GT(one.peak_mib, weights_mib);
+  // Activations are almost all of it at this size: twice the batch, about twice the bytes.
+  EXPECT_NEAR(two.peak_mib / one.peak_mib, 2.0, 0.1)
+      << one.peak_mib << " MiB at batch 2, " << two.peak_mib << " at 4";
+  EXPECT_TRUE(one.attention_check.ok()) << one.checks;
+  options.memory = "heap";
+  EXPECT_THROW(run_train_bench(config, options), std::invalid_argument);
+}
+
 TEST(TrainBench, ShortRunReportsConsistentNumbers) {
   TrainBenchOptions options;
   options.steps = 1;
