@@ -7,6 +7,7 @@
 
 #include "attention/fused/checks.h"
 
+#include <algorithm>
 #include <vector>
 
 #ifdef COMBINER_WITH_CUDA_KERNELS
@@ -318,8 +319,14 @@ class FusedFunction : public torch::autograd::Function<FusedFunction> {
     }
     // A local stage whose u no joint pass reads adds no gradient (its passes do not run).
     const bool u_read = !u_uses.empty() || summaries;
+    // Where the local passes store every row of qs once, qs's gradient is written over u's (the
+    // local passes' d_o): each pass reads a row's d_o before it writes that row's dq (kernel.h).
+    const auto writes = qs.defined() ? local_writes(local, qs.size(2)) : std::vector<int64_t>{};
+    const bool dqs_over_du =
+        !writes.empty() &&
+        std::all_of(writes.begin(), writes.end(), [](int64_t w) { return w == 1; });
     for (size_t j = 0; u_read && j < local.size(); ++j) {
-      (local_q ? q_uses : qs_uses).emplace_back(n + j, local[j].query);
+      if (!dqs_over_du) (local_q ? q_uses : qs_uses).emplace_back(n + j, local[j].query);
       k_uses.emplace_back(n + j, local[j].key);
       v_uses.emplace_back(n + j, local[j].value);
     }
@@ -358,6 +365,16 @@ class FusedFunction : public torch::autograd::Function<FusedFunction> {
     if (!local.empty() && du.buffer.defined()) {
       const auto d_o_u = kernel_ready(du.buffer, dtype);
       const auto delta_u = row_delta(u, d_o_u, lse_u);
+      if (dqs_over_du) {
+        dqs.buffer = d_o_u;
+        dqs.by_pass.assign(total, GradOut{});
+        for (size_t j = 0; j < local.size(); ++j) {
+          GradOut& o = dqs.by_pass[n + j];
+          o.kind = GradOut::kStore;
+          o.data = d_o_u.data_ptr();
+          o.rows = d_o_u.size(2);
+        }
+      }
       const auto& queries = local_q ? q : qs;
       for (size_t j = 0; j < local.size(); ++j) {
         fused::Backward bw;

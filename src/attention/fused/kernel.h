@@ -108,7 +108,8 @@ struct Delta {
 
 // Backward of one pass, given the final lse and delta of its queries (contiguous
 // [B, H, query.limit]) and d_o (rows of the query tensor). dk/dv are source A's gradients,
-// dks/du source B's.
+// dks/du source B's. dq may be d_o itself (stored over it, no addend): every read of d_o (the
+// dk/dv walks, then each query tile's own rows, loaded before its dq is written) comes first.
 struct Backward {
   Pass pass;
   Operand d_o;

@@ -317,12 +317,7 @@ void backward_cuda(const Backward& bw, void* stream) {
     using T = typename decltype(type)::type;
     constexpr int D = decltype(dim)::value;
     const unsigned heads = unsigned(p.batch * p.heads);
-    launch(dq_kernel<T, D>,
-           dim3(unsigned(p.query.segments * query_chunks(p)), heads),
-           dq_smem<T, D>(),
-           stream,
-           "fused backward (dq)",
-           bw);
+    // dk, dv first: they read d_o, which dq may overwrite in place (Backward in kernel.h).
     launch(dkv_kernel<T, D, false>,
            dim3(unsigned(p.key.segments * ceil_div(p.key.seg_len, kKeyTile)), heads),
            dkv_smem<T, D>(),
@@ -338,6 +333,12 @@ void backward_cuda(const Backward& bw, void* stream) {
              stream,
              "fused backward (d summaries)",
              bw);
+    launch(dq_kernel<T, D>,
+           dim3(unsigned(p.query.segments * query_chunks(p)), heads),
+           dq_smem<T, D>(),
+           stream,
+           "fused backward (dq)",
+           bw);
   });
 }
 

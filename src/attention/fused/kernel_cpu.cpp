@@ -330,16 +330,18 @@ void backward_all(const Backward& bw) {
   const Pass& p = bw.pass;
   for (int64_t b = 0; b < p.batch; ++b)
     for (int64_t h = 0; h < p.heads; ++h) {
-      for (int64_t g = 0; g < p.query.segments; ++g)
-        for (int64_t c = 0; c < query_chunks(p); ++c) backward_dq_tile<S, T>(bw, b, h, g, c);
+      // dk, dv first, as the kernels: dq may overwrite d_o in place (Backward in kernel.h).
       for (int64_t g = 0; g < p.key.segments; ++g)
         for (int64_t kt = 0; kt < ceil_div(p.key.seg_len, kKeyTile); ++kt)
           backward_dkv_tile<S, T>(bw, b, h, false, g, kt, 0);
-      if (!p.summaries) continue;
-      const int64_t parts = ceil_div(p.query.segments, segments_per_part(p));
-      for (int64_t st = 0; st < ceil_div(p.summary_count, kKeyTile); ++st)
-        for (int64_t part = 0; part < parts; ++part)
-          backward_dkv_tile<S, T>(bw, b, h, true, 0, st, part);
+      if (p.summaries) {
+        const int64_t parts = ceil_div(p.query.segments, segments_per_part(p));
+        for (int64_t st = 0; st < ceil_div(p.summary_count, kKeyTile); ++st)
+          for (int64_t part = 0; part < parts; ++part)
+            backward_dkv_tile<S, T>(bw, b, h, true, 0, st, part);
+      }
+      for (int64_t g = 0; g < p.query.segments; ++g)
+        for (int64_t c = 0; c < query_chunks(p); ++c) backward_dq_tile<S, T>(bw, b, h, g, c);
     }
 }
 
