@@ -38,18 +38,25 @@ void cpu_add(int64_t bytes) {
 
 // The live allocations' sizes by address, and the wrapped allocator's raw deleter that frees
 // them. Each allocation's context is its address, as raw_allocate() (used inside LibTorch)
-// requires.
-std::mutex sizes_mutex;
-std::unordered_map<void*, int64_t> sizes;
+// requires. Never destroyed: tensors that LibTorch keeps in its own statics are freed at exit.
+struct Sizes {
+  std::mutex mutex;
+  std::unordered_map<void*, int64_t> bytes;
+};
+Sizes& sizes() {
+  static auto* live = new Sizes;
+  return *live;
+}
 c10::DeleterFnPtr base_delete = nullptr;
 
 void release_counted(void* data) {
   {
-    const std::lock_guard<std::mutex> lock(sizes_mutex);
-    const auto it = sizes.find(data);
-    if (it != sizes.end()) {
+    auto& s = sizes();
+    const std::lock_guard<std::mutex> lock(s.mutex);
+    const auto it = s.bytes.find(data);
+    if (it != s.bytes.end()) {
       cpu_now -= it->second;
-      sizes.erase(it);
+      s.bytes.erase(it);
     }
   }
   base_delete(data);
@@ -75,8 +82,9 @@ class CountingAllocator final : public c10::Allocator {
     const c10::Device device = inner.device();
     void* data = inner.release_context();
     {
-      const std::lock_guard<std::mutex> lock(sizes_mutex);
-      sizes[data] = int64_t(n);
+      auto& s = sizes();
+      const std::lock_guard<std::mutex> lock(s.mutex);
+      s.bytes[data] = int64_t(n);
     }
     cpu_add(int64_t(n));
     return {data, data, &release_counted, device};

@@ -369,10 +369,10 @@ class FusedFunction : public torch::autograd::Function<FusedFunction> {
         dqs.buffer = d_o_u;
         dqs.by_pass.assign(total, GradOut{});
         for (size_t j = 0; j < local.size(); ++j) {
-          GradOut& o = dqs.by_pass[n + j];
-          o.kind = GradOut::kStore;
-          o.data = d_o_u.data_ptr();
-          o.rows = d_o_u.size(2);
+          GradOut& stored = dqs.by_pass[n + j];
+          stored.kind = GradOut::kStore;
+          stored.data = d_o_u.data_ptr();
+          stored.rows = d_o_u.size(2);
         }
       }
       const auto& queries = local_q ? q : qs;
