@@ -12,6 +12,35 @@
 
 namespace combiner::attention {
 
+namespace {
+// The first `spans` whole segments (blocks or rows of `len`) of x [B, H, L, D] as
+// [B, H, spans, len, D], in the composition's compute dtype: the summaries are computed as it
+// computes them (DeepSets maps, max pools and running means in bfloat16 would flip arg-maxes at
+// bfloat16's resolution and lose low bits in long sums) and rounded to the kernels' dtype once,
+// as operands. Where x's own dtype gives the same bits (`exact`: plain max pools), x's segments
+// themselves: no copy.
+torch::Tensor whole_segments(const torch::Tensor& x, int64_t spans, int64_t len, bool exact) {
+  auto rows = x.narrow(2, 0, spans * len).reshape({x.size(0), x.size(1), spans, len, x.size(3)});
+  return exact ? rows : rows.to(compute_dtype(x));
+}
+}  // namespace
+
+torch::Tensor span_keys(const torch::Tensor& k,
+                        const SpanSummary& summary,
+                        int64_t spans,
+                        int64_t len) {
+  return summary.phi_key(
+      whole_segments(k, spans, len, summary.exact_in_input_dtype(/*query_side=*/false)));
+}
+
+torch::Tensor span_queries(const torch::Tensor& q,
+                           const SpanSummary& summary,
+                           int64_t spans,
+                           int64_t len) {
+  return summary.phi_query(
+      whole_segments(q, spans, len, summary.exact_in_input_dtype(/*query_side=*/true)));
+}
+
 std::vector<FusedPass> fixed_joint_passes(int64_t length, int64_t block) {
   const int64_t n = (length + block - 1) / block;
   FusedPass joint;
@@ -27,23 +56,13 @@ torch::Tensor fused_combiner_fixed(const torch::Tensor& q,
                                    const SpanSummary& summary,
                                    int64_t block) {
   check_inputs(q, k, v);
-  const int64_t B = q.size(0), H = q.size(1), L = q.size(2), D = q.size(3), s = block;
+  const int64_t L = q.size(2), D = q.size(3), s = block;
   const int64_t spans = (L + s - 1) / s - 1;  // every block but the last is a span
   const double scale = score_scale(D);
   const auto passes = fixed_joint_passes(L, s);
   if (spans == 0) return fused_attention(q, k, v, {}, {}, passes, scale);
-  // The summaries as the composition computes them, in its compute dtype (DeepSets maps and
-  // max pools in bfloat16 would flip arg-maxes at bfloat16's resolution), rounded to the
-  // kernels' dtype once (where x's own dtype gives the same bits, x's blocks themselves).
-  auto blocks = [&](const torch::Tensor& x, bool exact) {
-    auto b = x.narrow(2, 0, spans * s).reshape({B, H, spans, s, x.size(3)});
-    return exact ? b : b.to(compute_dtype(x));
-  };
-  const auto q_span =
-      summary.pool(summary.phi_query(blocks(q, summary.exact_in_input_dtype(true))), 3)
-          .to(q.scalar_type());
-  const auto ks = summary.pool(summary.phi_key(blocks(k, summary.exact_in_input_dtype(false))), 3)
-                      .to(k.scalar_type());  // [B, H, spans, D]
+  const auto q_span = summary.pool(span_queries(q, summary, spans, s), 3).to(q.scalar_type());
+  const auto ks = summary.pool(span_keys(k, summary, spans, s), 3).to(k.scalar_type());
   // u: the pooled query's unmasked softmax over its own block.
   FusedPass local;
   local.query = {spans, 1, 1, 1, spans};

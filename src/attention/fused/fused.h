@@ -41,9 +41,9 @@ torch::Tensor fused_attention(const torch::Tensor& q,
 // The same in one call that also makes u: the `local` passes run first over the summary queries
 // qs [B, H, Lu, D] (undefined: q itself, Lu = Lq) against k and v, each storing its own rows of
 // u [B, H, Lu, D] (no row twice; rows no local query writes are zeros; masks as in any pass, no
-// summaries); then `passes` read that u. One autograd node: its backward runs the joint passes, then the local ones with
-// u's gradient, adding the local passes' parts of dk, dv (and dq) into the joint ones in place,
-// with no separate gradient tensors for the local stage's k and v.
+// summaries); then `passes` read that u. One autograd node: its backward runs the joint passes,
+// then the local ones with u's gradient, adding the local passes' parts of dk, dv (and dq) into the
+// joint ones in place, with no separate gradient tensors for the local stage's k and v.
 torch::Tensor fused_attention_with_local(const torch::Tensor& q,
                                          const torch::Tensor& k,
                                          const torch::Tensor& v,
@@ -69,6 +69,18 @@ std::vector<FusedPass> fixed_joint_passes(int64_t length, int64_t block);
 std::vector<FusedPass> rowmajor_joint_passes(int64_t length, int64_t row_len);
 std::vector<FusedPass> vertical_joint_passes(int64_t length, int64_t row_len);
 std::vector<FusedPass> horizontal_joint_passes(int64_t length, int64_t row_len);
+
+// The first `spans` whole segments (blocks or rows of `len`) of k or q [B, H, L, D] through the
+// side's DeepSets map, as [B, H, spans, len, D], ready to pool: in the composition's compute
+// dtype, or in k's / q's own where that gives the same bits (SpanSummary::exact_in_input_dtype).
+torch::Tensor span_keys(const torch::Tensor& k,
+                        const SpanSummary& summary,
+                        int64_t spans,
+                        int64_t len);
+torch::Tensor span_queries(const torch::Tensor& q,
+                           const SpanSummary& summary,
+                           int64_t spans,
+                           int64_t len);
 
 // The variants through the fused core. q, k, v: [B, H, L, D] (any L; D = Dv) -> [B, H, L, D].
 torch::Tensor fused_combiner_fixed(const torch::Tensor& q,

@@ -27,21 +27,6 @@ FusedPass column_pass(int64_t length, int64_t W) {
   return p;
 }
 
-// The n - 1 whole rows of x [B, H, L, D] (every row but the last) as [B, H, n - 1, W, D], in the
-// composition's compute dtype: the summaries are computed as it computes them (DeepSets maps, max
-// pools and running means in bfloat16 would flip arg-maxes at bfloat16's resolution and lose
-// low bits in long sums) and rounded to the kernels' dtype once, as operands (`operand`). Where
-// x's own dtype gives the same bits (`exact`: plain max pools), x's rows themselves: no copy.
-torch::Tensor whole_rows(const torch::Tensor& x, int64_t spans, int64_t W, bool exact) {
-  auto rows = x.narrow(2, 0, spans * W).reshape({x.size(0), x.size(1), spans, W, x.size(3)});
-  return exact ? rows : rows.to(compute_dtype(x));
-}
-torch::Tensor key_rows(const torch::Tensor& k, const SpanSummary& s, int64_t spans, int64_t W) {
-  return s.phi_key(whole_rows(k, spans, W, s.exact_in_input_dtype(/*query_side=*/false)));
-}
-torch::Tensor query_rows(const torch::Tensor& q, const SpanSummary& s, int64_t spans, int64_t W) {
-  return s.phi_query(whole_rows(q, spans, W, s.exact_in_input_dtype(/*query_side=*/true)));
-}
 torch::Tensor operand(const torch::Tensor& summary, const torch::Tensor& like) {
   return summary.to(like.scalar_type());
 }
@@ -130,7 +115,7 @@ torch::Tensor fused_combiner_rowmajor(const torch::Tensor& q,
   const double scale = score_scale(D);
   const auto passes = rowmajor_joint_passes(L, W);
   if (spans == 0) return fused_attention(q, k, v, {}, {}, passes, scale);
-  const auto ks = operand(summary.pool(key_rows(k, summary, spans, W), 3), k);
+  const auto ks = operand(summary.pool(span_keys(k, summary, spans, W), 3), k);
   // u[(r, c)]: q_(r, c)'s unmasked softmax over row r, for the rows before the last (read from
   // q itself: u has L rows, the last row's zeros unread).
   FusedPass local;
@@ -153,9 +138,9 @@ torch::Tensor fused_combiner_vertical(const torch::Tensor& q,
   if (spans == 0) return fused_attention(q, k, v, {}, {}, passes, scale);
   // Row r of the cumulative pools summarises column c's rows 0..r.
   const auto ks =
-      operand(flat(summary.cumulative(key_rows(k, summary, spans, W), 2, false, kKeepIndices)), k);
+      operand(flat(summary.cumulative(span_keys(k, summary, spans, W), 2, false, kKeepIndices)), k);
   const auto q_cum = operand(
-      flat(summary.cumulative(query_rows(q, summary, spans, W), 2, false, kKeepIndices)), q);
+      flat(summary.cumulative(span_queries(q, summary, spans, W), 2, false, kKeepIndices)), q);
   // u[(r, c)]: q_cum[(r, c)]'s causal attention down column c (rows 0..r).
   FusedPass local;
   local.query = local.key = local.value = {W, spans, 1, W, spans * W};
@@ -174,8 +159,8 @@ torch::Tensor fused_combiner_horizontal(const torch::Tensor& q,
   const double scale = score_scale(D);
   const auto passes = horizontal_joint_passes(L, W);
   if (spans == 0) return fused_attention(q, k, v, {}, {}, passes, scale);
-  const auto k_phi = key_rows(k, summary, spans, W);
-  const auto q_phi = query_rows(q, summary, spans, W);
+  const auto k_phi = span_keys(k, summary, spans, W);
+  const auto q_phi = span_queries(q, summary, spans, W);
   // ks, qs: rows 0..spans*W-1 the inclusive prefixes, the next spans*W the inclusive suffixes.
   auto both = [&](const torch::Tensor& x, const torch::Tensor& like) {
     return operand(torch::cat({flat(summary.cumulative(x, 3, false, kKeepIndices)),
