@@ -217,7 +217,10 @@ def time_case(variant, length, args, device):
         if device.type == "cuda":
             torch.cuda.synchronize(device)
 
+    started = time.perf_counter()
     once()  # compile and block masks, not timed
+    print(f"peer-flex {variant} L {length}: compile and block masks "
+          f"{time.perf_counter() - started:.1f} s (untimed)", file=sys.stderr, flush=True)
     for t in (q, k, v):
         t.grad = None
     cuda = device.type == "cuda"

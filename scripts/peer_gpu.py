@@ -170,6 +170,9 @@ def parse_args(argv):
     p.add_argument("--grad-clip", type=float, default=1.0, help="0 = no clipping")
     p.add_argument("--threads", type=int, default=0, help="CPU threads; 0 = torch's default")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--profile", type=int, default=0, metavar="N",
+                   help="after the timed steps, one more under torch.profiler: its N largest "
+                        "GPU kernels (or CPU ops) and its kernel launches")
     args = p.parse_args(argv)
     if args.length not in IMAGES:
         p.error(f"--length must be one of {sorted(IMAGES)}, got {args.length}")
@@ -206,6 +209,24 @@ def attention_factory(args):
                                           head_dim)
 
 
+def profile_step(step_once, top, cuda):
+    """One step under torch.profiler: its `top` largest GPU kernels (CPU ops without a GPU) by
+    total time, and how many kernels it launched (what combiner-bench train --profile prints)."""
+    from torch.profiler import ProfilerActivity, profile
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
+    with profile(activities=activities) as prof:
+        step_once()
+        if cuda:
+            torch.cuda.synchronize()
+    key = "self_cuda_time_total" if cuda else "self_cpu_time_total"
+    print(prof.key_averages().table(sort_by=key, row_limit=top), flush=True)
+    if cuda:
+        kernels = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+        busy = sum(getattr(e, "device_time", 0.0) for e in kernels) / 1e3
+        print(f"peer: profiled step: {len(kernels)} GPU kernels, {busy:.2f} ms of kernel time",
+              flush=True)
+
+
 def main(argv):
     args = parse_args(argv)
     device = torch.device(args.device)
@@ -237,9 +258,8 @@ def main(argv):
 
     if cuda:
         torch.cuda.reset_peak_memory_stats(device)
-    times, bits, skipped = [], float("nan"), 0
-    for step in range(args.warmup + args.steps):
-        start = time.perf_counter()
+    def step_once():
+        """One training step; (bits, skipped) with skipped 1 for a non-finite update."""
         optimizer.zero_grad(set_to_none=True)
         loss = mean_bits(forward(x), x)
         loss.backward()
@@ -247,8 +267,14 @@ def main(argv):
         bits, grad_norm = torch.stack([loss.detach().double(), norm.double()]).tolist()
         if math.isfinite(bits) and math.isfinite(grad_norm):
             optimizer.step()
-        else:
-            skipped += 1
+            return bits, 0
+        return bits, 1
+
+    times, bits, skipped = [], float("nan"), 0
+    for step in range(args.warmup + args.steps):
+        start = time.perf_counter()
+        bits, bad = step_once()
+        skipped += bad
         if cuda:
             torch.cuda.synchronize(device)
         if step >= args.warmup:
@@ -257,6 +283,8 @@ def main(argv):
             print(f"peer: first step {1e3 * (time.perf_counter() - start):.0f} ms "
                   "(compile included when --compile)", flush=True)
 
+    if args.profile > 0:
+        profile_step(step_once, args.profile, cuda)
     ms = statistics.median(times)
     tokens_per_s = args.batch * args.length / (ms / 1e3)
     if cuda:
