@@ -6,6 +6,7 @@
 #include <spdlog/spdlog.h>
 #include <CLI/CLI.hpp>
 
+#include <algorithm>
 #include <cstdio>
 
 #include "data/dataset.h"
@@ -16,6 +17,7 @@
 #include "util/cli_main.h"
 #include "util/image_io.h"
 #include "util/npy.h"
+#include "util/progress.h"
 #include "util/runtime.h"
 
 int main(int argc, char** argv) {
@@ -61,7 +63,11 @@ int main(int argc, char** argv) {
     const auto images = combiner::data::load_split(loaded.config.data, split);
     if (batch_size <= 0) batch_size = t.eval_batch_size > 0 ? t.eval_batch_size : t.batch_size;
     const bool keep = !dump_bits.empty() || !heatmap.empty();
-    const auto result = combiner::train::evaluate(loaded.model, images, batch_size, keep, dist);
+    combiner::util::Progress progress("eval " + split_name, "images", images.count);
+    const auto result = combiner::train::evaluate(
+        loaded.model, images, batch_size, keep, dist, [&](int64_t done, int64_t total) {
+          if (dist.is_main()) progress.update(done * images.count / std::max<int64_t>(total, 1));
+        });
     if (!dist.is_main()) return 0;
     if (!dump_bits.empty()) combiner::util::save_npy(dump_bits, result.bits);
     if (!heatmap.empty()) {

@@ -5,6 +5,7 @@
 // LibTorch sees one); the draws themselves are on the CPU either way.
 #include <spdlog/spdlog.h>
 #include <CLI/CLI.hpp>
+#include <fmt/format.h>
 
 #include <chrono>
 #include <cstdio>
@@ -16,6 +17,7 @@
 #include "util/cli_main.h"
 #include "util/image_io.h"
 #include "util/npy.h"
+#include "util/progress.h"
 #include "util/runtime.h"
 
 namespace {
@@ -82,6 +84,13 @@ int main(int argc, char** argv) {
     const auto device =
         cb::train::resolve_device(loaded.config.train.device, cb::train::read_launch_environment());
     model->to(device);
+    const int64_t batch = options.batch > 0 ? options.batch : options.count;
+    const int64_t batches = options.count > 0 ? (options.count + batch - 1) / batch : 0;
+    cb::util::Progress progress(
+        fmt::format("sample ({} images, {} at a time)", options.count, batch),
+        "steps",
+        batches * model->options().length());
+    options.progress = [&](int64_t done, int64_t) { progress.update(done); };
     const auto start = std::chrono::steady_clock::now();
     const auto images = cb::sample::sample_images(model, options);
     const double seconds =

@@ -23,28 +23,35 @@ torch::Device device_of(model::ImageTransformer& model) {
 }
 
 // x: [n, L] on the CPU, filled in place, position by position.
+// Called after position i of x is drawn.
+using StepDone = std::function<void(int64_t i)>;
+
 void sample_cached(model::ImageTransformer& model,
                    torch::Tensor& x,
                    double temperature,
-                   at::Generator& generator) {
+                   at::Generator& generator,
+                   const StepDone& step_done) {
   model::Decoder decoder(model);
   auto token = torch::full({x.size(0)}, model->options().vocab, torch::kLong);  // start token
   for (int64_t i = 0; i < x.size(1); ++i) {
     token = draw(decoder.step(token.to(device_of(model))), temperature, generator);
     x.select(1, i).copy_(token);
+    step_done(i);
   }
 }
 
 void sample_plain(model::ImageTransformer& model,
                   torch::Tensor& x,
                   double temperature,
-                  at::Generator& generator) {
+                  at::Generator& generator,
+                  const StepDone& step_done) {
   const auto& shape = model->options().image;
   const int64_t L = x.size(1), row = shape.width * shape.channels;
   for (int64_t i = 0; i < L; ++i) {
     const int64_t prefix = std::min(L, (i / row + 1) * row);
     auto logits = model->forward(x.narrow(1, 0, prefix).to(device_of(model))).select(1, i);
     x.select(1, i).copy_(draw(logits, temperature, generator));
+    step_done(i);
   }
 }
 
@@ -66,13 +73,18 @@ torch::Tensor sample_images(model::ImageTransformer& model, const SampleOptions&
   const int64_t batch = options.batch > 0 ? options.batch : options.count;
   auto generator = at::detail::createCPUGenerator(static_cast<uint64_t>(options.seed));
 
+  const int64_t L = shape.length(), batches = (options.count + batch - 1) / batch;
   std::vector<torch::Tensor> chunks;
   for (int64_t first = 0; first < options.count; first += batch) {
-    auto x = torch::zeros({std::min(batch, options.count - first), shape.length()}, torch::kLong);
+    auto x = torch::zeros({std::min(batch, options.count - first), L}, torch::kLong);
+    const int64_t before = first / batch * L;
+    const StepDone step_done = [&](int64_t i) {
+      if (options.progress) options.progress(before + i + 1, batches * L);
+    };
     if (options.cache) {
-      sample_cached(model, x, options.temperature, generator);
+      sample_cached(model, x, options.temperature, generator, step_done);
     } else {
-      sample_plain(model, x, options.temperature, generator);
+      sample_plain(model, x, options.temperature, generator, step_done);
     }
     chunks.push_back(x);
   }

@@ -8,6 +8,8 @@
 
 #include <torch/torch.h>
 
+#include <functional>
+
 #include "model/transformer.h"
 
 namespace combiner::sample {
@@ -18,6 +20,8 @@ struct SampleOptions {
   int64_t seed = 0;          // the sampler's own generator
   int64_t batch = 0;         // images drawn together; 0 = all at once
   bool cache = true;         // cached incremental decoding; false = plain re-run per step
+  // After each decode step: steps done and in all (L per batch of images drawn together).
+  std::function<void(int64_t done, int64_t total)> progress;
 };
 
 // Returns uint8 [N, H, W, C]. Throws std::invalid_argument for count <= 0, batch < 0 or

@@ -11,7 +11,8 @@ Evaluation evaluate(model::ImageTransformer& model,
                     const data::ImageSet& images,
                     int64_t batch_size,
                     bool keep_bits,
-                    const Distributed& dist) {
+                    const Distributed& dist,
+                    const EvalProgress& progress) {
   if (images.count == 0) throw std::invalid_argument("evaluate: the split holds no images");
   torch::NoGradGuard no_grad;
   const bool was_training = model->is_training();
@@ -26,6 +27,7 @@ Evaluation evaluate(model::ImageTransformer& model,
     auto bits = subpixel_bits(model->forward(x), x);
     sum_of_image_means += bits.to(torch::kDouble).mean(1).sum().item<double>();
     if (keep_bits) kept.push_back(bits.cpu());
+    if (progress) progress(first + count - begin, end - begin);
   }
   model->train(was_training);
 

@@ -5,6 +5,8 @@
 
 #include <torch/torch.h>
 
+#include <functional>
+
 #include "data/image_set.h"
 #include "model/transformer.h"
 #include "train/distributed.h"
@@ -17,12 +19,16 @@ struct Evaluation {
   torch::Tensor bits;         // float32 [N, L] bits per subpixel on the CPU, when asked for
 };
 
+// After each batch: images scored so far and this rank's share of the split (its shard).
+using EvalProgress = std::function<void(int64_t done, int64_t total)>;
+
 // Runs on the model's device. With `dist` of several ranks this is a collective: every rank
 // calls it and gets the same result.
 Evaluation evaluate(model::ImageTransformer& model,
                     const data::ImageSet& images,
                     int64_t batch_size,
                     bool keep_bits = false,
-                    const Distributed& dist = Distributed());
+                    const Distributed& dist = Distributed(),
+                    const EvalProgress& progress = {});
 
 }  // namespace combiner::train

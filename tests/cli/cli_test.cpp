@@ -114,6 +114,9 @@ TEST_F(Cli, CachedAndUncachedSamplingAgree) {
     ASSERT_EQ(r.status, 0) << r.output;
     EXPECT_NE(r.output.find(flag.empty() ? "cached" : "uncached"), std::string::npos) << r.output;
     EXPECT_NE(r.output.find("images/s"), std::string::npos) << r.output;
+    // The progress line, here once at the end (not a terminal, and under the 5 s between lines).
+    EXPECT_NE(r.output.find("sample (2 images, 2 at a time): 784/784 steps | "), std::string::npos)
+        << r.output;
     drawn.push_back(util::load_npy(npy));
   }
   EXPECT_TRUE(torch::equal(drawn[0], drawn[1]));
@@ -128,6 +131,9 @@ TEST_F(Cli, EmaWeightsAreSavedAndUsedWhenAsked) {
   auto eval = run_binary("combiner-eval", "--checkpoint " + checkpoint + " --split val --ema");
   ASSERT_EQ(eval.status, 0) << eval.output;
   EXPECT_NE(eval.output.find("ema weights"), std::string::npos) << eval.output;
+  EXPECT_NE(eval.output.find("eval val: "), std::string::npos) << eval.output;
+  EXPECT_NE(eval.output.find(" images | "), std::string::npos) << eval.output;
+  EXPECT_NE(eval.output.find(" | done in "), std::string::npos) << eval.output;
   auto raw = run_binary("combiner-eval", "--checkpoint " + checkpoint + " --split val");
   ASSERT_EQ(raw.status, 0) << raw.output;
   EXPECT_NE(raw.output.find("model weights"), std::string::npos) << raw.output;
