@@ -51,6 +51,8 @@ def attention(args):
     for path in args.files:
         with open(path, newline="") as f:
             for r in csv.DictReader(f):
+                if r["status"] == "definition":  # --count's flash row: counts, no timing
+                    continue
                 variant = r["variant"]
                 if variant == "full" and args.full_as and r["device"].startswith("cuda"):
                     variant = args.full_as

@@ -18,7 +18,8 @@
 #             under gVisor);
 #   attention attention alone, forward + backward, bf16, B 8 x 8 heads x D 64 at L 3072 and 12288,
 #             B 2 at 49152: `full` (at::scaled_dot_product_attention, labelled sdpa-flash) and
-#             ours -> OUT/attention-vs-flash.csv;
+#             ours -> OUT/attention-vs-flash.csv (with --count: attention-cuda.csv's launches and
+#             allocated_mib, against the profile's kernels and the CPU's count);
 #   flex      the same cases in compiled FlexAttention (scripts/peer_flex.py, flex:<variant>),
 #             one process per L; the compile is untimed and its seconds logged, Inductor's cache
 #             in .cache/inductor (carry it: a warm cache skips most of the compile) and packed
@@ -284,7 +285,7 @@ stage_attention() {
     set -- $shape
     run_for 75 "$bench" attention --device $device --dtype $precision --backward --lengths "$1" \
       --batch "$2" --heads 8 --dim 64 --variants "$variants" --repeats 5 --timeout $((30 * scale)) \
-      --max-mib 0 --out "$work/attention-$1.csv" || echo "attention L $1: exit status $?"
+      --max-mib 0 --count --out "$work/attention-$1.csv" || echo "attention L $1: exit status $?"
   done
   local files=()
   for f in "$work"/attention-*.csv; do [ -s "$f" ] && files+=("$f"); done

@@ -42,6 +42,8 @@ class SpanSummary {
                            bool reverse,
                            bool keep_indices) const;
 
+  bool is_max() const { return max_; }
+
   // Whether the query (or key) side's summaries of a bfloat16 x computed in bfloat16 are the
   // float32 ones exactly, values and gradients: max pools with no DeepSets map (a max picks one
   // of its inputs; its gradient goes to the one picked). The fused path then pools its operands

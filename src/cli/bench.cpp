@@ -142,6 +142,14 @@ int bench_attention(AttentionFlags f) {
       rows.push_back(att::csv_row(c, r));
     }
   }
+  if (f.shape.count) {  // FlashAttention's counts by its definition, per L: the floor
+    for (int64_t L : f.lengths) {
+      att::BenchCase c = f.shape;
+      c.variant = "sdpa-flash";
+      c.length = L;
+      rows.push_back(att::csv_row(c, att::flash_definition(c)));
+    }
+  }
   write_csv(f.out, rows);
   return 0;
 }
@@ -239,6 +247,12 @@ void add_attention_flags(CLI::App& app, AttentionFlags& f) {
                  "its N largest GPU kernels and CPU ops (LibTorch's profiler) to stderr")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
+  app.add_flag("--count",
+               s.count,
+               "also count one more run: the device operations it launches (fused kernels and "
+               "every LibTorch op of the glue; on the CPU, what a GPU would launch) and the MiB "
+               "of tensors it allocates (columns launches, allocated_mib), plus an sdpa-flash "
+               "row per L from FlashAttention's definition");
   app.add_option("--repeats", s.repeats, "timed runs after one warm-up (median)")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
@@ -279,6 +293,10 @@ void add_train_flags(CLI::App& app, TrainFlags& f) {
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
   app.add_option("--trace", o.trace, "with --profile: also write the Chrome trace (.json) here");
+  app.add_flag("--count",
+               o.count,
+               "count one more step: the device operations it launches (every LibTorch op that "
+               "does work, and the fused attention kernels; on the CPU, what a GPU would launch)");
   app.add_option("--memory",
                  o.memory,
                  "peak_mib on the CPU: rss (the process's resident set) or tensors (bytes of live "

@@ -9,6 +9,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <fmt/format.h>
 #include <torch/torch.h>
 
 #include <algorithm>
@@ -22,6 +23,7 @@
 #include "attention/attention.h"
 #include "attention/plan.h"
 #include "attention/reference.h"
+#include "tools/launch_count.h"
 #include "tools/profile.h"
 #include "util/device.h"
 #include "util/runtime.h"
@@ -156,7 +158,7 @@ BenchResult time_case(const BenchCase& given) {
     if (c.path == "composed") module->set_path(AttentionImpl::Path::kComposed);
     if (c.path == "fused") module->set_path(AttentionImpl::Path::kFused);
     // Counted tensor bytes are what the CUDA caching allocator reports on a GPU.
-    const bool tensors = device.is_cuda() || c.memory == "tensors";
+    const bool tensors = device.is_cuda() || c.memory == "tensors" || c.count;
     if (tensors && device.is_cpu()) util::count_cpu_tensor_bytes();
     const std::vector<int64_t> shape = {c.batch, c.heads, c.length, c.dim};
     const auto options = torch::TensorOptions().dtype(dtype).device(device);
@@ -164,9 +166,12 @@ BenchResult time_case(const BenchCase& given) {
     auto k = torch::randn(shape, options).requires_grad_(c.backward);
     auto v = torch::randn(shape, options).requires_grad_(c.backward);
     auto grad_out = torch::randn(shape, options);
-    // One run on the first `length` positions (a prefix is a valid input for every variant).
+    // One run on the first `length` positions (a prefix is a valid input for every variant; the
+    // whole tensors when it is all of them, so that no slice's backward is measured).
     const auto once = [&](int64_t length) {
-      auto part = [&](torch::Tensor& t) { return t.narrow(2, 0, length); };
+      auto part = [&](torch::Tensor& t) {
+        return length == t.size(2) ? t : t.narrow(2, 0, length);
+      };
       if (c.backward) {
         for (auto* t : {&q, &k, &v}) t->mutable_grad().reset();
         module->forward(part(q), part(k), part(v)).backward(part(grad_out));
@@ -200,6 +205,25 @@ BenchResult time_case(const BenchCase& given) {
     r.ms = ms[ms.size() / 2];
     const double peak = tensors ? util::device_peak_mib(device) : bench_detail::status_mib("VmHWM");
     r.peak_mib = std::max(0.0, peak - base);
+    if (c.count) {  // one more run, after the measured ones, counted
+      const double before = util::device_allocated_total_mib(device);
+      const tools::LaunchCounter counter;
+      once(c.length);
+      r.launches = counter.launches();
+      r.allocated_mib = util::device_allocated_total_mib(device) - before;
+      std::string ops;
+      for (const auto& [name, calls] : counter.ops()) ops += fmt::format(" {} x{}", name, calls);
+      std::fprintf(stderr,
+                   "count of %s L=%lld %s: %lld launches (%lld fused kernels;%s), %.2f MiB "
+                   "allocated\n",
+                   c.variant.c_str(),
+                   static_cast<long long>(c.length),
+                   pass_name(c).c_str(),
+                   static_cast<long long>(r.launches),
+                   static_cast<long long>(counter.fused()),
+                   ops.c_str(),
+                   r.allocated_mib);
+    }
     if (c.profile > 0) {  // more runs, after the measured ones: timings stay unperturbed
       const int64_t runs = std::max<int64_t>(1, c.repeats);
       const auto rows = tools::profile(
@@ -234,7 +258,7 @@ std::string encode_case(const BenchCase& c) {
       << " dim=" << c.dim << " dtype=" << c.dtype << " device=" << c.device
       << " backward=" << c.backward << " repeats=" << c.repeats << " threads=" << c.threads
       << " max_mib=" << c.max_mib << " path=" << c.path << " memory=" << c.memory
-      << " profile=" << c.profile;
+      << " profile=" << c.profile << " count=" << c.count;
   return out.str();
 }
 
@@ -269,12 +293,19 @@ BenchCase decode_case(const std::string& text) {
   if (fields.count("path")) c.path = fields["path"];
   if (fields.count("memory")) c.memory = fields["memory"];
   if (fields.count("profile")) c.profile = std::stoll(fields["profile"]);
+  if (fields.count("count")) c.count = fields["count"] == "1";
   return c;
 }
 
 std::string encode_result(const BenchResult& r) {
-  char numbers[96];
-  std::snprintf(numbers, sizeof numbers, "%.4f %.2f", r.ms, r.peak_mib);
+  char numbers[128];
+  std::snprintf(numbers,
+                sizeof numbers,
+                "%.4f %.2f %lld %.4f",
+                r.ms,
+                r.peak_mib,
+                static_cast<long long>(r.launches),
+                r.allocated_mib);
   return std::string(bench_detail::kResultTag) + " " + numbers + " " + r.status + " " + r.detail;
 }
 
@@ -282,7 +313,8 @@ BenchResult decode_result(const std::string& text) {
   BenchResult r;
   std::istringstream in(text);
   std::string tag;
-  if (!(in >> tag >> r.ms >> r.peak_mib >> r.status) || tag != bench_detail::kResultTag) {
+  if (!(in >> tag >> r.ms >> r.peak_mib >> r.launches >> r.allocated_mib >> r.status) ||
+      tag != bench_detail::kResultTag) {
     r = BenchResult{};
     r.detail = "no result line from the child";
     return r;
@@ -353,8 +385,7 @@ BenchResult run_child(const std::vector<std::string>& argv, double timeout_s) {
 
 std::string csv_header() {
   return "variant,L,block,row_len,layout,dtype,device,pass,batch,heads,dim,threads,ms,peak_mib,"
-         "status,"
-         "detail";
+         "launches,allocated_mib,status,detail";
 }
 
 std::string csv_row(const BenchCase& c, const BenchResult& r) {
@@ -363,12 +394,33 @@ std::string csv_row(const BenchCase& c, const BenchResult& r) {
   if (block || row_len) layout = (block ? c.block_auto : c.row_len_auto) ? kAutoLayout : "given";
   char numbers[64] = ",";
   if (r.status == "ok") std::snprintf(numbers, sizeof numbers, "%.3f,%.1f", r.ms, r.peak_mib);
+  char counts[64] = ",";
+  if (r.launches >= 0)
+    std::snprintf(counts,
+                  sizeof counts,
+                  "%lld,%.1f",
+                  static_cast<long long>(r.launches),
+                  r.allocated_mib);
   std::ostringstream out;
   out << c.variant << "," << c.length << "," << (block ? std::to_string(c.block) : "") << ","
       << (row_len ? std::to_string(c.row_len) : "") << "," << layout << "," << c.dtype << ","
       << c.device << "," << pass_name(c) << "," << c.batch << "," << c.heads << "," << c.dim << ","
-      << c.threads << "," << numbers << "," << r.status << "," << bench_detail::csv_safe(r.detail);
+      << c.threads << "," << numbers << "," << counts << "," << r.status << ","
+      << bench_detail::csv_safe(r.detail);
   return out.str();
+}
+
+BenchResult flash_definition(const BenchCase& c) {
+  const int64_t element = c.dtype == "float32" ? 4 : c.dtype == "float64" ? 8 : 2;
+  const double rows = double(c.batch * c.heads * c.length);
+  const double o = rows * double(c.dim * element), lse = rows * 4;
+  BenchResult r;
+  r.status = "definition";
+  r.detail = c.backward ? "one forward and one backward launch; o, lse, dq, dk, dv"
+                        : "one forward launch; o, lse";
+  r.launches = c.backward ? 2 : 1;
+  r.allocated_mib = (o + lse + (c.backward ? 3 * o : 0)) / (1024.0 * 1024.0);
+  return r;
 }
 
 int64_t available_mib() {

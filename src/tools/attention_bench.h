@@ -28,6 +28,7 @@ struct BenchCase {
   std::string path = "auto";      // auto | composed | fused (fused on the CPU: the kernels' model)
   std::string memory = "rss";     // CPU peak: rss (resident set) | tensors (bytes of live tensors)
   int64_t profile = 0;            // > 0: profile `repeats` more runs, top rows to stderr
+  bool count = false;             // also count one run's launches and allocated bytes
   // Where block / row_len came from (the CSV's layout column); not sent to the child.
   bool block_auto = false;
   bool row_len_auto = false;
@@ -40,7 +41,16 @@ struct BenchResult {
   double peak_mib = 0;  // peak RSS or tensor bytes (CUDA: allocated device memory) minus before
   std::string status = "error";
   std::string detail;  // why, when status != ok
+  // With BenchCase::count: device operations one run launches (tools/launch_count.h) and the
+  // bytes of the tensors it allocates, freed or not; -1 when not counted.
+  int64_t launches = -1;
+  double allocated_mib = -1;
 };
+
+// One call's cost by definition of SDPA flash (FlashAttention): one forward and, with the
+// backward, one backward launch; allocated: o [B, H, L, D] and lse [B, H, L] (fp32), and dq, dk,
+// dv with the backward. The floor a fused attention's counts are read against.
+BenchResult flash_definition(const BenchCase& c);
 
 // The rule for a layout the user did not give, as --help states it, and its name in the CSV's
 // layout column.

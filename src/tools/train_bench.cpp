@@ -4,6 +4,8 @@
 // in a named namespace because this folder builds as unity batches.
 #include "tools/train_bench.h"
 
+#include <fmt/format.h>
+
 #include <torch/torch.h>
 
 #include <algorithm>
@@ -14,6 +16,7 @@
 #include <vector>
 
 #include "attention/plan.h"
+#include "tools/launch_count.h"
 #include "tools/profile.h"
 #include "train/bits.h"
 #include "train/distributed.h"
@@ -188,6 +191,21 @@ TrainBenchResult run_train_bench(const config::Config& config, const TrainBenchO
   }
   r.peak_mib =
       device.is_cuda() || tensors ? util::device_peak_mib(device) : util::process_peak_rss_mib();
+  if (options.count) {  // one more step, after the timed ones, counted
+    const tools::LaunchCounter counter;
+    one_step();
+    std::vector<std::pair<int64_t, std::string>> ops;
+    for (const auto& [name, calls] : counter.ops()) ops.emplace_back(calls, name);
+    std::sort(ops.rbegin(), ops.rend());
+    std::string top;
+    for (size_t i = 0; i < ops.size() && i < 12; ++i)
+      top += fmt::format("{}{} x{}", i ? ", " : "", ops[i].second, ops[i].first);
+    std::printf("count of one training step: %lld launches (%lld fused attention kernels); "
+                "most called: %s\n",
+                static_cast<long long>(counter.launches()),
+                static_cast<long long>(counter.fused()),
+                top.c_str());
+  }
   if (options.profile_top > 0) {  // more steps, after the timed ones: timings stay unperturbed
     const auto rows = tools::profile(
         [&] {

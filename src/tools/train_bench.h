@@ -65,6 +65,7 @@ struct TrainBenchOptions {
   std::string memory = "rss";  // CPU peak: rss (resident set) | tensors (bytes of live tensors)
   int64_t profile_top = 0;     // > 0: profile `steps` more steps, print the top rows (profile.h)
   std::string trace;           // with profile_top: also write the Chrome trace here
+  bool count = false;          // count one more step's launches (tools/launch_count.h)
 };
 
 struct TrainBenchResult {

@@ -26,11 +26,13 @@ double mib(int64_t bytes) {
   return double(bytes) / (1024.0 * 1024.0);
 }
 
-// The CPU tensor counter: bytes held now and the peak since the last reset.
-std::atomic<int64_t> cpu_now{0}, cpu_peak{0};
+// The CPU tensor counter: bytes held now, the peak since the last reset, and every allocation's
+// bytes summed.
+std::atomic<int64_t> cpu_now{0}, cpu_peak{0}, cpu_total{0};
 std::atomic<bool> cpu_counting{false};
 
 void cpu_add(int64_t bytes) {
+  cpu_total += bytes;
   const int64_t now = cpu_now += bytes;
   for (int64_t peak = cpu_peak.load(); now > peak && !cpu_peak.compare_exchange_weak(peak, now);) {
   }
@@ -137,6 +139,13 @@ double device_peak_mib(const torch::Device& device) {
                  .peak);
 }
 
+double device_allocated_total_mib(const torch::Device& device) {
+  if (!device.is_cuda()) return cpu_counting ? mib(cpu_total) : 0;
+  return mib(c10::cuda::CUDACachingAllocator::getDeviceStats(index_of(device))
+                 .allocated_bytes[kAggregate]
+                 .allocated);
+}
+
 void reset_peak_memory(const torch::Device& device) {
   if (device.is_cuda())
     c10::cuda::CUDACachingAllocator::resetPeakStats(index_of(device));
@@ -149,6 +158,9 @@ double device_allocated_mib(const torch::Device&) {
 }
 double device_peak_mib(const torch::Device&) {
   return cpu_counting ? mib(cpu_peak) : 0;
+}
+double device_allocated_total_mib(const torch::Device&) {
+  return cpu_counting ? mib(cpu_total) : 0;
 }
 void reset_peak_memory(const torch::Device&) {
   cpu_peak = cpu_now.load();

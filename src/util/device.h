@@ -16,6 +16,10 @@ void synchronize(const torch::Device& device);
 double device_allocated_mib(const torch::Device& device);
 double device_peak_mib(const torch::Device& device);
 void reset_peak_memory(const torch::Device& device);
+// Every allocation's bytes summed since the process began (the caching allocator's allocated
+// count; on the CPU the counter's, once counting): the difference around some work is what it
+// allocated, however much of it was freed again.
+double device_allocated_total_mib(const torch::Device& device);
 
 // Counts the bytes of every tensor LibTorch allocates on the CPU from now on, as the CUDA
 // caching allocator counts its own: it wraps the CPU allocator (installed once; later calls do

@@ -80,8 +80,8 @@ TEST(BenchCli, AttentionWritesOkAndInvalidRows) {
   ASSERT_EQ(lines.size(), 3u) << r.output;
   EXPECT_EQ(lines[0],
             "variant,L,block,row_len,layout,dtype,device,pass,batch,heads,dim,threads,ms,peak_mib,"
-            "status,detail");
-  EXPECT_EQ(lines[1].rfind("axial,64,,7,given,bfloat16,cpu,forward+backward,1,1,4,1,,,invalid,", 0),
+            "launches,allocated_mib,status,detail");
+  EXPECT_EQ(lines[1].rfind("axial,64,,7,given,bfloat16,cpu,forward+backward,1,1,4,1,,,,,invalid,", 0),
             0u)
       << lines[1];
   EXPECT_EQ(lines[2].rfind("combiner-fixed,64,8,,auto:divisor-nearest-sqrt(L),bfloat16,cpu,forward+"
@@ -90,6 +90,29 @@ TEST(BenchCli, AttentionWritesOkAndInvalidRows) {
             0u)
       << lines[2];
   EXPECT_NE(lines[2].find(",ok,"), std::string::npos) << lines[2] << "\n" << r.output;
+}
+
+// --count: each fused variant's row says its launches and allocated MiB, and a row per L gives
+// flash's by definition (2 launches; o, lse, dq, dk, dv: 4 x 64 x 4 x 2 + 64 x 4 bytes).
+TEST(BenchCli, AttentionCountsLaunchesAndBytes) {
+  TempDir dir;
+  const std::string out = dir.file("count.csv");
+  auto r = run_binary("combiner-bench",
+                      "attention --count --path fused --lengths 64 --variants combiner-fixed "
+                      "--heads 1 --dim 4 --batch 1 --repeats 1 --threads 1 --backward "
+                      "--dtype bfloat16 --out " +
+                          out);
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find("count of combiner-fixed L=64 forward+backward: 25 launches (9 fused"),
+            std::string::npos)
+      << r.output;
+  const auto lines = read_lines(out);
+  ASSERT_EQ(lines.size(), 3u) << r.output;
+  EXPECT_NE(lines[1].find(",25,"), std::string::npos) << lines[1];
+  EXPECT_NE(lines[1].find(",ok,"), std::string::npos) << lines[1];
+  EXPECT_EQ(lines[2],
+            "sdpa-flash,64,,,,bfloat16,cpu,forward+backward,1,1,4,1,,,2,0.0,definition,one "
+            "forward and one backward launch; o; lse; dq; dk; dv");
 }
 
 TEST(BenchCli, TrainSmokePrintsTokensPerSecond) {

@@ -21,10 +21,14 @@ TEST(Bench, CaseAndResultRoundTripThroughText) {
   EXPECT_EQ(encode_case(decode_case(encode_case(c))), encode_case(c));
   EXPECT_EQ(decode_case(encode_case(c)).device, "cuda:1");
   EXPECT_EQ(decode_case(encode_case(c)).backward, true);
-  BenchResult r{12.5, 3.25, "ok", ""};
+  c.count = true;
+  EXPECT_EQ(decode_case(encode_case(c)).count, true);
+  BenchResult r{12.5, 3.25, "ok", "", 41, 7.5};
   const auto back = decode_result(encode_result(r));
   EXPECT_DOUBLE_EQ(back.ms, 12.5);
   EXPECT_DOUBLE_EQ(back.peak_mib, 3.25);
+  EXPECT_EQ(back.launches, 41);
+  EXPECT_DOUBLE_EQ(back.allocated_mib, 7.5);
   EXPECT_EQ(back.status, "ok");
   EXPECT_EQ(decode_result("garbage").status, "error");
   EXPECT_THROW(decode_case("variant=full"), std::invalid_argument);
@@ -57,7 +61,7 @@ TEST(Bench, ChildOutcomesBecomeStatuses) {
   const auto sh = [](const std::string& script) {
     return std::vector<std::string>{"/bin/sh", "-c", script};
   };
-  auto r = run_child(sh("echo noise; echo 'bench-result 1.5 2.0 ok '"), 30);
+  auto r = run_child(sh("echo noise; echo 'bench-result 1.5 2.0 -1 -1 ok '"), 30);
   EXPECT_EQ(r.status, "ok");
   EXPECT_DOUBLE_EQ(r.ms, 1.5);
   EXPECT_EQ(run_child(sh("sleep 20"), 0.3).status, "timeout");
@@ -71,17 +75,22 @@ TEST(Bench, CsvRowsLeaveUnusedLayoutEmpty) {
   BenchResult r{1.0, 2.0, "ok", ""};
   EXPECT_EQ(
       csv_header(),
-      "variant,L,block,row_len,layout,dtype,device,pass,batch,heads,dim,threads,ms,peak_mib,status,"
-      "detail");
-  EXPECT_EQ(csv_row(c, r), "full,3072,,,,float32,cpu,forward,1,8,64,0,1.000,2.0,ok,");
+      "variant,L,block,row_len,layout,dtype,device,pass,batch,heads,dim,threads,ms,peak_mib,"
+      "launches,allocated_mib,status,detail");
+  EXPECT_EQ(csv_row(c, r), "full,3072,,,,float32,cpu,forward,1,8,64,0,1.000,2.0,,,ok,");
   c.variant = "combiner-mixture";
   EXPECT_EQ(csv_row(c, r),
-            "combiner-mixture,3072,,96,given,float32,cpu,forward,1,8,64,0,1.000,2.0,ok,");
+            "combiner-mixture,3072,,96,given,float32,cpu,forward,1,8,64,0,1.000,2.0,,,ok,");
+  r.launches = 12;
+  r.allocated_mib = 3.5;
+  EXPECT_EQ(csv_row(c, r),
+            "combiner-mixture,3072,,96,given,float32,cpu,forward,1,8,64,0,1.000,2.0,12,3.5,ok,");
+  r.launches = -1;
   r.status = "oom";
   r.detail = "out of memory, tried 8 GiB";
   c.backward = true;
   EXPECT_EQ(csv_row(c, r),
-            "combiner-mixture,3072,,96,given,float32,cpu,forward+backward,1,8,64,0,,,oom,"
+            "combiner-mixture,3072,,96,given,float32,cpu,forward+backward,1,8,64,0,,,,,oom,"
             "out of memory; tried 8 GiB");
 }
 

@@ -8,6 +8,7 @@
 #include "attention/fused/checks.h"
 
 #include <algorithm>
+#include <atomic>
 #include <vector>
 
 #ifdef COMBINER_WITH_CUDA_KERNELS
@@ -115,12 +116,29 @@ void* stream_of(const torch::Tensor& x) {
 }
 #endif
 
+std::atomic<int64_t> launched{0};  // kernels launched (CUDA) or modelled (CPU), for counting
+
+void count_launches(int64_t n) {
+  launched += n;
+}
+
+int64_t launches_of(const fused::Forward&) {
+  return 1;
+}
+int64_t launches_of(const fused::Delta&) {
+  return 1;
+}
+int64_t launches_of(const fused::Backward& b) {
+  return fused::backward_launches(b);
+}
+
 // Runs the kernel on x's device: the CUDA kernels, or the CPU model.
 template <typename Arg>
 void run(const torch::Tensor& x,
          const Arg& arg,
          void (*cpu)(const Arg&),
          void (*cuda)(const Arg&, void*)) {
+  launched += launches_of(arg);
   if (!x.is_cuda()) return cpu(arg);
 #ifdef COMBINER_WITH_CUDA_KERNELS
   const c10::cuda::CUDAGuard guard(x.device());
@@ -457,6 +475,10 @@ torch::Tensor fused_attention_with_local(const torch::Tensor& q,
                                           fused_glue::encode(passes),
                                           fused_glue::encode(local),
                                           scale);
+}
+
+int64_t fused_kernel_launches() {
+  return fused_glue::launched.load();
 }
 
 std::string fused_cuda_unavailable(const torch::Tensor& q, const torch::Tensor& v) {

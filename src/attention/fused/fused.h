@@ -1,7 +1,8 @@
 // The fused path of combiner-fixed and the axial Combiner variants (rowmajor, vertical,
-// horizontal; the mixture averages the last two): span summaries (DeepSets maps, max/mean
-// pooling) stay LibTorch ops with their autograd; every softmax over keys runs in the
-// fused kernels of fused/kernel.h through one autograd Function (forward saves o and the
+// horizontal; the mixture averages the last two): span summaries (DeepSets maps, whole-segment
+// pools, running means) stay LibTorch ops with their autograd, the running max is one kernel each
+// way (fused_running_max); every softmax over keys runs in the fused kernels of fused/kernel.h
+// through one autograd Function (forward saves o and the
 // per-query log-sum-exp; backward recomputes the weights). CUDA tensors run the CUDA kernels,
 // CPU tensors the CPU model of the same kernels (tests, kernel-check).
 #pragma once
@@ -103,6 +104,15 @@ torch::Tensor fused_combiner_horizontal(const torch::Tensor& q,
                                         const torch::Tensor& v,
                                         const SpanSummary& summary,
                                         int64_t row_len);
+
+// The inclusive running max of x along `dim` (from the end when `reverse`), differentiable: the
+// cumulative_max of summary.h in one kernel each way (fused/kernel.h RunningMax) on CUDA and the
+// CPU model, for float32 and bfloat16 (and float64 on the CPU); other dtypes take cumulative_max.
+torch::Tensor fused_running_max(const torch::Tensor& x, int64_t dim, bool reverse);
+
+// Fused kernels launched by this process so far (on a GPU; on the CPU, those the kernels' CPU
+// model stands in for): what combiner-bench --count adds to the LibTorch ops of the glue.
+int64_t fused_kernel_launches();
 
 // Why the CUDA kernels cannot take these inputs ("" when they can): not CUDA, dtype other than
 // float32/bfloat16, D != Dv or D not in {32, 64, 128}, a build without the kernels, B*H > 65535.

@@ -2,7 +2,8 @@
 // averages the last two): each is one softmax per query over a row pass, a column pass and the
 // span passes, merged by log-sum-exp; the span passes read the summaries (pooled keys ks, local
 // expectations u) as source A, addressed by Geometry::first where a query's span sits one row
-// or one column away from it. Pools stay LibTorch ops (autograd); every u is a fused pass too.
+// or one column away from it. Whole-row pools and running means stay LibTorch ops (autograd), the
+// running max is its own kernel (fused_running_max); every u is a fused pass too.
 #include <torch/torch.h>
 
 #include "attention/fused/fused.h"
@@ -30,9 +31,16 @@ FusedPass column_pass(int64_t length, int64_t W) {
 torch::Tensor operand(const torch::Tensor& summary, const torch::Tensor& like) {
   return summary.to(like.scalar_type());
 }
-// The fused path is the GPU's: its cumulative max pools keep no indices (summary.h) on the CPU
-// model too, so that the CPU counts the memory a GPU would hold (combiner-bench --memory tensors).
-constexpr bool kKeepIndices = false;
+// The fused path's cumulative pools: a max in the running-max kernel (fused/kernel.h: one launch
+// each way, no indices kept, on the CPU model too, so that the CPU counts what a GPU holds and
+// launches), a mean as LibTorch's running sum.
+torch::Tensor cumulative(const SpanSummary& summary,
+                         const torch::Tensor& x,
+                         int64_t dim,
+                         bool reverse) {
+  return summary.is_max() ? fused_running_max(x, dim, reverse)
+                          : summary.cumulative(x, dim, reverse, /*keep_indices=*/false);
+}
 torch::Tensor flat(const torch::Tensor& x) {
   return x.reshape({x.size(0), x.size(1), x.size(2) * x.size(3), x.size(4)});
 }
@@ -137,10 +145,9 @@ torch::Tensor fused_combiner_vertical(const torch::Tensor& q,
   const auto passes = vertical_joint_passes(L, W);
   if (spans == 0) return fused_attention(q, k, v, {}, {}, passes, scale);
   // Row r of the cumulative pools summarises column c's rows 0..r.
-  const auto ks =
-      operand(flat(summary.cumulative(span_keys(k, summary, spans, W), 2, false, kKeepIndices)), k);
-  const auto q_cum = operand(
-      flat(summary.cumulative(span_queries(q, summary, spans, W), 2, false, kKeepIndices)), q);
+  const auto ks = operand(flat(cumulative(summary, span_keys(k, summary, spans, W), 2, false)), k);
+  const auto q_cum =
+      operand(flat(cumulative(summary, span_queries(q, summary, spans, W), 2, false)), q);
   // u[(r, c)]: q_cum[(r, c)]'s causal attention down column c (rows 0..r).
   FusedPass local;
   local.query = local.key = local.value = {W, spans, 1, W, spans * W};
@@ -163,10 +170,10 @@ torch::Tensor fused_combiner_horizontal(const torch::Tensor& q,
   const auto q_phi = span_queries(q, summary, spans, W);
   // ks, qs: rows 0..spans*W-1 the inclusive prefixes, the next spans*W the inclusive suffixes.
   auto both = [&](const torch::Tensor& x, const torch::Tensor& like) {
-    return operand(torch::cat({flat(summary.cumulative(x, 3, false, kKeepIndices)),
-                               flat(summary.cumulative(x, 3, true, kKeepIndices))},
-                              2),
-                   like);
+    return operand(
+        torch::cat(
+            {flat(cumulative(summary, x, 3, false)), flat(cumulative(summary, x, 3, true))}, 2),
+        like);
   };
   const auto ks = both(k_phi, k), qs = both(q_phi, q);
   // u[(r, c)]: the prefix's pooled query over keys 0..c of row r (causal), and the suffix's over

@@ -177,10 +177,63 @@ COMBINER_HD int64_t segments_per_part(const Pass& p) {
   return s > 0 ? s : 1;
 }
 
+// The inclusive running max along one axis (the cumulative max pools of the axial variants'
+// spans: down each column for vertical, along each row both ways for horizontal), in one launch
+// where LibTorch's cummax, flips, scatter-add and copies take dozens. x is viewed as lines
+// [outer0, outer1, outer2, inner] of n steps: line element t at a * outer_stride[0] +
+// b * outer_stride[1] + c * outer_stride[2] + t * step_stride + i (the inner elements contiguous);
+// y, dy and dx are contiguous [outer0, outer1, outer2, n, inner]. `reverse` runs t from n - 1
+// down. Ties and NaN as torch::cummax: a value >= the running max, or NaN, becomes it.
+// Backward: dx[t] = the sum of dy over the steps whose max is x[t] (Acc sums), found again by
+// the same scan: no indices are kept.
+struct RunningMax {
+  int64_t outer[3] = {1, 1, 1};
+  int64_t outer_stride[3] = {0, 0, 0};
+  int64_t n = 0, step_stride = 0, inner = 1;
+  bool reverse = false;
+  Dtype dtype = Dtype::kFloat32;
+  const void* x = nullptr;
+  void* y = nullptr;         // forward
+  const void* dy = nullptr;  // backward
+  void* dx = nullptr;        // backward
+};
+
+COMBINER_HD int64_t running_max_lines(const RunningMax& r) {
+  return r.outer[0] * r.outer[1] * r.outer[2] * r.inner;
+}
+// Where line `line` starts in x (*x0) and in the contiguous y, dy, dx (*y0); its step t is at
+// x0 + t * step_stride and y0 + t * inner.
+COMBINER_HD void running_max_line(const RunningMax& r, int64_t line, int64_t* x0, int64_t* y0) {
+  const int64_t i = line % r.inner;
+  int64_t o = line / r.inner;
+  const int64_t c = o % r.outer[2];
+  o /= r.outer[2];
+  const int64_t b = o % r.outer[1], a = o / r.outer[1];
+  *x0 = a * r.outer_stride[0] + b * r.outer_stride[1] + c * r.outer_stride[2] + i;
+  *y0 = ((a * r.outer[1] + b) * r.outer[2] + c) * r.n * r.inner + i;
+}
+COMBINER_HD int64_t running_max_step(const RunningMax& r, int64_t k) {
+  return r.reverse ? r.n - 1 - k : k;
+}
+// Whether x[t] = v becomes the running max `best` at the scan's k-th step.
+template <typename T>
+COMBINER_HD bool running_max_takes(int64_t k, T v, T best) {
+  return k == 0 || v != v || v >= best;  // v != v: NaN
+}
+
+// Kernels one call launches on a GPU (kernel_*.cu): the forward and the delta one each; the
+// backward its dk/dv walk, the summary-gradient walk where the pass reads summaries, and dq. The
+// glue counts these for the CPU model too, so that combiner-bench --count says a GPU's launches.
+COMBINER_HD int64_t backward_launches(const Backward& b) {
+  return b.pass.summaries && b.pass.summary_count > 0 ? 3 : 2;
+}
+
 // ---- the CPU model (fused/kernel_cpu.cpp): float32, float64, bfloat16 (float32 arithmetic) ----
 void forward_cpu(const Forward& f);
 void delta_cpu(const Delta& d);
 void backward_cpu(const Backward& b);
+void running_max_forward_cpu(const RunningMax& r);
+void running_max_backward_cpu(const RunningMax& r);
 
 // ---- the CUDA kernels (kernel_*.cu; CUDA builds only): float32 and bfloat16, D = Dv in
 // {32, 64, 128}, every row 16-byte aligned. `stream` is a cudaStream_t. Errors throw
@@ -189,5 +242,8 @@ bool cuda_supports(Dtype dtype, int64_t dim);
 void forward_cuda(const Forward& f, void* stream);
 void delta_cuda(const Delta& d, void* stream);
 void backward_cuda(const Backward& b, void* stream);
+// The running max in float32 or bfloat16, any inner length (one thread per line).
+void running_max_forward_cuda(const RunningMax& r, void* stream);
+void running_max_backward_cuda(const RunningMax& r, void* stream);
 
 }  // namespace combiner::attention::fused

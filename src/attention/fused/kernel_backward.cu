@@ -324,7 +324,7 @@ void backward_cuda(const Backward& bw, void* stream) {
            stream,
            "fused backward (dk, dv)",
            bw);
-    if (p.summaries && p.summary_count > 0)
+    if (backward_launches(bw) == 3)
       launch(dkv_kernel<T, D, true>,
              dim3(unsigned(ceil_div(p.summary_count, kKeyTile) *
                            ceil_div(p.query.segments, segments_per_part(p))),

@@ -345,6 +345,50 @@ void backward_all(const Backward& bw) {
     }
 }
 
+template <typename S, typename T>
+void running_max_forward_all(const RunningMax& r) {
+  const S* x = static_cast<const S*>(r.x);
+  S* y = static_cast<S*>(r.y);
+  for (int64_t line = 0; line < running_max_lines(r); ++line) {
+    int64_t x0, y0;
+    running_max_line(r, line, &x0, &y0);
+    T best = 0;
+    for (int64_t k = 0; k < r.n; ++k) {
+      const int64_t t = running_max_step(r, k);
+      const T v = to_math<S, T>(x[x0 + t * r.step_stride]);
+      if (running_max_takes(k, v, best)) best = v;
+      y[y0 + t * r.inner] = to_storage<S, T>(best);
+    }
+  }
+}
+
+template <typename S, typename T>
+void running_max_backward_all(const RunningMax& r) {
+  const S* x = static_cast<const S*>(r.x);
+  const S* dy = static_cast<const S*>(r.dy);
+  S* dx = static_cast<S*>(r.dx);
+  for (int64_t line = 0; line < running_max_lines(r); ++line) {
+    int64_t x0, y0;
+    running_max_line(r, line, &x0, &y0);
+    T best = 0, sum = 0;
+    int64_t at = 0;  // the step holding the running max
+    for (int64_t k = 0; k < r.n; ++k) {
+      const int64_t t = running_max_step(r, k);
+      const T v = to_math<S, T>(x[x0 + t * r.step_stride]);
+      if (running_max_takes(k, v, best)) {
+        if (k > 0) dx[y0 + at * r.inner] = to_storage<S, T>(sum);
+        best = v;
+        at = t;
+        sum = 0;
+      } else {
+        dx[y0 + t * r.inner] = to_storage<S, T>(T(0));
+      }
+      sum += to_math<S, T>(dy[y0 + t * r.inner]);
+    }
+    if (r.n > 0) dx[y0 + at * r.inner] = to_storage<S, T>(sum);
+  }
+}
+
 // fn(storage, math): float32 and float64 compute in their own type, bfloat16 in float32.
 template <typename Fn>
 void dispatch(Dtype dtype, Fn&& fn) {
@@ -368,6 +412,18 @@ void delta_cpu(const Delta& d) {
 void backward_cpu(const Backward& b) {
   cpu_model::dispatch(
       b.pass.dtype, [&](auto s, auto t) { cpu_model::backward_all<decltype(s), decltype(t)>(b); });
+}
+
+void running_max_forward_cpu(const RunningMax& r) {
+  cpu_model::dispatch(r.dtype, [&](auto s, auto t) {
+    cpu_model::running_max_forward_all<decltype(s), decltype(t)>(r);
+  });
+}
+
+void running_max_backward_cpu(const RunningMax& r) {
+  cpu_model::dispatch(r.dtype, [&](auto s, auto t) {
+    cpu_model::running_max_backward_all<decltype(s), decltype(t)>(r);
+  });
 }
 
 }  // namespace combiner::attention::fused

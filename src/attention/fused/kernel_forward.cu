@@ -6,15 +6,20 @@
 // Q [64 x P] + K, V [2 stages x 64 x P] (+ fp32 scratch), P = D + 16 bytes of padding:
 // bf16 D = 32 / 64 / 128: 25 / 45 / 85 KB; fp32: 62 / 102 / 182 KB.
 //
-// Cost at the issue's shape (B = 8, H = 8, L = 12288, D = 64, bf16; s = W = 96, n = 128):
+// Cost at combiner-bench attention's GPU shape (B = 8, H = 8, L = 12288, D = 64, bf16; s = W =
+// 96, n = 128), the floor each variant is measured against:
 // combiner-fixed, per query: its block prefix (48 keys on average) + g summaries (63.5 on
 // average) = ~112 terms x 64 x 2 products x 2 FLOP = 28.7 kFLOP; x 786k queries = 23 GFLOP.
 // Bytes: q, k, v read and o written once = 4 x 101 MB, plus K/V read again by the second (32-row)
-// query tile of each 96-row block (+201 MB); summaries (16 KB per head) from L2. The
-// floor is memory: ~0.6 GB / ~3 TB/s = 0.2 ms, against 23 GFLOP at ~400 TFLOP/s = 0.06 ms.
+// query tile of each 96-row block (+201 MB); summaries (16 KB per head) from L2. The forward's
+// floor is memory: ~0.6 GB / ~3.35 TB/s (H100) = 0.2 ms, against 23 GFLOP at ~400 TFLOP/s =
+// 0.06 ms. The backward reads q, k, v, o, dO and writes dq, dk, dv (+ the same re-reads): ~1.1 GB,
+// 0.33 ms. Forward + backward floor ~0.55 ms; measured on an H100 5.29 ms
+// (docs/perf/attention-vs-flash.csv): 9.6x the floor.
 // rowmajor: the local pass (96 keys per query, unmasked: 25 kFLOP/query, reads q, k, v, writes u)
 // + the row pass (as fixed's direct part) + the column pass (n queries per column against r < R
-// summaries: ~64 terms/query; reads q and u, rewrites o and lse): ~1.6 GB, ~0.5 ms floor.
+// summaries: ~64 terms/query; reads q and u, rewrites o and lse): ~1.6 GB forward, ~0.5 ms; with
+// the backward ~1.4 ms; measured 7.10 ms: 5.1x the floor.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 

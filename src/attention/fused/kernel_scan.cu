@@ -1,0 +1,109 @@
+// The running max of fused/kernel.h (RunningMax), line for line the CPU model's
+// running_max_forward_all / running_max_backward_all (fused/kernel_cpu.cpp): one thread per line,
+// consecutive threads on consecutive inner elements (coalesced), each walking its n steps. Memory
+// bound: the forward reads x and writes y once, the backward reads x and dy and writes dx once,
+// where LibTorch's cummax path runs a scan with indices, then (backward) a scan again, zeros, a
+// scatter-add, a cast and flips per slice.
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include "attention/fused/kernel.h"
+#include "attention/fused/kernel_launch.cuh"
+
+namespace combiner::attention::fused::cuda_detail {
+namespace {
+
+__device__ __forceinline__ float load_float(float x) {
+  return x;
+}
+__device__ __forceinline__ float load_float(__nv_bfloat16 x) {
+  return __bfloat162float(x);
+}
+template <typename T>
+__device__ __forceinline__ T store_as(float x);
+template <>
+__device__ __forceinline__ float store_as<float>(float x) {
+  return x;
+}
+template <>
+__device__ __forceinline__ __nv_bfloat16 store_as<__nv_bfloat16>(float x) {
+  return __float2bfloat16(x);
+}
+
+template <typename T>
+__global__ void __launch_bounds__(128) running_max_forward_kernel(const RunningMax r) {
+  const int64_t line = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (line >= running_max_lines(r)) return;
+  const T* x = static_cast<const T*>(r.x);
+  T* y = static_cast<T*>(r.y);
+  int64_t x0, y0;
+  running_max_line(r, line, &x0, &y0);
+  float best = 0.f;
+  for (int64_t k = 0; k < r.n; ++k) {
+    const int64_t t = running_max_step(r, k);
+    const float v = load_float(x[x0 + t * r.step_stride]);
+    if (running_max_takes(k, v, best)) best = v;
+    y[y0 + t * r.inner] = store_as<T>(best);
+  }
+}
+
+template <typename T>
+__global__ void __launch_bounds__(128) running_max_backward_kernel(const RunningMax r) {
+  const int64_t line = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (line >= running_max_lines(r)) return;
+  const T* x = static_cast<const T*>(r.x);
+  const T* dy = static_cast<const T*>(r.dy);
+  T* dx = static_cast<T*>(r.dx);
+  int64_t x0, y0;
+  running_max_line(r, line, &x0, &y0);
+  float best = 0.f, sum = 0.f;
+  int64_t at = 0;
+  for (int64_t k = 0; k < r.n; ++k) {
+    const int64_t t = running_max_step(r, k);
+    const float v = load_float(x[x0 + t * r.step_stride]);
+    if (running_max_takes(k, v, best)) {
+      if (k > 0) dx[y0 + at * r.inner] = store_as<T>(sum);
+      best = v;
+      at = t;
+      sum = 0.f;
+    } else {
+      dx[y0 + t * r.inner] = store_as<T>(0.f);
+    }
+    sum += load_float(dy[y0 + t * r.inner]);
+  }
+  if (r.n > 0) dx[y0 + at * r.inner] = store_as<T>(sum);
+}
+
+template <typename Fn>
+void dispatch_storage(Dtype dtype, const char* what, Fn&& fn) {
+  if (dtype == Dtype::kBFloat16) return fn(Type<__nv_bfloat16>{});
+  if (dtype == Dtype::kFloat32) return fn(Type<float>{});
+  throw std::invalid_argument(std::string(what) + ": the CUDA kernels take float32 or bfloat16");
+}
+
+dim3 line_grid(const RunningMax& r) {
+  return dim3(unsigned(ceil_div(running_max_lines(r), 128)));
+}
+
+}  // namespace
+}  // namespace combiner::attention::fused::cuda_detail
+
+namespace combiner::attention::fused {
+
+void running_max_forward_cuda(const RunningMax& r, void* stream) {
+  using namespace cuda_detail;
+  dispatch_storage(r.dtype, "running max", [&](auto type) {
+    using T = typename decltype(type)::type;
+    launch(running_max_forward_kernel<T>, line_grid(r), 0, stream, "running max", r);
+  });
+}
+
+void running_max_backward_cuda(const RunningMax& r, void* stream) {
+  using namespace cuda_detail;
+  dispatch_storage(r.dtype, "running max backward", [&](auto type) {
+    using T = typename decltype(type)::type;
+    launch(running_max_backward_kernel<T>, line_grid(r), 0, stream, "running max backward", r);
+  });
+}
+
+}  // namespace combiner::attention::fused

@@ -1,0 +1,83 @@
+// The running-max kernel's CPU model (fused/kernel.h RunningMax, the algorithm kernel_scan.cu
+// runs) against LibTorch: values equal torch::cummax's, gradients equal cumulative_max's with
+// the arg-maxes torch::cummax kept (its scatter-add), in both directions, along an inner and an
+// outer axis, on strided views as the variants pass them, with ties and NaN.
+#include <gtest/gtest.h>
+
+#include <torch/torch.h>
+
+#include <cmath>
+
+#include "attention/fused/fused.h"
+#include "attention/summary.h"
+
+namespace combiner::attention {
+namespace {
+
+struct ScanCase {
+  torch::ScalarType dtype;
+  int64_t dim;
+  bool reverse;
+};
+
+// [B, H, S, W, D] viewed as the axial variants see k: the first S whole rows of [B, H, L, D].
+torch::Tensor rows_of(const torch::Tensor& k, int64_t S, int64_t W) {
+  return k.narrow(2, 0, S * W).view({k.size(0), k.size(1), S, W, k.size(3)});
+}
+
+class RunningMax : public ::testing::TestWithParam<ScanCase> {};
+
+TEST_P(RunningMax, MatchesCummaxValuesAndScatterGradients) {
+  const auto c = GetParam();
+  torch::manual_seed(3);
+  // Small integers: many ties, which must go to the later step as torch::cummax sends them.
+  const auto k = torch::randint(-3, 4, {2, 3, 7 * 5 + 2, 4}).to(c.dtype);
+  auto x = rows_of(k, 7, 5).detach().requires_grad_(true);
+  ASSERT_FALSE(x.is_contiguous());
+  auto y = fused_running_max(x, c.dim, c.reverse);
+  const auto flipped = [&](const torch::Tensor& t) { return c.reverse ? t.flip(c.dim) : t; };
+  const auto expected = flipped(std::get<0>(torch::cummax(flipped(x.detach()), c.dim)));
+  EXPECT_TRUE(torch::equal(y.detach(), expected));
+
+  auto x_ref = x.detach().clone().requires_grad_(true);
+  auto y_ref = cumulative_max(x_ref, c.dim, c.reverse, /*keep_indices=*/true);
+  const auto g = torch::randn(y.sizes()).to(c.dtype);
+  y.backward(g);
+  y_ref.backward(g);
+  const double tol = c.dtype == torch::kBFloat16 ? 1e-2 : c.dtype == torch::kFloat ? 1e-5 : 1e-12;
+  EXPECT_TRUE(torch::allclose(x.grad().to(torch::kDouble), x_ref.grad().to(torch::kDouble), tol, tol))
+      << (x.grad() - x_ref.grad()).abs().max();
+  // Every gradient lands on an arg-max: the rest are exactly zero.
+  EXPECT_GT((x.grad() == 0).sum().item<int64_t>(), 0);
+  EXPECT_TRUE(torch::equal(x.grad() == 0, x_ref.grad() == 0));
+}
+
+INSTANTIATE_TEST_SUITE_P(AlongRowsAndColumns,
+                         RunningMax,
+                         ::testing::Values(ScanCase{torch::kDouble, 2, false},
+                                           ScanCase{torch::kDouble, 3, true},
+                                           ScanCase{torch::kFloat, 2, true},
+                                           ScanCase{torch::kFloat, 3, false},
+                                           ScanCase{torch::kBFloat16, 2, false},
+                                           ScanCase{torch::kBFloat16, 3, true}));
+
+TEST(RunningMaxEdges, NaNTakesOverAsInCummax) {
+  auto x = torch::tensor({1.0, 5.0, std::nan(""), 7.0, 2.0}).view({1, 5, 1});
+  const auto y = fused_running_max(x, 1, false);
+  const auto expected = std::get<0>(torch::cummax(x, 1));
+  EXPECT_EQ(y.view(-1)[1].item<double>(), 5.0);
+  EXPECT_TRUE(std::isnan(y.view(-1)[3].item<double>()));
+  EXPECT_TRUE(torch::equal(torch::isnan(y), torch::isnan(expected)));
+}
+
+TEST(RunningMaxEdges, OneLaunchEachWay) {
+  auto x = torch::randn({2, 6, 3}, torch::requires_grad());
+  const int64_t before = fused_kernel_launches();
+  auto y = fused_running_max(x, 1, true);
+  EXPECT_EQ(fused_kernel_launches() - before, 1);
+  y.sum().backward();
+  EXPECT_EQ(fused_kernel_launches() - before, 2);
+}
+
+}  // namespace
+}  // namespace combiner::attention

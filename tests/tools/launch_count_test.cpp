@@ -1,0 +1,105 @@
+// The launch counter counts what a GPU would launch: one per leaf op that does work, none for
+// views and allocations, the fused kernels by their own count; and the fused variants' counts per
+// call stay within the bounds stated here (a glue op or a buffer added to a variant fails them).
+#include <gtest/gtest.h>
+
+#include <torch/torch.h>
+
+#include <map>
+
+#include "attention/attention.h"
+#include "attention/fused/fused.h"
+#include "tools/attention_bench.h"
+#include "tools/launch_count.h"
+
+namespace combiner::tools {
+namespace {
+
+TEST(LaunchCount, LeafOpsCountViewsDoNot) {
+  const auto a = torch::randn({4, 4});
+  {
+    const LaunchCounter counter;
+    auto v = a.view({16}).narrow(0, 0, 8);
+    auto t = a.t().unsqueeze(0).to(torch::kFloat);  // no copy: same dtype
+    auto c = a.contiguous();                        // no copy: contiguous already
+    auto e = torch::empty({3});
+    std::string seen;
+    for (const auto& [name, calls] : counter.ops()) seen += " " + name;
+    EXPECT_EQ(counter.launches(), 0) << "views, no-op conversions and empty launch nothing:" << seen;
+  }
+  {
+    const LaunchCounter counter;
+    auto sum = a + a;                     // 1: add
+    auto product = torch::matmul(a, a);   // 1: mm inside matmul, counted once
+    auto zeros = torch::zeros({3});       // 1: the fill
+    auto wide = a.to(torch::kDouble);     // 1: the copy
+    const auto ops = counter.ops();
+    std::string seen;
+    for (const auto& [name, calls] : ops) seen += " " + name + " x" + std::to_string(calls);
+    EXPECT_EQ(counter.launches(), 4) << seen;
+    EXPECT_EQ(ops.count("aten::matmul"), 0u) << "a caller of another op is not a launch";
+    EXPECT_EQ(ops.at("aten::mm"), 1);
+    EXPECT_EQ(ops.at("aten::add"), 1);
+    EXPECT_EQ(counter.fused(), 0);
+  }
+}
+
+TEST(LaunchCount, FusedKernelsCountAsTheGpuLaunchesThem) {
+  // combiner-fixed on the fused path (the kernels' CPU model): forward = the local pass (u) and
+  // the joint pass; backward = two deltas, the joint pass's dk/dv, summary and dq kernels, and the
+  // local pass's dk/dv and dq kernels.
+  attention::AttentionOptions o{"combiner-fixed", 8, 8, "max"};
+  auto module = attention::make_attention(o, 32, 8);
+  module->set_path(attention::AttentionImpl::Path::kFused);
+  auto q = torch::randn({1, 2, 32, 8}, torch::requires_grad());
+  auto k = torch::randn({1, 2, 32, 8}, torch::requires_grad());
+  auto v = torch::randn({1, 2, 32, 8}, torch::requires_grad());
+  const LaunchCounter counter;
+  auto out = module->forward(q, k, v);
+  EXPECT_EQ(counter.fused(), 2);
+  out.sum().backward();
+  EXPECT_EQ(counter.fused(), 2 + 2 + 3 + 2);
+  EXPECT_GT(counter.launches(), counter.fused()) << "the pools and casts of the glue count too";
+}
+
+// One forward + backward per fused variant at B 1 x 2 heads, L 256, s = W = 16, D 32, bfloat16
+// (the GPU's dtype), through the kernels' CPU model. The bounds are this tree's counts: lower
+// them when the glue shrinks, and never raise them to pass.
+TEST(LaunchCount, FusedVariantsStayWithinTheirBounds) {
+  struct Bound {
+    int64_t launches;
+    double allocated_mib;
+  };
+  const std::map<std::string, Bound> bounds = {
+      {"combiner-fixed", {25, 0.3439}},
+      {"combiner-axial-rowmajor", {24, 0.3641}},
+      {"combiner-axial-vertical", {24, 0.4627}},
+      {"combiner-axial-horizontal", {44, 0.9644}},
+  };
+  for (const auto& [variant, bound] : bounds) {
+    attention::BenchCase c;
+    c.variant = variant;
+    c.length = 256;
+    c.block = c.row_len = 16;
+    c.batch = 1;
+    c.heads = 2;
+    c.dim = 32;
+    c.dtype = "bfloat16";
+    c.backward = true;
+    c.repeats = 1;
+    c.threads = 1;
+    c.path = "fused";
+    c.count = true;
+    const auto r = attention::time_case(c);
+    ASSERT_EQ(r.status, "ok") << variant << ": " << r.detail;
+    std::printf("%s: %lld launches, %.3f MiB allocated\n",
+                variant.c_str(),
+                static_cast<long long>(r.launches),
+                r.allocated_mib);
+    EXPECT_LE(r.launches, bound.launches) << variant;
+    EXPECT_LE(r.allocated_mib, bound.allocated_mib) << variant;
+  }
+}
+
+}  // namespace
+}  // namespace combiner::tools
