@@ -58,8 +58,8 @@ void on_message(j_common_ptr cinfo, int level) {
   }
 }
 
-// Called between scans: a progressive file of thousands of tiny scans is refused before it
-// costs minutes (libjpeg-turbo's advice for untrusted input).
+// Called as libjpeg works through the file: a progressive file of thousands of tiny scans is
+// refused before it costs minutes (libjpeg-turbo's advice for untrusted input).
 void on_progress(j_common_ptr cinfo) {
   const auto* d = reinterpret_cast<j_decompress_ptr>(cinfo);
   if (d->input_scan_number > state(cinfo)->max_scans) {
