@@ -1,6 +1,6 @@
 // Writes the seed corpora of the fuzz targets into <out>/<target>/: small valid files (and a
-// few near misses) made with the project's own writers, zlib and stb, plus a libFuzzer
-// dictionary of config keys and values. Nothing is copied from a dataset.
+// few near misses) made with the project's own writers, zlib, stb, libpng and libjpeg-turbo,
+// plus a libFuzzer dictionary of config keys and values. Nothing is copied from a dataset.
 //   make_seeds <out>
 #include <stb/stb_image_write.h>
 #include <zlib.h>
@@ -18,6 +18,7 @@
 #include "data/dataset.h"
 #include "data/packed.h"
 #include "train/checkpoint.h"
+#include "util/image_files.h"  // tests/util: PNG and JPEG writers in every layout
 #include "util/npy.h"
 #include "util/safetensors.h"
 #include "zip_writer.h"
@@ -205,6 +206,63 @@ void png_seeds(const fs::path& dir) {
   }
 }
 
+// ---------------------------------------------------------------- PNG and JPEG, every layout
+void image_seeds(const fs::path& dir) {
+  using testing::JpegLayout;
+  using testing::PngLayout;
+  const int w = 16, h = 12;
+  const auto samples = [&](int channels, int bits) {
+    std::vector<uint16_t> s(static_cast<size_t>(w * h * channels));
+    for (size_t i = 0; i < s.size(); ++i) s[i] = static_cast<uint16_t>((i * 40503u) % (1u << bits));
+    return s;
+  };
+  const std::vector<png_color> palette = {{0, 0, 0}, {250, 10, 10}, {10, 250, 10}, {9, 9, 250}};
+  struct Png {
+    const char* name;
+    PngLayout layout;
+    int channels, bits;
+  };
+  const std::vector<Png> pngs = {
+      {"grey1.png", {w, h, PNG_COLOR_TYPE_GRAY, 1, false, {}, {}, true}, 1, 1},
+      {"grey8.png", {w, h, PNG_COLOR_TYPE_GRAY, 8, false, {}, {}, true}, 1, 8},
+      {"grey16.png", {w, h, PNG_COLOR_TYPE_GRAY, 16, false, {}, {}, true}, 1, 16},
+      {"grey_alpha.png", {w, h, PNG_COLOR_TYPE_GRAY_ALPHA, 8, false, {}, {}, true}, 2, 8},
+      {"palette4_trns.png", {w, h, PNG_COLOR_TYPE_PALETTE, 4, false, palette, {0, 99}, true}, 1, 2},
+      {"palette8.png", {w, h, PNG_COLOR_TYPE_PALETTE, 8, true, palette, {}, true}, 1, 2},
+      {"rgb8_interlaced.png", {w, h, PNG_COLOR_TYPE_RGB, 8, true, {}, {}, true}, 3, 8},
+      {"rgb16.png", {w, h, PNG_COLOR_TYPE_RGB, 16, false, {}, {}, true}, 3, 16},
+      {"rgba8.png", {w, h, PNG_COLOR_TYPE_RGB_ALPHA, 8, false, {}, {}, true}, 4, 8},
+      {"rgba16.png", {w, h, PNG_COLOR_TYPE_RGB_ALPHA, 16, false, {}, {}, true}, 4, 16},
+  };
+  const auto put = [&](const char* name, const Bytes& file) {
+    if (file.empty()) throw std::runtime_error(std::string("cannot encode seed ") + name);
+    write(dir / name, file);
+  };
+  for (const Png& png : pngs)
+    put(png.name, testing::png_file(png.layout, samples(png.channels, png.bits)));
+  const auto pixels = [&](int channels) {
+    Bytes p(static_cast<size_t>(w * h * channels));
+    for (size_t i = 0; i < p.size(); ++i) p[i] = static_cast<uint8_t>(i % 7 * 30 + i / 50);
+    return p;
+  };
+  struct Jpeg {
+    const char* name;
+    JpegLayout layout;
+    int channels;
+  };
+  const std::vector<Jpeg> jpegs = {
+      {"baseline.jpg", {w, h, JCS_RGB, JCS_YCbCr, 75, false}, 3},
+      {"baseline_grey.jpg", {w, h, JCS_GRAYSCALE, JCS_GRAYSCALE, 75, false}, 1},
+      {"progressive.jpg", {w, h, JCS_RGB, JCS_YCbCr, 75, true}, 3},
+      {"progressive_grey.jpg", {w, h, JCS_GRAYSCALE, JCS_GRAYSCALE, 75, true}, 1},
+      {"rgb.jpg", {w, h, JCS_RGB, JCS_RGB, 75, false}, 3},
+      {"cmyk.jpg", {w, h, JCS_CMYK, JCS_CMYK, 75, false}, 4},
+      {"ycck_progressive.jpg", {w, h, JCS_CMYK, JCS_YCCK, 75, true}, 4},
+  };
+  for (const Jpeg& jpeg : jpegs)
+    put(jpeg.name, testing::jpeg_file(jpeg.layout, pixels(jpeg.channels)));
+}
+
 // ---------------------------------------------------------------- npy
 void npy_seeds(const fs::path& dir, const fs::path& scratch) {
   write(dir / "float.npy", npy_file(scratch, torch::arange(12, torch::kFloat).reshape({3, 4})));
@@ -285,6 +343,7 @@ int main(int argc, char** argv) {
     packed_seeds(out / "packed");
     npz_seeds(out / "imagenet64_npz", scratch);
     png_seeds(out / "imagenet64_png");
+    image_seeds(out / "image_decode");
     npy_seeds(out / "npy", scratch);
     checkpoint_seeds(out / "checkpoint", scratch);
     safetensors_seeds(out / "safetensors", scratch);

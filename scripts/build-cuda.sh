@@ -2,10 +2,10 @@
 # Builds combiner against the CUDA LibTorch inside pip's torch ($COMBINER_PYTHON, default python3,
 # -c 'import torch'), into build-cuda/ (Release, Ninja; no tests unless -DCOMBINER_BUILD_TESTS=ON,
 # as scripts/test-cuda-build.sh passes). Arguments go to cmake, e.g. -DZLIB_LIBRARY=...;
-# COMBINER_DEPS_PREFIX adds a prefix that holds yaml-cpp, spdlog, fmt, stb and CLI11 when the
-# system lacks them (scripts/gpu-deps.sh --unpack makes one); COMBINER_TARGETS names what ninja
-# builds (default: the seven binaries; `all`: everything configured). LibTorch from 2.12 on
-# needs C++20. The fused attention kernels (src/attention/*.cu) build with nvcc into
+# COMBINER_DEPS_PREFIX adds a prefix that holds yaml-cpp, spdlog, fmt, stb, CLI11, libjpeg and
+# libpng when the system lacks them (scripts/gpu-deps.sh --unpack makes one); COMBINER_TARGETS
+# names what ninja builds (default: the seven binaries; `all`: everything configured). LibTorch
+# from 2.12 on needs C++20. The fused attention kernels (src/attention/*.cu) build with nvcc into
 # combiner_attention_cuda, for -DCOMBINER_CUDA_ARCHITECTURES (default 90); scripts/check-cuda.sh
 # compile-checks them without a GPU. TensorBoard event files need protobuf (libprotobuf-dev,
 # protobuf-compiler, or a prefix holding them): COMBINER_TENSORBOARD=AUTO builds without them

@@ -4,17 +4,18 @@
 #
 #   scripts/fuzz.sh [--seconds N] [target...]
 #
-# Targets (default: all): config fashion_mnist cifar10 packed imagenet64_npz imagenet64_png npy
-# checkpoint safetensors. Each runs N seconds (default 60). The corpus of each target grows across
-# runs in build-fuzz/corpus/<target>; a crash, leak, timeout or sanitizer report leaves the input
-# in build-fuzz/artifacts/ and makes the script exit non-zero. Reproduce one with
-#   build-fuzz/<target>_fuzz build-fuzz/artifacts/<file>
+# Targets (default: all): config fashion_mnist cifar10 packed imagenet64_npz imagenet64_png
+# image_decode npy checkpoint safetensors. Each runs N seconds (default 60). The corpus of each
+# target grows across runs in build-fuzz/corpus/<target>; a crash, leak, timeout or sanitizer
+# report leaves the input in build-fuzz/artifacts/ and makes the script exit non-zero. Reproduce
+# one with build-fuzz/<target>_fuzz build-fuzz/artifacts/<file>
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
 
 seconds=60
-all_targets=(config fashion_mnist cifar10 packed imagenet64_npz imagenet64_png npy checkpoint safetensors)
+all_targets=(config fashion_mnist cifar10 packed imagenet64_npz imagenet64_png image_decode npy
+             checkpoint safetensors)
 targets=()
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -82,7 +83,7 @@ for t in "${targets[@]}"; do
            -artifact_prefix="$root/$build/artifacts/$t-")
   case "$t" in
     config) options+=(-dict="$build/seeds/config.dict" -max_len=4096) ;;
-    imagenet64_npz|imagenet64_png|checkpoint) options+=(-max_len=65536) ;;
+    imagenet64_npz|imagenet64_png|image_decode|checkpoint) options+=(-max_len=65536) ;;
     cifar10|fashion_mnist|npy|safetensors) options+=(-max_len=16384) ;;
   esac
   echo "=== $t: ${seconds}s"

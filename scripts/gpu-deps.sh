@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The Debian 12 packages that build combiner beside pip's CUDA LibTorch on a machine whose image
-# lacks them and reaches no network: yaml-cpp, spdlog, fmt, CLI11, stb and zlib (headers, CMake
-# files, libraries).
+# lacks them and reaches no network: yaml-cpp, spdlog, fmt, CLI11, stb, zlib, libjpeg-turbo and
+# libpng (headers, CMake files, libraries).
 #   scripts/gpu-deps.sh                 downloads them (apt-get download, no install) into
 #                                       .cache/gpu-debs/ (ignored by git): what the device tool's
 #                                       `carry` takes to the GPU machine
@@ -13,7 +13,8 @@ dest=.cache/gpu-debs
 # zlib1g too: zlib1g-dev's libz.so points at Debian's exact libz.so.1.x. catch2, which
 # libspdlog-dev also depends on, serves only spdlog's own tests.
 packages=(libyaml-cpp-dev libyaml-cpp0.7 libspdlog-dev libspdlog1.10 libfmt-dev libfmt9
-  libcli11-dev libstb-dev libstb0 zlib1g-dev zlib1g)
+  libcli11-dev libstb-dev libstb0 zlib1g-dev zlib1g libjpeg62-turbo-dev libjpeg62-turbo
+  libpng-dev libpng16-16)
 
 if [ "${1:-}" = "--unpack" ]; then
   prefix=${2:?usage: scripts/gpu-deps.sh --unpack DIR}

@@ -10,6 +10,7 @@ packages=(
   libgloo-dev
   libjemalloc-dev         # the binaries' malloc: less memory and faster steps than glibc's here
   libyaml-cpp-dev libspdlog-dev libfmt-dev libcli11-dev libstb-dev zlib1g-dev
+  libjpeg62-turbo-dev libpng-dev  # reading JPEG and PNG files (src/util/image_decode*.cpp)
   libprotobuf-dev protobuf-compiler  # TensorBoard event files (src/tfevent/tensorboard_event.proto)
   libgtest-dev
   dataset-fashion-mnist   # the quick-start data, under /usr/share/datasets/fashion-mnist

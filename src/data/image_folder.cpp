@@ -3,7 +3,6 @@
 #include "data/image_folder.h"
 
 #include <spdlog/spdlog.h>
-#include <stb/stb_image.h>
 #include <stb/stb_image_resize.h>
 
 #include <algorithm>
@@ -18,6 +17,7 @@
 #include <thread>
 
 #include "data/packed.h"
+#include "util/image_decode.h"
 
 namespace combiner::data {
 namespace fs = std::filesystem;
@@ -103,18 +103,10 @@ std::vector<uint8_t> decode_image(const uint8_t* bytes,
                                   const ImageShape& shape,
                                   const std::string& name) {
   const int C = static_cast<int>(shape.channels);
-  int w = 0, h = 0, n = 0;
-  if (size > size_t{1} << 31 || !stbi_info_from_memory(bytes, static_cast<int>(size), &w, &h, &n))
-    throw std::runtime_error(
-        name + ": not a PNG or JPEG image stb_image can read (" +
-        (size > size_t{1} << 31 ? "larger than 2 GiB" : stbi_failure_reason()) + ")");
-  if (w > kMaxSourceSide || h > kMaxSourceSide)
-    throw std::runtime_error(name + ": " + std::to_string(w) + " x " + std::to_string(h) +
-                             " pixels, more than " + std::to_string(kMaxSourceSide) + " a side");
-  std::unique_ptr<stbi_uc, void (*)(void*)> pixels(
-      stbi_load_from_memory(bytes, static_cast<int>(size), &w, &h, &n, C), stbi_image_free);
-  if (!pixels)
-    throw std::runtime_error(name + ": cannot decode (" + std::string(stbi_failure_reason()) + ")");
+  util::DecodeLimits limits;
+  limits.max_side = kMaxSourceSide;
+  const util::DecodedImage image = util::decode_image_bytes(bytes, size, name, C, limits);
+  const int w = static_cast<int>(image.width), h = static_cast<int>(image.height);
   // The largest centred crop of aspect W:H: crop width cw = h * W / H when that fits, else crop
   // height ch = w * H / W.
   const int64_t W = shape.width, H = shape.height;
@@ -125,7 +117,7 @@ std::vector<uint8_t> decode_image(const uint8_t* bytes,
     ch = std::max<int64_t>(1, (int64_t{w} * H + W / 2) / W);
   const int64_t x0 = (w - cw) / 2, y0 = (h - ch) / 2;
   std::vector<uint8_t> out(static_cast<size_t>(shape.length()));
-  const stbi_uc* crop = pixels.get() + (y0 * w + x0) * C;
+  const uint8_t* crop = image.pixels.data() + (y0 * w + x0) * C;
   const auto filter = cw >= W && ch >= H ? STBIR_FILTER_MITCHELL : STBIR_FILTER_CATMULLROM;
   if (!stbir_resize_uint8_generic(crop,
                                   static_cast<int>(cw),

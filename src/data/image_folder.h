@@ -37,7 +37,8 @@ struct ImageFolderReport {
 };
 
 // One encoded image to shape.height x shape.width x shape.channels subpixels (the packed order):
-// decoded by stb_image with shape.channels channels, cropped to the largest centred rectangle of
+// decoded by util::decode_image_bytes (libjpeg-turbo, libpng) with shape.channels channels and at
+// most 16384 pixels a side, cropped to the largest centred rectangle of
 // the target's aspect ratio, resized by stb_image_resize (Mitchell filter when shrinking,
 // Catmull-Rom when enlarging, edges clamped; values taken as linear). std::runtime_error
 // "<name>: <why>" for bytes that are not a decodable image.

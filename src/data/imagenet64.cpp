@@ -1,4 +1,4 @@
-// ImageNet 64x64 from a folder of PNGs (decoded in parallel with stb_image into preallocated
+// ImageNet 64x64 from a folder of PNGs (decoded in parallel with libpng into preallocated
 // slots, so the order is the sorted file order whatever the thread count) or from
 // image-net.org's npz batches (data.npy members, channel-planar rows, interleaved here). Both
 // decoders work on bytes in memory; the file versions read the bytes and call them.
@@ -6,17 +6,16 @@
 
 #include <ATen/Parallel.h>
 #include <spdlog/spdlog.h>
-#include <stb/stb_image.h>
 
 #include <algorithm>
 #include <filesystem>
-#include <limits>
 #include <memory>
 #include <stdexcept>
 
 #include "data/cifar10.h"
 #include "data/file_bytes.h"
 #include "data/zip.h"
+#include "util/image_decode.h"
 #include "util/npy.h"
 
 namespace combiner::data {
@@ -171,28 +170,27 @@ Imagenet64Format detect_imagenet64_format(const std::string& dir, int64_t side) 
 void decode_imagenet64_png(
     const uint8_t* data, size_t size, const std::string& name, uint8_t* out, int64_t side) {
   const Side s{side};
-  if (size > static_cast<size_t>(std::numeric_limits<int>::max()))
-    throw std::runtime_error(s.name() + ": '" + name + "' is " + std::to_string(size) +
-                             " bytes, too large for a " + s.square() + " PNG");
-  const int length = static_cast<int>(size);
   // The header first: anything but side x side RGB is refused before a pixel is decoded, so a PNG
-  // that claims to be huge costs nothing.
-  int width = 0, height = 0, channels = 0;
-  if (!stbi_info_from_memory(data, length, &width, &height, &channels))
-    throw std::runtime_error(s.name() + ": cannot decode '" + name + "': " + stbi_failure_reason());
-  auto check = [&] {
+  // that claims to be huge costs nothing. util's messages start with the file's name; ours with
+  // the dataset's.
+  const auto prefixed = [&](auto&& read) {
+    try {
+      return read();
+    } catch (const std::runtime_error& e) {
+      throw std::runtime_error(s.name() + ": " + e.what());
+    }
+  };
+  const auto check = [&](int64_t width, int64_t height, int64_t channels) {
     if (width != s.side || height != s.side || channels != 3)
       throw std::runtime_error(s.name() + ": '" + name + "' is " + std::to_string(width) + "x" +
                                std::to_string(height) + " with " + std::to_string(channels) +
                                " channels, expected " + s.square() + " with 3 (RGB)");
   };
-  check();
-  std::unique_ptr<stbi_uc, void (*)(void*)> image(
-      stbi_load_from_memory(data, length, &width, &height, &channels, 0), stbi_image_free);
-  if (!image)
-    throw std::runtime_error(s.name() + ": cannot decode '" + name + "': " + stbi_failure_reason());
-  check();
-  std::copy(image.get(), image.get() + s.bytes(), out);
+  const auto header = prefixed([&] { return util::read_image_header(data, size, name); });
+  check(header.width, header.height, header.channels);
+  const auto image = prefixed([&] { return util::decode_image_bytes(data, size, name); });
+  check(image.width, image.height, image.channels);
+  std::copy(image.pixels.begin(), image.pixels.end(), out);
 }
 
 ImageSet read_png_folder(const std::string& folder, int64_t side) {

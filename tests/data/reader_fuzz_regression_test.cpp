@@ -132,7 +132,8 @@ TEST(ReaderFuzzRegression, NpzHeaderClaimingATrillionImages) {
       {"trillion.npz", "1099511627776 images", "found 12288"});
 }
 
-// A PNG signature and IHDR chunk (CRC not needed: stb checks it only when decoding).
+// A PNG signature and IHDR chunk (CRC not needed: util::read_image_header reads the IHDR alone;
+// libpng checks the CRC only when decoding).
 Bytes png_header(uint32_t width, uint32_t height, uint8_t colour_type) {
   Bytes out = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1a, '\n'};
   put_be32(out, 13);
