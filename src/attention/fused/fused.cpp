@@ -41,6 +41,17 @@ torch::Tensor span_queries(const torch::Tensor& q,
       whole_segments(q, spans, len, summary.exact_in_input_dtype(/*query_side=*/true)));
 }
 
+torch::Tensor span_pool(const torch::Tensor& x,
+                        const SpanSummary& summary,
+                        bool query_side,
+                        int64_t spans,
+                        int64_t len) {
+  if (summary.exact_in_input_dtype(query_side)) return fused_segment_max(x, spans, len);
+  const auto segments =
+      query_side ? span_queries(x, summary, spans, len) : span_keys(x, summary, spans, len);
+  return summary.pool(segments, 3).to(x.scalar_type());
+}
+
 std::vector<FusedPass> fixed_joint_passes(int64_t length, int64_t block) {
   const int64_t n = (length + block - 1) / block;
   FusedPass joint;
@@ -61,8 +72,8 @@ torch::Tensor fused_combiner_fixed(const torch::Tensor& q,
   const double scale = score_scale(D);
   const auto passes = fixed_joint_passes(L, s);
   if (spans == 0) return fused_attention(q, k, v, {}, {}, passes, scale);
-  const auto q_span = summary.pool(span_queries(q, summary, spans, s), 3).to(q.scalar_type());
-  const auto ks = summary.pool(span_keys(k, summary, spans, s), 3).to(k.scalar_type());
+  const auto q_span = span_pool(q, summary, /*query_side=*/true, spans, s);
+  const auto ks = span_pool(k, summary, /*query_side=*/false, spans, s);
   // u: the pooled query's unmasked softmax over its own block.
   FusedPass local;
   local.query = {spans, 1, 1, 1, spans};

@@ -83,6 +83,15 @@ torch::Tensor span_queries(const torch::Tensor& q,
                            int64_t spans,
                            int64_t len);
 
+// Each of the first `spans` whole segments of `len` rows of x (q when `query_side`, else k)
+// summarised: [B, H, spans, D] in x's dtype. A plain max pool is fused_segment_max; the others
+// (DeepSets maps, means) pool span_queries / span_keys as LibTorch ops.
+torch::Tensor span_pool(const torch::Tensor& x,
+                        const SpanSummary& summary,
+                        bool query_side,
+                        int64_t spans,
+                        int64_t len);
+
 // The variants through the fused core. q, k, v: [B, H, L, D] (any L; D = Dv) -> [B, H, L, D].
 torch::Tensor fused_combiner_fixed(const torch::Tensor& q,
                                    const torch::Tensor& k,
@@ -109,6 +118,12 @@ torch::Tensor fused_combiner_horizontal(const torch::Tensor& q,
 // cumulative_max of summary.h in one kernel each way (fused/kernel.h RunningMax) on CUDA and the
 // CPU model, for float32 and bfloat16 (and float64 on the CPU); other dtypes take cumulative_max.
 torch::Tensor fused_running_max(const torch::Tensor& x, int64_t dim, bool reverse);
+
+// The max over each of the first `segments` whole segments of `len` rows of x [B, H, rows, D]:
+// [B, H, segments, D], differentiable (the plain max pools of combiner-fixed and rowmajor: a
+// kernel each way whose backward writes x's whole gradient, fused/kernel.h SegmentMax; float32
+// and bfloat16, and float64 on the CPU; other dtypes take LibTorch's pool).
+torch::Tensor fused_segment_max(const torch::Tensor& x, int64_t segments, int64_t len);
 
 // Fused kernels launched by this process so far (on a GPU; on the CPU, those the kernels' CPU
 // model stands in for): what combiner-bench --count adds to the LibTorch ops of the glue.

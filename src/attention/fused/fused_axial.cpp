@@ -123,7 +123,7 @@ torch::Tensor fused_combiner_rowmajor(const torch::Tensor& q,
   const double scale = score_scale(D);
   const auto passes = rowmajor_joint_passes(L, W);
   if (spans == 0) return fused_attention(q, k, v, {}, {}, passes, scale);
-  const auto ks = operand(summary.pool(span_keys(k, summary, spans, W), 3), k);
+  const auto ks = span_pool(k, summary, /*query_side=*/false, spans, W);
   // u[(r, c)]: q_(r, c)'s unmasked softmax over row r, for the rows before the last (read from
   // q itself: u has L rows, the last row's zeros unread).
   FusedPass local;

@@ -221,6 +221,31 @@ COMBINER_HD bool running_max_takes(int64_t k, T v, T best) {
   return k == 0 || v != v || v >= best;  // v != v: NaN
 }
 
+// The max over each whole segment of x (the summaries of combiner-fixed's blocks and of
+// rowmajor's rows, plain max pools): x [B, H, rows, D] (element strides `stride`, D contiguous),
+// y [B, H, segments, D] contiguous, y[g] = max over t < len of x[g * len + t]; ties go to the
+// first, NaN as torch::max (the first NaN). Backward: dx [B, H, rows, D] contiguous, every row
+// written: dy[g] at segment g's arg-max, zero elsewhere, rows past segments * len included (no
+// zero-filled gradient and copy into a slice of it, as the pool of a narrowed view needs).
+struct SegmentMax {
+  int64_t batch = 0, heads = 0, rows = 0, dim = 0, segments = 0, len = 1;
+  int64_t stride[3] = {0, 0, 0};  // x's batch, head and row strides
+  Dtype dtype = Dtype::kFloat32;
+  const void* x = nullptr;
+  void* y = nullptr;         // forward
+  const void* dy = nullptr;  // backward
+  void* dx = nullptr;        // backward
+};
+// Lines of the forward (b, h, g < segments, d) and of the backward (g < ceil(rows / len)).
+COMBINER_HD int64_t segment_max_lines(const SegmentMax& m, bool backward) {
+  const int64_t groups = backward ? (m.rows + m.len - 1) / m.len : m.segments;
+  return m.batch * m.heads * groups * m.dim;
+}
+template <typename T>
+COMBINER_HD bool segment_max_takes(int64_t t, T v, T best) {
+  return t == 0 || (v != v && best == best) || v > best;  // v != v: NaN
+}
+
 // Kernels one call launches on a GPU (kernel_*.cu): the forward and the delta one each; the
 // backward its dk/dv walk, the summary-gradient walk where the pass reads summaries, and dq. The
 // glue counts these for the CPU model too, so that combiner-bench --count says a GPU's launches.
@@ -234,6 +259,8 @@ void delta_cpu(const Delta& d);
 void backward_cpu(const Backward& b);
 void running_max_forward_cpu(const RunningMax& r);
 void running_max_backward_cpu(const RunningMax& r);
+void segment_max_forward_cpu(const SegmentMax& m);
+void segment_max_backward_cpu(const SegmentMax& m);
 
 // ---- the CUDA kernels (kernel_*.cu; CUDA builds only): float32 and bfloat16, D = Dv in
 // {32, 64, 128}, every row 16-byte aligned. `stream` is a cudaStream_t. Errors throw
@@ -245,5 +272,7 @@ void backward_cuda(const Backward& b, void* stream);
 // The running max in float32 or bfloat16, any inner length (one thread per line).
 void running_max_forward_cuda(const RunningMax& r, void* stream);
 void running_max_backward_cuda(const RunningMax& r, void* stream);
+void segment_max_forward_cuda(const SegmentMax& m, void* stream);
+void segment_max_backward_cuda(const SegmentMax& m, void* stream);
 
 }  // namespace combiner::attention::fused

@@ -389,6 +389,51 @@ void running_max_backward_all(const RunningMax& r) {
   }
 }
 
+template <typename S, typename T>
+void segment_max_forward_all(const SegmentMax& m) {
+  const S* x = static_cast<const S*>(m.x);
+  S* y = static_cast<S*>(m.y);
+  for (int64_t line = 0; line < segment_max_lines(m, false); ++line) {
+    const int64_t d = line % m.dim, g = line / m.dim % m.segments;
+    const int64_t bh = line / m.dim / m.segments, b = bh / m.heads, h = bh % m.heads;
+    const S* in = x + b * m.stride[0] + h * m.stride[1] + g * m.len * m.stride[2] + d;
+    T best = 0;
+    for (int64_t t = 0; t < m.len; ++t) {
+      const T v = to_math<S, T>(in[t * m.stride[2]]);
+      if (segment_max_takes(t, v, best)) best = v;
+    }
+    y[line] = to_storage<S, T>(best);
+  }
+}
+
+template <typename S, typename T>
+void segment_max_backward_all(const SegmentMax& m) {
+  const S* x = static_cast<const S*>(m.x);
+  const S* dy = static_cast<const S*>(m.dy);
+  S* dx = static_cast<S*>(m.dx);
+  const int64_t groups = (m.rows + m.len - 1) / m.len;
+  for (int64_t line = 0; line < segment_max_lines(m, true); ++line) {
+    const int64_t d = line % m.dim, g = line / m.dim % groups;
+    const int64_t bh = line / m.dim / groups, b = bh / m.heads, h = bh % m.heads;
+    const int64_t first = g * m.len, count = std::min(m.len, m.rows - first);
+    const S* in = x + b * m.stride[0] + h * m.stride[1] + first * m.stride[2] + d;
+    S* out = dx + (bh * m.rows + first) * m.dim + d;
+    int64_t at = -1;  // the arg-max; none for the rows past the last whole segment
+    if (g < m.segments) {
+      T best = 0;
+      for (int64_t t = 0; t < m.len; ++t) {
+        const T v = to_math<S, T>(in[t * m.stride[2]]);
+        if (segment_max_takes(t, v, best)) {
+          best = v;
+          at = t;
+        }
+      }
+    }
+    const S grad = at >= 0 ? dy[(bh * m.segments + g) * m.dim + d] : to_storage<S, T>(T(0));
+    for (int64_t t = 0; t < count; ++t) out[t * m.dim] = t == at ? grad : to_storage<S, T>(T(0));
+  }
+}
+
 // fn(storage, math): float32 and float64 compute in their own type, bfloat16 in float32.
 template <typename Fn>
 void dispatch(Dtype dtype, Fn&& fn) {
@@ -423,6 +468,18 @@ void running_max_forward_cpu(const RunningMax& r) {
 void running_max_backward_cpu(const RunningMax& r) {
   cpu_model::dispatch(r.dtype, [&](auto s, auto t) {
     cpu_model::running_max_backward_all<decltype(s), decltype(t)>(r);
+  });
+}
+
+void segment_max_forward_cpu(const SegmentMax& m) {
+  cpu_model::dispatch(m.dtype, [&](auto s, auto t) {
+    cpu_model::segment_max_forward_all<decltype(s), decltype(t)>(m);
+  });
+}
+
+void segment_max_backward_cpu(const SegmentMax& m) {
+  cpu_model::dispatch(m.dtype, [&](auto s, auto t) {
+    cpu_model::segment_max_backward_all<decltype(s), decltype(t)>(m);
   });
 }
 

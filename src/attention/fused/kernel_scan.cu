@@ -1,9 +1,10 @@
-// The running max of fused/kernel.h (RunningMax), line for line the CPU model's
-// running_max_forward_all / running_max_backward_all (fused/kernel_cpu.cpp): one thread per line,
-// consecutive threads on consecutive inner elements (coalesced), each walking its n steps. Memory
-// bound: the forward reads x and writes y once, the backward reads x and dy and writes dx once,
-// where LibTorch's cummax path runs a scan with indices, then (backward) a scan again, zeros, a
-// scatter-add, a cast and flips per slice.
+// The running max and the segment max of fused/kernel.h (RunningMax, SegmentMax), line for line
+// the CPU model's running_max_*_all and segment_max_*_all (fused/kernel_cpu.cpp): one thread per
+// line, consecutive threads on consecutive inner elements (coalesced), each walking its steps.
+// Memory bound: the forward reads x and writes y once, the backward reads x and dy and writes dx
+// once, where LibTorch's cummax path runs a scan with indices, then (backward) a scan again,
+// zeros, a scatter-add, a cast and flips per slice, and a pool of a narrowed view zero-fills and
+// scatters its gradient, then zero-fills a whole-size one and copies into its slice.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -74,6 +75,49 @@ __global__ void __launch_bounds__(128) running_max_backward_kernel(const Running
   if (r.n > 0) dx[y0 + at * r.inner] = store_as<T>(sum);
 }
 
+template <typename T>
+__global__ void __launch_bounds__(128) segment_max_forward_kernel(const SegmentMax m) {
+  const int64_t line = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (line >= segment_max_lines(m, false)) return;
+  const T* x = static_cast<const T*>(m.x);
+  const int64_t d = line % m.dim, g = line / m.dim % m.segments;
+  const int64_t bh = line / m.dim / m.segments, b = bh / m.heads, h = bh % m.heads;
+  const T* in = x + b * m.stride[0] + h * m.stride[1] + g * m.len * m.stride[2] + d;
+  float best = 0.f;
+  for (int64_t t = 0; t < m.len; ++t) {
+    const float v = load_float(in[t * m.stride[2]]);
+    if (segment_max_takes(t, v, best)) best = v;
+  }
+  static_cast<T*>(m.y)[line] = store_as<T>(best);
+}
+
+template <typename T>
+__global__ void __launch_bounds__(128) segment_max_backward_kernel(const SegmentMax m) {
+  const int64_t line = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (line >= segment_max_lines(m, true)) return;
+  const T* x = static_cast<const T*>(m.x);
+  const int64_t groups = (m.rows + m.len - 1) / m.len;
+  const int64_t d = line % m.dim, g = line / m.dim % groups;
+  const int64_t bh = line / m.dim / groups, b = bh / m.heads, h = bh % m.heads;
+  const int64_t first = g * m.len, count = min(m.len, m.rows - first);
+  const T* in = x + b * m.stride[0] + h * m.stride[1] + first * m.stride[2] + d;
+  T* out = static_cast<T*>(m.dx) + (bh * m.rows + first) * m.dim + d;
+  int64_t at = -1;
+  if (g < m.segments) {
+    float best = 0.f;
+    for (int64_t t = 0; t < m.len; ++t) {
+      const float v = load_float(in[t * m.stride[2]]);
+      if (segment_max_takes(t, v, best)) {
+        best = v;
+        at = t;
+      }
+    }
+  }
+  const T zero = store_as<T>(0.f);
+  const T grad = at >= 0 ? static_cast<const T*>(m.dy)[(bh * m.segments + g) * m.dim + d] : zero;
+  for (int64_t t = 0; t < count; ++t) out[t * m.dim] = t == at ? grad : zero;
+}
+
 template <typename Fn>
 void dispatch_storage(Dtype dtype, const char* what, Fn&& fn) {
   if (dtype == Dtype::kBFloat16) return fn(Type<__nv_bfloat16>{});
@@ -103,6 +147,24 @@ void running_max_backward_cuda(const RunningMax& r, void* stream) {
   dispatch_storage(r.dtype, "running max backward", [&](auto type) {
     using T = typename decltype(type)::type;
     launch(running_max_backward_kernel<T>, line_grid(r), 0, stream, "running max backward", r);
+  });
+}
+
+void segment_max_forward_cuda(const SegmentMax& m, void* stream) {
+  using namespace cuda_detail;
+  dispatch_storage(m.dtype, "segment max", [&](auto type) {
+    using T = typename decltype(type)::type;
+    const dim3 grid(unsigned(ceil_div(segment_max_lines(m, false), 128)));
+    launch(segment_max_forward_kernel<T>, grid, 0, stream, "segment max", m);
+  });
+}
+
+void segment_max_backward_cuda(const SegmentMax& m, void* stream) {
+  using namespace cuda_detail;
+  dispatch_storage(m.dtype, "segment max backward", [&](auto type) {
+    using T = typename decltype(type)::type;
+    const dim3 grid(unsigned(ceil_div(segment_max_lines(m, true), 128)));
+    launch(segment_max_backward_kernel<T>, grid, 0, stream, "segment max backward", m);
   });
 }
 

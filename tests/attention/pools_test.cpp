@@ -1,7 +1,9 @@
-// The running-max kernel's CPU model (fused/kernel.h RunningMax, the algorithm kernel_scan.cu
-// runs) against LibTorch: values equal torch::cummax's, gradients equal cumulative_max's with
-// the arg-maxes torch::cummax kept (its scatter-add), in both directions, along an inner and an
-// outer axis, on strided views as the variants pass them, with ties and NaN.
+// The max-pool kernels' CPU model (fused/kernel.h RunningMax and SegmentMax, the algorithms
+// kernel_scan.cu runs) against LibTorch: the running max's values equal torch::cummax's and its
+// gradients cumulative_max's with the arg-maxes torch::cummax kept (its scatter-add), in both
+// directions, along an inner and an outer axis, on strided views as the variants pass them, with
+// ties and NaN; the segment max's values and gradients equal LibTorch's max over the narrowed
+// segments (ties to the first), its gradient covering every row of x.
 #include <gtest/gtest.h>
 
 #include <torch/torch.h>
@@ -77,6 +79,40 @@ TEST(RunningMaxEdges, OneLaunchEachWay) {
   EXPECT_EQ(fused_kernel_launches() - before, 1);
   y.sum().backward();
   EXPECT_EQ(fused_kernel_launches() - before, 2);
+}
+
+class SegmentMax : public ::testing::TestWithParam<torch::ScalarType> {};
+
+TEST_P(SegmentMax, MatchesTheLibTorchPoolOfTheSegments) {
+  const auto dtype = GetParam();
+  torch::manual_seed(5);
+  // 7 segments of 5 rows and 3 rows past them; D 4 read from rows of 8 (a strided view); small
+  // integers: ties, which go to the first as LibTorch's max sends them.
+  const auto wide = torch::randint(-3, 4, {2, 3, 7 * 5 + 3, 8}).to(dtype);
+  auto x = wide.narrow(3, 0, 4).detach().requires_grad_(true);
+  auto y = fused_segment_max(x, 7, 5);
+  auto x_ref = x.detach().clone().requires_grad_(true);
+  auto y_ref = std::get<0>(x_ref.narrow(2, 0, 35).reshape({2, 3, 7, 5, 4}).max(3));
+  EXPECT_TRUE(torch::equal(y.detach(), y_ref.detach()));
+  const auto g = torch::randn(y.sizes()).to(dtype);
+  y.backward(g);
+  y_ref.backward(g);
+  EXPECT_TRUE(torch::equal(x.grad(), x_ref.grad())) << (x.grad() - x_ref.grad()).abs().max();
+  EXPECT_TRUE(torch::equal(x.grad().narrow(2, 35, 3), torch::zeros({2, 3, 3, 4}).to(dtype)));
+}
+
+INSTANTIATE_TEST_SUITE_P(Dtypes,
+                         SegmentMax,
+                         ::testing::Values(torch::kDouble, torch::kFloat, torch::kBFloat16));
+
+TEST(SegmentMaxEdges, OneLaunchEachWayAndBadSegmentsRefused) {
+  auto x = torch::randn({1, 2, 12, 3}, torch::requires_grad());
+  const int64_t before = fused_kernel_launches();
+  auto y = fused_segment_max(x, 3, 4);
+  EXPECT_EQ(fused_kernel_launches() - before, 1);
+  y.sum().backward();
+  EXPECT_EQ(fused_kernel_launches() - before, 2);
+  EXPECT_THROW(fused_segment_max(x, 4, 4), c10::Error);  // 16 rows of 12
 }
 
 }  // namespace
