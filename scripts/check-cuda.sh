@@ -3,7 +3,7 @@
 #   1. every src/attention/fused/*.cu with nvcc for sm_90, ptxas -v: one line per kernel with its
 #      registers, stack frame and spill bytes (dynamic shared memory is set at launch: the sizes
 #      are in each .cu file's opening comment);
-#   2. the torch glue (src/attention/fused/function.cpp, fused.cpp, pools.cpp) with
+#   2. the torch glue (src/attention/fused/function.cpp, fused.cpp, pools.cpp, launch.cpp) with
 #      COMBINER_WITH_CUDA_KERNELS against this machine's LibTorch headers and the CUDA headers
 #      (-fsyntax-only), so type errors in the CUDA-only lines show up before anything runs on a
 #      GPU.
@@ -57,7 +57,7 @@ mkdir -p "$stub"
 [ -f /usr/include/c10/cuda/impl/cuda_cmake_macros.h ] ||
   printf '#pragma once\n#define C10_CUDA_BUILD_SHARED_LIBS\n' >"$stub/cuda_cmake_macros.h"
 for glue in src/attention/fused/function.cpp src/attention/fused/fused.cpp \
-  src/attention/fused/pools.cpp; do
+  src/attention/fused/pools.cpp src/attention/fused/launch.cpp; do
   if g++ -std=c++17 -fsyntax-only -Wall -Wextra -Wno-unused-parameter -DCOMBINER_WITH_CUDA_KERNELS \
       -Isrc -I"$torch_inc" -I"$cuda/include" -I"$out/stub" "$glue" 2>"$out/glue.log"; then
     echo "check-cuda: $glue with COMBINER_WITH_CUDA_KERNELS: ok"

@@ -42,7 +42,4 @@ bool covers(const fused::Geometry& g, int64_t rows);
 // Whether no two indices (g, t) of g name the same row.
 bool injective(const fused::Geometry& g, int64_t rows);
 
-// Adds n to the kernel launches fused_kernel_launches() reports (every launch of the family).
-void count_launches(int64_t n);
-
 }  // namespace combiner::attention::fused_glue

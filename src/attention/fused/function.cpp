@@ -2,19 +2,16 @@
 // Function (saved: q, k, v, ks, u in the kernel dtype, o and lse; with a local stage also qs and
 // u's lse), the CUDA stream. Gradient buffers: slot_grad (q, k, v and summaries read as source A:
 // the kernel dtype, each pass adding its part in place; summaries read as source B: an Acc
-// buffer added into atomically). The variants' plans: fused.cpp, fused_axial.cpp.
+// buffer added into atomically). The variants' plans: fused.cpp, fused_axial.cpp; the kernels
+// run through fused/launch.h.
 #include "attention/fused/fused.h"
 
 #include "attention/fused/checks.h"
+#include "attention/fused/launch.h"
 
 #include <algorithm>
-#include <atomic>
 #include <vector>
 
-#ifdef COMBINER_WITH_CUDA_KERNELS
-#include <c10/cuda/CUDAGuard.h>
-#include <c10/cuda/CUDAStream.h>
-#endif
 
 namespace combiner::attention {
 
@@ -110,55 +107,6 @@ fused::Pass make_pass(const FusedPass& fp,
   return p;
 }
 
-#ifdef COMBINER_WITH_CUDA_KERNELS
-void* stream_of(const torch::Tensor& x) {
-  return c10::cuda::getCurrentCUDAStream(x.device().index()).stream();
-}
-#endif
-
-std::atomic<int64_t> launched{0};  // kernels launched (CUDA) or modelled (CPU), for counting
-
-void count_launches(int64_t n) {
-  launched += n;
-}
-
-int64_t launches_of(const fused::Forward&) {
-  return 1;
-}
-int64_t launches_of(const fused::Delta&) {
-  return 1;
-}
-int64_t launches_of(const fused::Backward& b) {
-  return fused::backward_launches(b);
-}
-
-// Runs the kernel on x's device: the CUDA kernels, or the CPU model.
-template <typename Arg>
-void run(const torch::Tensor& x,
-         const Arg& arg,
-         void (*cpu)(const Arg&),
-         void (*cuda)(const Arg&, void*)) {
-  launched += launches_of(arg);
-  if (!x.is_cuda()) return cpu(arg);
-#ifdef COMBINER_WITH_CUDA_KERNELS
-  const c10::cuda::CUDAGuard guard(x.device());
-  cuda(arg, stream_of(x));
-#else
-  (void)cuda;
-  TORCH_CHECK(false, "fused attention: this build has no CUDA kernels (", x.device(), ")");
-#endif
-}
-
-#ifdef COMBINER_WITH_CUDA_KERNELS
-constexpr auto kForwardCuda = &fused::forward_cuda;
-constexpr auto kDeltaCuda = &fused::delta_cuda;
-constexpr auto kBackwardCuda = &fused::backward_cuda;
-#else
-constexpr void (*kForwardCuda)(const fused::Forward&, void*) = nullptr;
-constexpr void (*kDeltaCuda)(const fused::Delta&, void*) = nullptr;
-constexpr void (*kBackwardCuda)(const fused::Backward&, void*) = nullptr;
-#endif
-
 // The gradient of one input slot (q, k, v, ks or u) and how each pass writes it. `readers`: the
 // passes whose gradient lands in the slot (for q every pass, for the others the passes reading
 // it as source A) and their geometries; `shared`: whether a pass reads it as source B.
@@ -229,7 +177,7 @@ torch::Tensor row_delta(const torch::Tensor& o,
   dl.o = operand(o);
   dl.d_o = operand(d_o);
   dl.delta = delta.data_ptr();
-  run(o, dl, &fused::delta_cpu, kDeltaCuda);
+  fused_launch::delta(o, dl);
   return delta;
 }
 
@@ -252,7 +200,7 @@ void forward_stage(const std::vector<FusedPass>& passes,
     f.o = o.data_ptr();
     f.lse = lse.data_ptr();
     f.merge = merge && i > 0;
-    run(queries, f, &fused::forward_cpu, kForwardCuda);
+    fused_launch::forward(queries, f);
   }
 }
 
@@ -373,7 +321,7 @@ class FusedFunction : public torch::autograd::Function<FusedFunction> {
         bw.dks = dks.summary_out();
         bw.du = du.summary_out();
       }
-      run(q, bw, &fused::backward_cpu, kBackwardCuda);
+      fused_launch::backward(q, bw);
       if (slabs.defined()) {
         key_grad.buffer.narrow(2, 0, key.limit)
             .add_(slabs.view({B, H, key.segments, key.limit, D}).sum(2));
@@ -403,7 +351,7 @@ class FusedFunction : public torch::autograd::Function<FusedFunction> {
         bw.dq = (local_q ? dq : dqs).out(n + j);
         bw.dk = dk.out(n + j);
         bw.dv = dv.out(n + j);
-        run(q, bw, &fused::backward_cpu, kBackwardCuda);
+        fused_launch::backward(q, bw);
       }
     } else if (du.buffer.defined()) {
       d_u = du.buffer.to(torch::ScalarType(dtypes[3]));
@@ -475,10 +423,6 @@ torch::Tensor fused_attention_with_local(const torch::Tensor& q,
                                           fused_glue::encode(passes),
                                           fused_glue::encode(local),
                                           scale);
-}
-
-int64_t fused_kernel_launches() {
-  return fused_glue::launched.load();
 }
 
 std::string fused_cuda_unavailable(const torch::Tensor& q, const torch::Tensor& v) {

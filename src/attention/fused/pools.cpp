@@ -2,13 +2,8 @@
 // or the CPU model (fused/kernel.h): the running max (RunningMax) and the max over whole
 // segments of a [B, H, rows, D] tensor (SegmentMax). Saved for backward: x alone; the arg-maxes
 // are found again by the same scan.
-#include "attention/fused/checks.h"
 #include "attention/fused/fused.h"
-
-#ifdef COMBINER_WITH_CUDA_KERNELS
-#include <c10/cuda/CUDAGuard.h>
-#include <c10/cuda/CUDAStream.h>
-#endif
+#include "attention/fused/launch.h"
 
 namespace combiner::attention {
 
@@ -42,35 +37,6 @@ bool describe(const torch::Tensor& x, int64_t dim, fused::RunningMax& r) {
   return true;
 }
 
-// Runs one of the pool kernels on x's device: the CUDA kernel, or the CPU model.
-template <typename Arg>
-void run(const torch::Tensor& x,
-         const Arg& arg,
-         void (*cpu)(const Arg&),
-         void (*cuda)(const Arg&, void*)) {
-  fused_glue::count_launches(1);
-  if (!x.is_cuda()) return cpu(arg);
-#ifdef COMBINER_WITH_CUDA_KERNELS
-  const c10::cuda::CUDAGuard guard(x.device());
-  cuda(arg, c10::cuda::getCurrentCUDAStream(x.device().index()).stream());
-#else
-  (void)cuda;
-  TORCH_CHECK(false, "max pool: this build has no CUDA kernels (", x.device(), ")");
-#endif
-}
-
-#ifdef COMBINER_WITH_CUDA_KERNELS
-constexpr auto kRunningForward = &fused::running_max_forward_cuda;
-constexpr auto kRunningBackward = &fused::running_max_backward_cuda;
-constexpr auto kSegmentForward = &fused::segment_max_forward_cuda;
-constexpr auto kSegmentBackward = &fused::segment_max_backward_cuda;
-#else
-constexpr void (*kRunningForward)(const fused::RunningMax&, void*) = nullptr;
-constexpr void (*kRunningBackward)(const fused::RunningMax&, void*) = nullptr;
-constexpr void (*kSegmentForward)(const fused::SegmentMax&, void*) = nullptr;
-constexpr void (*kSegmentBackward)(const fused::SegmentMax&, void*) = nullptr;
-#endif
-
 class RunningMaxFunction : public torch::autograd::Function<RunningMaxFunction> {
  public:
   static torch::Tensor forward(AutogradContext* ctx,
@@ -88,7 +54,7 @@ class RunningMaxFunction : public torch::autograd::Function<RunningMaxFunction> 
     auto y = torch::empty(x.sizes(), x.options().memory_format(torch::MemoryFormat::Contiguous));
     r.x = x.data_ptr();
     r.y = y.data_ptr();
-    run(x, r, &fused::running_max_forward_cpu, kRunningForward);
+    fused_launch::running_max(x, r);
     ctx->save_for_backward({x});
     ctx->saved_data["dim"] = dim;
     ctx->saved_data["reverse"] = reverse;
@@ -107,7 +73,7 @@ class RunningMaxFunction : public torch::autograd::Function<RunningMaxFunction> 
     r.x = x.data_ptr();
     r.dy = dy.data_ptr();
     r.dx = dx.data_ptr();
-    run(x, r, &fused::running_max_backward_cpu, kRunningBackward);
+    fused_launch::running_max_backward(x, r);
     return {dx, {}, {}};
   }
 };
@@ -137,7 +103,7 @@ class SegmentMaxFunction : public torch::autograd::Function<SegmentMaxFunction> 
     auto m = segment_max_of(x, segments, len);
     auto y = torch::empty({m.batch, m.heads, segments, m.dim}, x.options());
     m.y = y.data_ptr();
-    run(x, m, &fused::segment_max_forward_cpu, kSegmentForward);
+    fused_launch::segment_max(x, m);
     ctx->save_for_backward({x});
     ctx->saved_data["segments"] = segments;
     ctx->saved_data["len"] = len;
@@ -152,7 +118,7 @@ class SegmentMaxFunction : public torch::autograd::Function<SegmentMaxFunction> 
     auto dx = torch::empty(x.sizes(), dy.options());
     m.dy = dy.data_ptr();
     m.dx = dx.data_ptr();
-    run(x, m, &fused::segment_max_backward_cpu, kSegmentBackward);
+    fused_launch::segment_max_backward(x, m);
     return {dx, {}, {}};
   }
 };
