@@ -436,7 +436,7 @@ stage_compiled() {
 
 stage_python() {
   local wheel
-  wheel=$(ls .cache/gpu-wheel/*.whl 2>/dev/null | head -1)
+  wheel=$(find .cache/gpu-wheel -name "*.whl" 2>/dev/null | head -1)
   if [ -z "$wheel" ]; then
     echo "no .cache/gpu-wheel/*.whl (scripts/python-wheel.sh, passed in carry); skipped"
     return
