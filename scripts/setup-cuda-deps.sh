@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs pip's torch (the CUDA 13.0 build PyPI serves as torch==2.11.0, i.e. 2.11.0+cu130, the
-# GPU machines' version) and the real clients the tests read our files with (tensorboard,
-# safetensors, numpy) into a virtual environment in .cache/torch-venv (ignored by git). Debian's
+# GPU machines' version), the real clients the tests read our files with (tensorboard,
+# safetensors, numpy) and the build backend of the combiner_attention package (scikit-build-core,
+# python/pyproject.toml) into a virtual environment in .cache/torch-venv (ignored by git). Debian's
 # python3 and its torch 1.13 stay as they are for the CPU build's reference checks.
 # Idempotent: a second run checks the versions and installs nothing.
 # Prints the environment's python on its last line, for `scripts/build-cuda.sh` (COMBINER_PYTHON).
@@ -11,7 +12,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 venv=${COMBINER_VENV:-.cache/torch-venv}
 torch_version=${COMBINER_TORCH:-2.11.0}
-packages=("torch==$torch_version" "tensorboard" "safetensors" "numpy")
+packages=("torch==$torch_version" "tensorboard" "safetensors" "numpy" "scikit-build-core")
 
 # Debian's python3 with its venv module (a system without python3-venv cannot make one).
 if ! /usr/bin/python3 -c 'import ensurepip' 2>/dev/null; then
@@ -25,7 +26,7 @@ fi
 
 if [ -x "$venv/bin/python" ] &&
   "$venv/bin/python" - "$torch_version" <<'PY' 2>/dev/null; then
-import sys, torch, tensorboard, safetensors, numpy
+import sys, torch, tensorboard, safetensors, numpy, scikit_build_core
 sys.exit(torch.__version__.split("+")[0] != sys.argv[1])
 PY
   echo "setup-cuda-deps: $venv has torch $("$venv/bin/python" -c 'import torch; print(torch.__version__)')"

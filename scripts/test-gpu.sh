@@ -33,7 +33,12 @@
 #             kernels and with train.attention_path=composed: the final validation bits/dim must
 #             agree within 0.01 -> OUT/fused-vs-libtorch.csv;
 #   sample    cached sampling of 16 CIFAR-10 images from a fresh 6 x 512 model -> OUT/sampling-cuda.csv;
-#   compiled  the peer under torch.compile, both 6 x 512 shapes (appended to gpu-vs-peer.csv).
+#   compiled  the peer under torch.compile, both 6 x 512 shapes (appended to gpu-vs-peer.csv);
+#   python    (last: where the others leave it budget, or alone: COMBINER_GPU_STAGES=python) the
+#             combiner_attention package from the wheel carried in .cache/gpu-wheel
+#             (scripts/python-wheel.sh): its CUDA tests (python/tests/test_cuda.py), then
+#             python -m combiner_attention.bench over the attention stage's shapes -> py:<variant>
+#             rows of OUT/attention-vs-flash.csv.
 # Everything lands in OUT, kept to 8 files so that all of them come back: test-gpu.log (all
 # output), gpu-vs-peer.csv, attention-vs-flash.csv, train-cuda.csv (our raw combiner-bench train
 # rows, with MFU), attention-cuda.csv (combiner-bench attention's own rows), fused-vs-libtorch.csv,
@@ -56,7 +61,7 @@ work=$(mktemp -d)
 bench=build-cuda/combiner-bench
 device=cuda precision=bfloat16 steps=6 warmup=2 matmul=8192
 stages=${COMBINER_GPU_STAGES:-all}
-all_stages=(profile check attention flex train deep quick sample compiled)
+all_stages=(profile check attention flex train deep quick sample compiled python)
 flex_pass=(--backward --dtype bfloat16)  # peer_flex.py attention: what the flex stage times
 quick_shrink=() sample_shrink=() sample_count=16
 shapes=("cifar10 3072 32" "imagenet64 12288 8")  # dataset, L, batch
@@ -428,6 +433,26 @@ stage_compiled() {
     PEER_TIMEOUT=170 peer "$2" "$3" --compile
   done
   flush_peer
+}
+
+stage_python() {
+  local wheel
+  wheel=$(find .cache/gpu-wheel -name "*.whl" 2>/dev/null | head -1)
+  if [ -z "$wheel" ]; then
+    echo "no .cache/gpu-wheel/*.whl (scripts/python-wheel.sh, passed in carry); skipped"
+    return
+  fi
+  python3 -m pip install -q --no-deps --no-index --target "$work/py" "$wheel" || return
+  PYTHONPATH="$work/py" run_for 150 python3 python/tests/run.py -k test_cuda ||
+    echo "python tests: exit status $?"
+  for shape in "${attention_shapes[@]}"; do
+    # shellcheck disable=SC2086  # L, batch
+    set -- $shape
+    PYTHONPATH="$work/py" run_for 90 python3 -m combiner_attention.bench --device $device \
+      --dtype $precision --backward --lengths "$1" --batch "$2" --heads 8 --dim 64 \
+      --variants "$variants" --repeats 5 --no-header >>"$out/attention-vs-flash.csv" ||
+      echo "python bench L $1: exit status $?"
+  done
 }
 
 # The tables' headers first, so that every file exists whichever stages run.
