@@ -20,6 +20,11 @@ def main(argv):
     sys.path.insert(0, HERE)
     os.environ.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")  # before torch is imported
     import torch
+    sys.path.insert(0, os.path.join(HERE, "..", "..", "scripts"))
+    import inductor_cpu  # a compile cache of its own, linked against this torch
+    note = inductor_cpu.use_own_inductor()
+    if note:
+        print(f"note: {note}")
     import combiner_attention
     import test_inspect
     test_inspect.INSPECT = args.inspect

@@ -31,8 +31,8 @@ import tempfile
 import time
 import warnings
 
-# One thread, and Inductor compiling in this process (its worker processes would not see the
-# LIBDIR fix in compiled_case): set before torch is imported.
+# One thread, and Inductor compiling in this process (its worker processes would not see
+# inductor_cpu's LIBDIR fix): set before torch is imported.
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")
 
@@ -41,6 +41,7 @@ import torch  # noqa: E402
 
 ROOT = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
 sys.path.insert(0, os.path.join(ROOT, "scripts"))
+import inductor_cpu  # noqa: E402
 import peer_flex  # noqa: E402
 import peer_gpu  # noqa: E402
 
@@ -174,18 +175,7 @@ def gradient_case(variant, L, layout, abstraction, seed):
 
 def compiled_case(L, s, seed):
     """torch.compile(flex_attention) on the CPU, float32, inference (combiner-fixed)."""
-    import sysconfig
     from torch.nn.attention.flex_attention import flex_attention
-    torch_lib = os.path.join(os.path.dirname(torch.__file__), "lib")
-    libdir = sysconfig.get_config_var("LIBDIR") or ""
-    other = os.path.join(libdir, "libtorch_cpu.so")
-    if os.path.exists(other) and not os.path.samefile(other, os.path.join(torch_lib,
-                                                                          "libtorch_cpu.so")):
-        # Inductor links its C++ kernels with -L<python's LIBDIR> ahead of torch's own lib
-        # folder; a system LibTorch there (Debian's 1.13 in /usr/lib/x86_64-linux-gnu) would be
-        # linked instead of this torch's and crash. Point LIBDIR at torch's lib for this process.
-        print(f"note: {other} is another LibTorch; linking compiled kernels against {torch_lib}")
-        sysconfig.get_config_vars()["LIBDIR"] = torch_lib
     start = time.perf_counter()
     forward_case("combiner-fixed", L, s, "max", 1, torch.compile(flex_attention, dynamic=False),
                  torch.float32, 2e-5, "compiled flex float32", seed)
@@ -269,6 +259,9 @@ def main(argv):
         if path and not os.access(path, os.X_OK):
             p.error(f"{flag}: '{path}' is not an executable file")
     torch.set_num_threads(1)
+    note = inductor_cpu.use_own_inductor()
+    if note:
+        print(f"note: {note}")
     warnings.filterwarnings("ignore", message=".*flex_attention called without torch.compile")
     from torch.nn.attention.flex_attention import flex_attention
     start = time.perf_counter()
