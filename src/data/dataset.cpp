@@ -269,12 +269,6 @@ ImageSet load_split(const DataOptions& options, Split split, PackedFile::Verify 
   return std::move(set);
 }
 
-std::optional<ImageSet> map_packed_split(const DataOptions& options, Split split) {
-  const std::string dir = data_dir(options);
-  if (!holds_packed_files(dir)) return std::nullopt;
-  return load_split(options, split, PackedFile::Verify::kBackground);
-}
-
 TrainVal load_train_val(const DataOptions& options, PackedFile::Verify verify) {
   const std::string dir = data_dir(options);
   return carve_val(load_checked(options, dir, OfficialSplit::kTrain, verify), options, dir);
