@@ -1,4 +1,5 @@
-// combiner-train as a new user meets it: a run whose test file is missing stops before its first
+// combiner-train as a new user meets it: --print-config shows every key with its meaning and
+// default and reads nothing else, and a run whose test file is missing stops before its first
 // step with one line naming the file, its run folder untouched.
 #include <gtest/gtest.h>
 
@@ -8,6 +9,8 @@
 
 #include "cli/run_binary.h"
 #include "cli/tiny_config.h"
+#include "config/config.h"
+#include "config/load.h"
 #include "test_utils.h"
 
 namespace combiner {
@@ -16,6 +19,60 @@ namespace {
 using combiner::testing::run_binary;
 using combiner::testing::TempDir;
 namespace fs = std::filesystem;
+
+int count_lines(const std::string& text, const std::string& needle) {
+  int n = 0;
+  for (size_t at = 0; (at = text.find(needle, at)) != std::string::npos; at += needle.size()) ++n;
+  return n;
+}
+
+TEST(PrintConfig, PrintsTheConfigWithOverridesAsYamlThatReadsBack) {
+  TempDir dir;
+  const std::string config = combiner::testing::tiny_config(dir);
+  const std::vector<std::string> sets = {"train.lr=0.25", "model.attention.type=axial"};
+  const auto r = run_binary("combiner-train",
+                            "--config " + config + " --set " + sets[0] + " --set " + sets[1] +
+                                " --print-config");
+  ASSERT_EQ(r.status, 0) << r.output;
+  const auto printed = config::parse_config(r.output, "printed");
+  const auto expected = config::read_config_with_overrides(config, sets);
+  EXPECT_EQ(config::to_yaml(printed), config::to_yaml(expected));
+  EXPECT_EQ(printed.train.lr, 0.25);
+  EXPECT_EQ(printed.model.attention.type, "axial");
+  EXPECT_EQ(printed.model.width, 16);  // from the file
+  // Every key, each with its default.
+  EXPECT_EQ(count_lines(r.output, "; default "), static_cast<int>(config::key_paths().size()))
+      << r.output;
+  EXPECT_NE(r.output.find("lr: 0.25  # peak learning rate"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("; default 0.001"), std::string::npos) << r.output;
+  EXPECT_FALSE(fs::exists(dir.file("run")));  // the run folder is never made
+}
+
+TEST(PrintConfig, WithoutAConfigPrintsTheDefaultsAndReadsNoData) {
+  TempDir dir;
+  const auto r = run_binary("combiner-train",
+                            "--print-config --set data.dataset=images --set data.dir=" +
+                                dir.file("nowhere") + " --set train.out_dir=" + dir.file("run"));
+  ASSERT_EQ(r.status, 0) << r.output;
+  auto expected = config::Config{};
+  expected.data.dataset = "images";
+  expected.data.dir = dir.file("nowhere");
+  expected.train.out_dir = dir.file("run");
+  EXPECT_EQ(config::to_yaml(config::parse_config(r.output, "printed")),
+            config::to_yaml(expected));
+  EXPECT_EQ(r.output.rfind("# combiner-train --print-config: the defaults with --set", 0), 0u)
+      << r.output;
+  EXPECT_TRUE(fs::is_empty(dir.path()));
+
+  const auto bad = run_binary("combiner-train", "--print-config --set train.lr=-1");
+  EXPECT_EQ(bad.status, 1);
+  EXPECT_EQ(bad.output,
+            "combiner-train: error: defaults with --set overrides: train.lr: must be > 0, got "
+            "-1.0\n");
+  const auto none = run_binary("combiner-train", "");
+  EXPECT_NE(none.status, 0);
+  EXPECT_NE(none.output.find("--config is required"), std::string::npos) << none.output;
+}
 
 // A Fashion-MNIST folder holding its training file alone (20 images, uncompressed idx3).
 std::string train_file_only(const TempDir& dir) {
