@@ -34,7 +34,7 @@ std::string script(const std::string& args) {
          COMBINER_BINARY_DIR + " " + args;
 }
 
-TEST(CpuPeerScript, ToyRunChecksTheParameterCountsAndWritesARowPerSystem) {
+TEST(VenvCpuPeerScript, ToyRunChecksTheParameterCountsAndWritesARowPerSystem) {
   if (combiner::testing::venv_python().empty()) GTEST_SKIP() << combiner::testing::kVenvMissing;
   TempDir dir;
   const std::string out = dir.file("cpu-vs-peer.csv");
