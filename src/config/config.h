@@ -85,8 +85,16 @@ void apply_override(Config& config, const std::string& assignment);
 // attention.row_len of 0 become one image row (width * channels subpixels).
 void validate(Config& config);
 
+// The part of validate() that needs no dataset: each key's range and choices and the rules that
+// relate two keys. Throws std::invalid_argument naming the key, as validate() does.
+void check_values(const Config& config);
+
 // The resolved config as YAML that parse_config() reads back to an equal Config.
 std::string to_yaml(const Config& config);
+
+// The same YAML with each key's range and default beside its meaning in the comment: what
+// `combiner-train --print-config` prints; parse_config() reads it back to an equal Config.
+std::string to_documented_yaml(const Config& config);
 
 // Every valid key path, e.g. "train.lr", in file order.
 std::vector<std::string> key_paths();

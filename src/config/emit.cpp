@@ -1,6 +1,7 @@
-// to_yaml() and key_paths(): both walk the field table in order. to_yaml() opens and closes
-// nested maps as the key prefix changes, double-quotes every string (so "null" or "123" stay
-// strings) and writes each key's meaning as a trailing comment.
+// to_yaml(), to_documented_yaml() and key_paths(): all walk the field table in order. The YAML
+// writers open and close nested maps as the key prefix changes, double-quote every string (so
+// "null" or "123" stay strings) and write each key's meaning as a trailing comment; the
+// documented form adds its range and its default there.
 #include <yaml-cpp/yaml.h>
 
 #include <string>
@@ -34,9 +35,20 @@ void emit_value(YAML::Emitter& out, const Value& value) {
   }
 }
 
-}  // namespace
+// What follows a key's value: its meaning and choices, and when documented its range and default.
+std::string comment_of(const Field& field, bool documented) {
+  std::string comment = field.meaning;
+  if (field.choices) {
+    comment += "; one of:";
+    for (const auto& name : field.choices()) comment += " " + name;
+  }
+  if (!documented) return comment;
+  const std::string range = range_description(field);
+  if (!range.empty()) comment += "; " + range;
+  return comment + "; default " + format_value(field.get(Config{}));
+}
 
-std::string to_yaml(const Config& config) {
+std::string emit_yaml(const Config& config, bool documented) {
   YAML::Emitter out;
   out << YAML::BeginMap;
   std::vector<std::string> open;  // sections currently open, outermost first
@@ -51,16 +63,21 @@ std::string to_yaml(const Config& config) {
       out << YAML::Key << parts[open.size()] << YAML::Value << YAML::BeginMap;
     out << YAML::Key << leaf << YAML::Value;
     emit_value(out, field.get(config));
-    std::string comment = field.meaning;
-    if (field.choices) {
-      comment += "; one of:";
-      for (const auto& name : field.choices()) comment += " " + name;
-    }
-    out << YAML::Comment(comment);
+    out << YAML::Comment(comment_of(field, documented));
   }
   for (; !open.empty(); open.pop_back()) out << YAML::EndMap;
   out << YAML::EndMap;
   return std::string(out.c_str()) + "\n";
+}
+
+}  // namespace
+
+std::string to_yaml(const Config& config) {
+  return emit_yaml(config, false);
+}
+
+std::string to_documented_yaml(const Config& config) {
+  return emit_yaml(config, true);
 }
 
 std::vector<std::string> key_paths() {

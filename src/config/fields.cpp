@@ -190,6 +190,10 @@ const char* type_description(FieldType type) {
   return "a value";
 }
 
+std::string range_description(const Field& field) {
+  return field.min || field.max ? range_text(field) : "";
+}
+
 const std::vector<Field>& fields() {
   static const std::vector<Field> table = build_table();
   return table;

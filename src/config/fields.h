@@ -56,6 +56,9 @@ bool is_section(const std::string& path);
 // The direct children of a section, in file order: {"data", "model", "train"} for "".
 std::vector<std::string> section_keys(const std::string& section);
 
+// The field's range as its messages write it ("> 0", "in [0, 1)"), or "" when it has none.
+std::string range_description(const Field& field);
+
 // Throws std::invalid_argument "<path>: must be ..., got ..." if the value breaks the field's
 // range, choices or non-empty rule.
 void check_field(const Field& field, const Config& config);

@@ -21,4 +21,11 @@ std::string find_config(const std::string& path);
 Config load_config_with_overrides(const std::string& path,
                                   const std::vector<std::string>& overrides);
 
+// The same without what validate() reads from the dataset's files: the overrides applied to
+// find_config(path) (to the defaults when path is ""), checked by check_values() alone, so keys
+// resolved from the data (data.height, model.attention.block, ...) keep the values given. What
+// `combiner-train --print-config` shows; nothing but the config file is read.
+Config read_config_with_overrides(const std::string& path,
+                                  const std::vector<std::string>& overrides);
+
 }  // namespace combiner::config

@@ -214,18 +214,38 @@ std::string find_config(const std::string& path) {
                               preset.string() + ")");
 }
 
+namespace {
+
+// config, read from `source`, with the overrides applied, then `check`; its
+// std::invalid_argument is prefixed with the source and whether overrides were applied.
+Config with_overrides(Config config,
+                      const std::string& source,
+                      const std::vector<std::string>& overrides,
+                      void (*check)(Config&)) {
+  for (const auto& assignment : overrides) apply_override(config, assignment);
+  try {
+    check(config);
+  } catch (const std::invalid_argument& e) {
+    throw std::invalid_argument(source + (overrides.empty() ? "" : " with --set overrides") +
+                                ": " + e.what());
+  }
+  return config;
+}
+
+}  // namespace
+
 Config load_config_with_overrides(const std::string& given_path,
                                   const std::vector<std::string>& overrides) {
   const std::string path = find_config(given_path);
-  Config config = parse_config(read_file(path), path);
-  for (const auto& assignment : overrides) apply_override(config, assignment);
-  try {
-    validate(config);
-  } catch (const std::invalid_argument& e) {
-    throw std::invalid_argument(path + (overrides.empty() ? "" : " with --set overrides") + ": " +
-                                e.what());
-  }
-  return config;
+  return with_overrides(parse_config(read_file(path), path), path, overrides, validate);
+}
+
+Config read_config_with_overrides(const std::string& given_path,
+                                  const std::vector<std::string>& overrides) {
+  auto check = [](Config& c) { check_values(c); };
+  if (given_path.empty()) return with_overrides(Config{}, "defaults", overrides, check);
+  const std::string path = find_config(given_path);
+  return with_overrides(parse_config(read_file(path), path), path, overrides, check);
 }
 
 }  // namespace combiner::config

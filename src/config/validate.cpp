@@ -39,9 +39,13 @@ void check_relations(const Config& config) {
 
 }  // namespace
 
-void validate(Config& config) {
+void check_values(const Config& config) {
   for (const Field& field : fields()) check_field(field, config);
   check_relations(config);
+}
+
+void validate(Config& config) {
+  check_values(config);
 
   // The dataset name is known to be valid here. The shape is resolved once, here: a named
   // dataset's own, or an `images` folder's packed header (unless the config already carries it,

@@ -85,6 +85,12 @@ ImageShape dataset_shape(const std::string& dataset) {
 }
 
 namespace {
+// "64 x 64 x 3": height x width x channels, as the messages about shapes write them.
+std::string shape_text(const ImageShape& s) {
+  return std::to_string(s.height) + " x " + std::to_string(s.width) + " x " +
+         std::to_string(s.channels);
+}
+
 std::string train_pack_path(const DataOptions& options) {
   if (options.dir.empty())
     throw std::invalid_argument(
@@ -104,22 +110,18 @@ ImageShape dataset_shape(const DataOptions& options) {
   check_known(options.dataset);
   const ImageShape given{options.height, options.width, options.channels};
   const bool any = given.height != 0 || given.width != 0 || given.channels != 0;
-  auto text = [](const ImageShape& s) {
-    return std::to_string(s.height) + " x " + std::to_string(s.width) + " x " +
-           std::to_string(s.channels);
-  };
   if (options.dataset != "images") {
     const ImageShape fixed = dataset_shape(options.dataset);
     if (any && !(given == fixed))
       throw std::invalid_argument("data.height/width/channels: " + options.dataset +
-                                  " images are " + text(fixed) + ", got " + text(given) +
+                                  " images are " + shape_text(fixed) + ", got " + shape_text(given) +
                                   " (leave them at 0)");
     return fixed;
   }
   if (any) {
     if (given.height <= 0 || given.width <= 0 || given.channels <= 0)
       throw std::invalid_argument("data.height/width/channels: set all three or none, got " +
-                                  text(given));
+                                  shape_text(given));
     return given;
   }
   return read_packed_header(train_pack_path(options)).shape;
@@ -196,10 +198,23 @@ ImageSet load_checked(const DataOptions& options,
   if (options.bits != 0 && set.bits != options.bits)
     throw std::runtime_error("data: '" + dir + "' holds " + std::to_string(set.bits) +
                              "-bit subpixels, but data.bits is " + std::to_string(options.bits));
-  if (!(set.shape == expected) ||
-      (!set.storage && static_cast<int64_t>(set.pixels.size()) != set.count * expected.length()))
-    throw std::runtime_error("data: reader for " + options.dataset + " in '" + dir +
-                             "' returned images of the wrong shape or size");
+  if (!(set.shape == expected)) {
+    // Only a packed header can disagree (each published format has its dataset's shape).
+    const bool packed = holds_packed_files(dir);
+    const std::string file =
+        packed ? (std::filesystem::path(dir) / packed_file_name(official)).string() : dir;
+    throw std::runtime_error(
+        "data: '" + file + "' holds " + shape_text(set.shape) +
+        " images (height x width x channels), but the config asks for " + shape_text(expected) +
+        (options.dataset == "images"
+             ? " (data.height/width/channels); set them to the pack's shape, or to 0 to take it "
+               "from the header, or repack with combiner-data pack --size"
+             : " (" + options.dataset + "); repack it with combiner-data pack"));
+  }
+  if (!set.storage && static_cast<int64_t>(set.pixels.size()) != set.count * expected.length())
+    throw std::runtime_error("data: reader for " + options.dataset + " in '" + dir + "' returned " +
+                             std::to_string(set.pixels.size()) + " bytes for " +
+                             std::to_string(set.count) + " images of " + shape_text(expected));
   return set;
 }
 
@@ -252,12 +267,6 @@ ImageSet load_split(const DataOptions& options, Split split, PackedFile::Verify 
   ImageSet& set = split == Split::kTrain ? sets.train : sets.val;
   check_not_empty(set, split, options, dir);
   return std::move(set);
-}
-
-std::optional<ImageSet> map_packed_split(const DataOptions& options, Split split) {
-  const std::string dir = data_dir(options);
-  if (!holds_packed_files(dir)) return std::nullopt;
-  return load_split(options, split, PackedFile::Verify::kBackground);
 }
 
 TrainVal load_train_val(const DataOptions& options, PackedFile::Verify verify) {

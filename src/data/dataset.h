@@ -1,7 +1,6 @@
 // Loading a split of a named dataset: the one entry point the trainer and eval use.
 #pragma once
 
-#include <optional>
 #include <string>
 #include <vector>
 
@@ -36,11 +35,6 @@ std::string default_dir(const std::string& dataset);  // where it lives by defau
 ImageSet load_split(const DataOptions& options,
                     Split split,
                     PackedFile::Verify verify = PackedFile::Verify::kNow);
-
-// A split of a packed folder, mapped and checked now; std::nullopt when the folder holds the
-// published files (read when they are needed). Training maps its test file at start this way,
-// so a damaged one stops the run before the first step rather than after the last.
-std::optional<ImageSet> map_packed_split(const DataOptions& options, Split split);
 
 // Both halves of the official training set from one read (or one mapping): what training uses.
 // val is empty (count 0) when data.val_size is 0.

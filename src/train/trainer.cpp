@@ -6,7 +6,6 @@
 #include <chrono>
 #include <cmath>
 #include <filesystem>
-#include <fstream>
 #include <limits>
 #include <memory>
 #include <stdexcept>
@@ -22,6 +21,7 @@
 #include "train/evaluate.h"
 #include "train/metrics_log.h"
 #include "train/optimizer.h"
+#include "train/run_folder.h"
 #include "train/schedule.h"
 #include "train/tensorboard_log.h"
 #include "util/device.h"
@@ -99,21 +99,6 @@ uint64_t dropout_seed(int64_t seed, int64_t step, int64_t rank) {
          static_cast<uint64_t>(rank) + 1;
 }
 
-void prepare_run_folder(const config::Config& config, bool resume) {
-  const auto& dir = config.train.out_dir;
-  std::error_code ec;
-  fs::create_directories(dir, ec);
-  if (ec) throw std::runtime_error(dir + ": cannot create run folder: " + ec.message());
-  if (!resume && !list_checkpoints(dir).empty())
-    throw std::invalid_argument("train.out_dir: " + dir +
-                                " already holds checkpoints; pass --resume to continue that run "
-                                "or choose another train.out_dir");
-  const std::string path = (fs::path(dir) / "config.yaml").string();
-  std::ofstream out(path);
-  out << config::to_yaml(config);
-  if (!out.flush()) throw std::runtime_error(path + ": cannot write (is the run folder writable?)");
-}
-
 // What one run holds from its set-up to its end.
 struct Run {
   Run(const config::Config& c, const RunOptions& o) : config(c), t(c.train), options(o) {}
@@ -126,7 +111,7 @@ struct Run {
   int64_t threads = 0;
   data::TrainVal sets;  // sets.train: the training images; val moves out into val_set
   std::optional<data::ImageSet> val_set;
-  std::optional<data::ImageSet> test_set;  // a packed one at set-up, the published files at the end
+  std::optional<data::ImageSet> test_set;  // when train.final_test: read or mapped at set-up
   double data_seconds = 0;
   std::string bits_note;  // " (5-bit data)" beside every bits/dim of N-bit data; "" at 8 bits
   int64_t L = 0, eval_batch = 0;
@@ -157,7 +142,9 @@ struct StepNumbers {
   double train_bits = 0, grad_norm = 0, lr = 0, tokens_per_s = 0;
 };
 
-// Device, processes, threads, run folder, data, model, optimizer and loader.
+// Device, processes, threads, data, model, optimizer and loader. Every split the run reads is
+// opened and checked here, before the first step and before anything is written to the run
+// folder, which is only checked (write_run_folder comes after --resume's checkpoint has loaded).
 void set_up(Run& r) {
   const auto& t = r.t;
   check_batch_split(t, r.options.launch.world_size);
@@ -166,14 +153,16 @@ void set_up(Run& r) {
       r.options.launch, r.device, DistributedOptions{std::chrono::seconds(t.dist_timeout_s)});
   if (!r.dist->is_main()) spdlog::set_level(spdlog::level::err);  // rank 0 alone logs
   r.threads = util::set_threads(threads_for(t.threads, r.options.launch));
-  if (r.dist->is_main()) prepare_run_folder(r.config, r.options.resume);
+  if (r.dist->is_main()) check_run_folder(t.out_dir, r.options.resume);
 
   // A packed ImageNet-64 file is mapped at once and its checksum verified in the background;
   // no checkpoint is written before that check has passed.
   const auto data_start = Clock::now();
   r.sets = data::load_train_val(r.config.data, data::PackedFile::Verify::kBackground);
   if (r.sets.val.count > 0) r.val_set = std::move(r.sets.val);
-  if (t.final_test) r.test_set = data::map_packed_split(r.config.data, data::Split::kTest);
+  if (t.final_test)
+    r.test_set =
+        data::load_split(r.config.data, data::Split::kTest, data::PackedFile::Verify::kBackground);
   r.data_seconds = std::chrono::duration<double>(Clock::now() - data_start).count();
   r.L = r.sets.train.shape.length();
   if (r.sets.train.bits < 8) r.bits_note = fmt::format(" ({}-bit data)", r.sets.train.bits);
@@ -208,9 +197,11 @@ void resume(Run& r) {
   spdlog::info("resumed from {} at step {}", path, r.step);
 }
 
-// Every rank on rank 0's weights; what runs where, said once; the logs opened; the clock started.
+// The run folder written (every input has passed); every rank on rank 0's weights; what runs
+// where, said once; the logs opened; the clock started.
 void start(Run& r) {
   const auto& t = r.t;
+  if (r.dist->is_main()) write_run_folder(r.config);
   r.dist->broadcast_parameters(*r.model);
   spdlog::info(
       "{}: {} train images, {} val, L = {}, ready in {:.2f}s; {} layers x {} wide, {} heads, "
@@ -421,7 +412,6 @@ RunResult finish(Run& r) {
   }
   r.result.stop_signal = 0;
   if (t.final_test && r.step == t.steps) {
-    if (!r.test_set) r.test_set = data::load_split(r.config.data, data::Split::kTest);
     const auto test = evaluate(r.model, *r.test_set, r.eval_batch, false, *r.dist);
     if (r.metrics) r.metrics->write({{"step", double(r.step)}, {"test_bpd", test.bits_per_dim}});
     if (r.tensorboard) r.tensorboard->scalar("test/bpd", r.step, test.bits_per_dim);

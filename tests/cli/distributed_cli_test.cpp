@@ -274,7 +274,7 @@ TEST(DistributedFailure, BadEnvironmentGivesOneLineErrors) {
   EXPECT_FALSE(fs::exists(dir.file("run/checkpoints")));
 }
 
-TEST(DistributedFailure, CudaWithoutAGpuIsAClearError) {
+TEST(NoGpuDistributedFailure, CudaWithoutAGpuIsAClearError) {
   if (torch::cuda::is_available()) GTEST_SKIP() << "a GPU is present";
   TempDir dir;
   const auto r = run_shell(kTrain + " --config " + write_config(dir) +

@@ -138,7 +138,7 @@ std::string expected_image(const std::string& path) {
   return size + " " + size + " " + mode;
 }
 
-class TensorBoardClients : public ::testing::Test {
+class VenvTensorBoardClients : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     if (combiner::testing::venv_python().empty()) return;
@@ -238,13 +238,13 @@ class TensorBoardClients : public ::testing::Test {
   static std::map<int64_t, double>* eval_bpd_;  // combiner-eval's line, by checkpoint step
   static std::map<std::string, View>* views_;   // by reader
 };
-TempDir* TensorBoardClients::dir_ = nullptr;
-std::string* TensorBoardClients::setup_error_ = nullptr;
-std::string* TensorBoardClients::first_config_ = nullptr;
-std::map<int64_t, double>* TensorBoardClients::eval_bpd_ = nullptr;
-std::map<std::string, View>* TensorBoardClients::views_ = nullptr;
+TempDir* VenvTensorBoardClients::dir_ = nullptr;
+std::string* VenvTensorBoardClients::setup_error_ = nullptr;
+std::string* VenvTensorBoardClients::first_config_ = nullptr;
+std::map<int64_t, double>* VenvTensorBoardClients::eval_bpd_ = nullptr;
+std::map<std::string, View>* VenvTensorBoardClients::views_ = nullptr;
 
-TEST_F(TensorBoardClients, EveryScalarOnceAtItsStepWithTheResumedRunsValue) {
+TEST_F(VenvTensorBoardClients, EveryScalarOnceAtItsStepWithTheResumedRunsValue) {
   // The scenario did replay steps: the killed run had logged past its checkpoint.
   ASSERT_FALSE(repeated_steps(run(), "train_bpd").empty());
   const std::map<std::string, std::string> keys = {{"train/bpd", "train_bpd"},
@@ -283,7 +283,7 @@ TEST_F(TensorBoardClients, EveryScalarOnceAtItsStepWithTheResumedRunsValue) {
   }
 }
 
-TEST_F(TensorBoardClients, SampleGridsAndHeatmapsDecodeAtTheirSizes) {
+TEST_F(VenvTensorBoardClients, SampleGridsAndHeatmapsDecodeAtTheirSizes) {
   for (const auto& [reader, view] : *views_) {
     const auto& samples = view.images.at("tb").at("samples");
     ASSERT_EQ(steps_of(samples), steps_up_to(kResumedSteps, kEvery)) << reader;
@@ -301,7 +301,7 @@ TEST_F(TensorBoardClients, SampleGridsAndHeatmapsDecodeAtTheirSizes) {
   }
 }
 
-TEST_F(TensorBoardClients, TextDashboardShowsTheConfigOfEachStart) {
+TEST_F(VenvTensorBoardClients, TextDashboardShowsTheConfigOfEachStart) {
   const std::string resumed_config = read_text(run() + "/config.yaml");
   ASSERT_NE(resumed_config, *first_config_);
   const std::vector<std::pair<int64_t, std::string>> expected = {
@@ -330,7 +330,7 @@ TEST_F(TensorBoardClients, TextDashboardShowsTheConfigOfEachStart) {
   }
 }
 
-TEST_F(TensorBoardClients, EvaluatingAnOlderCheckpointDropsNoPointOfTheRun) {
+TEST_F(VenvTensorBoardClients, EvaluatingAnOlderCheckpointDropsNoPointOfTheRun) {
   for (const auto& [reader, view] : *views_) {
     // Every evaluation's bits/dim is shown, once, wherever it went (the last checkpoint's too,
     // which a data server drops if the older checkpoint's lower step comes after it in one run);

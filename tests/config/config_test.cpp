@@ -8,6 +8,9 @@
 #include <vector>
 
 #include "config/config.h"
+#include "config/fields.h"
+#include "config/load.h"
+#include "config/scalar.h"
 #include "config/test_util.h"
 
 namespace combiner::config {
@@ -20,6 +23,10 @@ void expect_equal(const Config& a, const Config& b) {
   EXPECT_EQ(a.data.dataset, b.data.dataset);
   EXPECT_EQ(a.data.dir, b.data.dir);
   EXPECT_EQ(a.data.val_size, b.data.val_size);
+  EXPECT_EQ(a.data.height, b.data.height);
+  EXPECT_EQ(a.data.width, b.data.width);
+  EXPECT_EQ(a.data.channels, b.data.channels);
+  EXPECT_EQ(a.data.bits, b.data.bits);
   EXPECT_EQ(a.model.layers, b.model.layers);
   EXPECT_EQ(a.model.width, b.model.width);
   EXPECT_EQ(a.model.heads, b.model.heads);
@@ -68,6 +75,10 @@ Config unusual_config() {
   c.data.dataset = "cifar10";
   c.data.dir = "/tmp/some dir: with colon";
   c.data.val_size = 5000;
+  c.data.height = 48;  // not cifar10's shape: parse_config reads what it is given
+  c.data.width = 40;
+  c.data.channels = 2;
+  c.data.bits = 5;
   c.model.layers = 12;
   c.model.width = 384;
   c.model.heads = 6;
@@ -180,6 +191,65 @@ TEST(ConfigRoundTrip, EveryFieldChangedReadsBackEqualAndPrintsTheSame) {
   const Config read = parse_config(yaml, "round-trip");
   expect_equal(read, original);
   EXPECT_EQ(to_yaml(read), yaml);
+}
+
+TEST(ConfigRoundTrip, TheUnusualConfigChangesEveryField) {
+  // Else a field could drop out of the round trip above unnoticed.
+  for (const Field& field : fields())
+    EXPECT_NE(format_value(field.get(unusual_config())), format_value(field.get(Config{})))
+        << field.path;
+}
+
+// The line of `yaml` that holds the key path ("model.width": the "  width: " after "model:"),
+// or "".
+std::string line_of(const std::string& yaml, const std::string& path) {
+  const std::string text = "\n" + yaml;
+  size_t at = 0, depth = 0;
+  for (size_t start = 0, dot = 0; dot != std::string::npos; start = dot + 1, ++depth) {
+    dot = path.find('.', start);
+    const std::string part = path.substr(start, dot == std::string::npos ? dot : dot - start);
+    at = text.find("\n" + std::string(2 * depth, ' ') + part + ":", at);
+    if (at == std::string::npos) return "";
+  }
+  return text.substr(at + 1, text.find('\n', at + 1) - at - 1);
+}
+
+TEST(DocumentedYaml, ReadsBackEqualAndGivesEveryKeysMeaningAndDefault) {
+  for (const Config& c : {Config{}, unusual_config()}) {
+    const std::string yaml = to_documented_yaml(c);
+    const Config read = parse_config(yaml, "documented");
+    expect_equal(read, c);
+    EXPECT_EQ(to_yaml(read), to_yaml(c));
+    for (const Field& field : fields()) {
+      const std::string line = line_of(yaml, field.path);
+      ASSERT_FALSE(line.empty()) << field.path << " missing from\n" << yaml;
+      EXPECT_NE(line.find("# " + field.meaning), std::string::npos) << line;
+      EXPECT_NE(line.find("; default " + format_value(field.get(Config{}))), std::string::npos)
+          << line;
+    }
+  }
+  // Ranges and choices too.
+  const std::string yaml = to_documented_yaml(Config{});
+  EXPECT_NE(line_of(yaml, "train.beta1").find("; in [0, 1); default 0.9"), std::string::npos);
+  EXPECT_NE(line_of(yaml, "train.precision").find("one of: float32 bfloat16"),
+            std::string::npos);
+}
+
+TEST(ReadConfig, DefaultsAndOverridesWithoutTheDataset) {
+  const Config defaults = read_config_with_overrides("", {});
+  expect_equal(defaults, Config{});
+  // A folder that is not there and an `images` dataset without a shape: validate() would read
+  // the packed header; this reads nothing and keeps the keys as given.
+  const Config c = read_config_with_overrides(
+      "", {"data.dataset=images", "data.dir=/nowhere", "train.lr=0.5", "train.min_lr=0"});
+  EXPECT_EQ(c.data.dataset, "images");
+  EXPECT_EQ(c.data.height, 0);
+  EXPECT_EQ(c.model.attention.block, 0);
+  EXPECT_EQ(c.train.lr, 0.5);
+  expect_invalid([] { read_config_with_overrides("", {"train.lr=-1"}); },
+                 {"defaults with --set overrides: train.lr: must be > 0, got -1"});
+  expect_invalid([] { read_config_with_overrides("", {"train.warmup_steps=5000"}); },
+                 {"train.warmup_steps: must be <= train.steps (1000)"});
 }
 
 TEST(ConfigRoundTrip, StringsThatLookLikeOtherTypesStayStrings) {

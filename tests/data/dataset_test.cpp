@@ -123,8 +123,11 @@ TEST(ImagesDataset, RefusesNoFolderNoPackAHalfShapeAndAShapeItDoesNotHave) {
   write_images_pack(dir.path(), {4, 4, 1}, 3);
   options.width = 8;
   options.channels = 1;  // 8 x 8 x 1 asked, 4 x 4 x 1 packed
-  expect_throw_with<std::runtime_error>([&] { load_split(options, Split::kTrain); },
-                                        {"wrong shape"});
+  // Both shapes named, and the file: the header's and the config's.
+  expect_throw_with<std::runtime_error>(
+      [&] { load_split(options, Split::kTrain); },
+      {dir.file("train.pack") + "' holds 4 x 4 x 1 images",
+       "the config asks for 8 x 8 x 1 (data.height/width/channels)"});
   DataOptions cifar;
   cifar.dataset = "cifar10";
   cifar.height = 64;

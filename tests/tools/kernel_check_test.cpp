@@ -19,7 +19,7 @@ TEST(KernelCheckTest, CpuModelPassesItsGrid) {
 
 // On a GPU: the CUDA kernels (or, in a build without them, the LibTorch path on CUDA) against
 // the same references, bf16 and fp32, the large-n cases included.
-TEST(KernelCheckTest, CudaPassesItsGrid) {
+TEST(GpuKernelCheck, CudaPassesItsGrid) {
   if (!torch::cuda::is_available())
     GTEST_SKIP() << "no CUDA device (combiner-bench kernel-check --device cuda runs this on a GPU)";
   for (const auto& c : kernel_check_cases("cuda", {64})) {

@@ -95,7 +95,7 @@ TEST(Shards, CoverEveryImageOnce) {
     }
 }
 
-TEST(Device, CpuAndAutoWithoutGpu) {
+TEST(NoGpuDevice, CpuAndAutoWithoutGpu) {
   EXPECT_TRUE(resolve_device("cpu", {}).is_cpu());
   if (torch::cuda::is_available()) GTEST_SKIP() << "a GPU is present";
   EXPECT_TRUE(resolve_device("auto", {}).is_cpu());

@@ -1,8 +1,10 @@
 // Non-finite numbers: an update whose loss (hence gradient) is NaN is skipped and counted, and
-// leaves the parameters and optimizer state exactly as they were; train.max_nonfinite_steps of
-// them in a row stop the run with a message, and the checkpoints written so far stay as they were.
+// leaves the parameters and optimizer state exactly as they were, and the next good update is
+// taken; train.max_nonfinite_steps of them in a row stop the run with a message, and the
+// checkpoints written so far stay as they were.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 
 #include "model/transformer.h"
@@ -49,6 +51,21 @@ void expect_same_adam_state(const Checkpoint& a, const Checkpoint& b, const conf
   for (size_t i = 0; i < x.size(); ++i) EXPECT_TRUE(torch::equal(x[i], y[i])) << i;
 }
 
+// AdamW's update count of each parameter in a checkpoint, 0 where it holds no state yet.
+std::vector<int64_t> adam_steps(const Checkpoint& checkpoint, const config::Config& c) {
+  model::ImageTransformer model(model::TransformerOptions::from_config(c));
+  auto optimizer = make_optimizer(model, c.train);
+  restore_optimizer(*optimizer, checkpoint.optimizer);
+  std::vector<int64_t> steps;
+  for (const auto& p : model->parameters()) {
+    const auto found = optimizer->state().find(state_key(p));
+    steps.push_back(found == optimizer->state().end()
+                        ? 0
+                        : static_cast<torch::optim::AdamWParamState&>(*found->second).step());
+  }
+  return steps;
+}
+
 TEST(NonFinite, ASkippedUpdateChangesNothing) {
   TempDir dir;
   // Two good updates of a 3-step schedule, then stop: the state before step 3.
@@ -67,13 +84,41 @@ TEST(NonFinite, ASkippedUpdateChangesNothing) {
   expect_same_tensors(before.model, after.model);
   expect_same_adam_state(before, after, tiny_run(dir.file("b"), 3));
 
-  // A good step after a bad one is taken: the run does not stop at one NaN.
+}
+
+TEST(NonFinite, TheGoodStepAfterASkippedOneUpdatesTheWeights) {
+  TempDir dir;
+  auto c = tiny_run(dir.file("run"), 3);
+  c.train.checkpoint_every = 1;
   RunOptions early;
   early.nan_loss_steps = {0};
-  const auto recovered = run_training(tiny_run(dir.file("c"), 3), early);
-  EXPECT_EQ(recovered.skipped_steps, 1);
-  EXPECT_FALSE(torch::equal(load_checkpoint(recovered.final_checkpoint).model[0].second,
-                            before.model[0].second));
+  const auto run = run_training(c, early);
+  EXPECT_EQ(run.skipped_steps, 1);
+  // Step 1 was skipped: its checkpoint holds the initial weights (the trainer seeds with
+  // train.seed, then builds the model) and no AdamW state.
+  torch::manual_seed(static_cast<uint64_t>(c.train.seed));
+  model::ImageTransformer initial(model::TransformerOptions::from_config(c));
+  auto initial_tensors = capture_model(*initial);  // in the checkpoint's order, by name
+  std::sort(initial_tensors.begin(), initial_tensors.end(), [](const auto& a, const auto& b) {
+    return a.first < b.first;
+  });
+  const auto one = load_checkpoint(checkpoint_path(c.train.out_dir, 1));
+  expect_same_tensors(initial_tensors, one.model);
+  const size_t parameters = initial->parameters().size();
+  EXPECT_EQ(adam_steps(one, c), std::vector<int64_t>(parameters, 0));
+  // Step 2 was taken: every parameter moved, and AdamW counts one update for each.
+  const auto two = load_checkpoint(checkpoint_path(c.train.out_dir, 2));
+  ASSERT_EQ(two.model.size(), one.model.size());
+  size_t moved = 0;
+  for (const auto& p : initial->named_parameters()) {
+    for (size_t i = 0; i < two.model.size(); ++i) {
+      if (two.model[i].first != p.key()) continue;
+      EXPECT_FALSE(torch::equal(two.model[i].second, one.model[i].second)) << p.key();
+      ++moved;
+    }
+  }
+  EXPECT_EQ(moved, parameters);
+  EXPECT_EQ(adam_steps(two, c), std::vector<int64_t>(parameters, 1));
 }
 
 TEST(NonFinite, TooManyInARowStopTheRunAndKeepTheLastCheckpoint) {
