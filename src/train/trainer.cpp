@@ -22,6 +22,7 @@
 #include "train/evaluate.h"
 #include "train/metrics_log.h"
 #include "train/optimizer.h"
+#include "train/optimizer_state.h"
 #include "train/schedule.h"
 #include "train/tensorboard_log.h"
 #include "util/device.h"
@@ -197,7 +198,7 @@ void resume(Run& r) {
   auto [path, ckpt] = checkpoint_to_resume(r.t.out_dir, *r.dist);
   restore_model(*r.model, ckpt.model, path);
   check_same_architecture(ckpt, r.config, path);
-  restore_optimizer(*r.optimizer, ckpt.optimizer);
+  restore_optimizer(*r.optimizer, ckpt, path);
   move_optimizer_state(*r.optimizer, r.device);
   auto generator = at::detail::getDefaultCPUGenerator();  // a handle to the global one
   generator.set_state(ckpt.rng_state);
@@ -205,7 +206,12 @@ void resume(Run& r) {
   r.samples_seen = ckpt.samples_seen;
   r.ema = ckpt.ema;
   for (auto& entry : r.ema) entry.second = entry.second.to(r.device);
-  spdlog::info("resumed from {} at step {}", path, r.step);
+  spdlog::info("resumed from {} at step {}{}",
+               path,
+               r.step,
+               ckpt.written_by.empty() || ckpt.written_by == torch_build_name()
+                   ? ""
+                   : " (written by " + ckpt.written_by + ")");
 }
 
 // Every rank on rank 0's weights; what runs where, said once; the logs opened; the clock started.
