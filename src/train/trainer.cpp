@@ -23,6 +23,7 @@
 #include "train/metrics_log.h"
 #include "train/optimizer.h"
 #include "train/optimizer_state.h"
+#include "train/run_lock.h"
 #include "train/schedule.h"
 #include "train/tensorboard_log.h"
 #include "util/device.h"
@@ -100,11 +101,13 @@ uint64_t dropout_seed(int64_t seed, int64_t step, int64_t rank) {
          static_cast<uint64_t>(rank) + 1;
 }
 
-void prepare_run_folder(const config::Config& config, bool resume) {
+// The run folder, locked for this trainer alone before anything in it is read or written.
+RunFolderLock prepare_run_folder(const config::Config& config, bool resume) {
   const auto& dir = config.train.out_dir;
   std::error_code ec;
   fs::create_directories(dir, ec);
   if (ec) throw std::runtime_error(dir + ": cannot create run folder: " + ec.message());
+  RunFolderLock lock(dir);
   if (!resume && !list_checkpoints(dir).empty())
     throw std::invalid_argument("train.out_dir: " + dir +
                                 " already holds checkpoints; pass --resume to continue that run "
@@ -113,6 +116,7 @@ void prepare_run_folder(const config::Config& config, bool resume) {
   std::ofstream out(path);
   out << config::to_yaml(config);
   if (!out.flush()) throw std::runtime_error(path + ": cannot write (is the run folder writable?)");
+  return lock;
 }
 
 // What one run holds from its set-up to its end.
@@ -124,6 +128,7 @@ struct Run {
 
   torch::Device device = torch::kCPU;
   std::unique_ptr<Distributed> dist;
+  std::optional<RunFolderLock> lock;  // rank 0's; released after the logs below close
   int64_t threads = 0;
   data::TrainVal sets;  // sets.train: the training images; val moves out into val_set
   std::optional<data::ImageSet> val_set;
@@ -167,7 +172,7 @@ void set_up(Run& r) {
       r.options.launch, r.device, DistributedOptions{std::chrono::seconds(t.dist_timeout_s)});
   if (!r.dist->is_main()) spdlog::set_level(spdlog::level::err);  // rank 0 alone logs
   r.threads = util::set_threads(threads_for(t.threads, r.options.launch));
-  if (r.dist->is_main()) prepare_run_folder(r.config, r.options.resume);
+  if (r.dist->is_main()) r.lock.emplace(prepare_run_folder(r.config, r.options.resume));
 
   // A packed ImageNet-64 file is mapped at once and its checksum verified in the background;
   // no checkpoint is written before that check has passed.

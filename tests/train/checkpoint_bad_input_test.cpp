@@ -126,7 +126,7 @@ TEST(CheckpointBadInput, ReadOnlyRunFolderIsRefusedBeforeTraining) {
       message_in_child(unprivileged(run), [&] { run_training(config, {}); });
   fs::permissions(run, fs::perms::owner_all);
   if (message.rfind("SKIP: ", 0) == 0) GTEST_SKIP() << message.substr(6);
-  expect_contains(message, {run + "/config.yaml", "cannot write", "writable"});
+  expect_contains(message, {run + "/train.lock", "cannot create", "writable"});
   EXPECT_TRUE(fs::is_empty(run));
 }
 
