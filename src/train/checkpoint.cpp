@@ -24,6 +24,7 @@
 #include "config/fields.h"
 #include "config/scalar.h"
 #include "data/torch_archive.h"
+#include "train/optimizer_state.h"
 #include "util/atomic_file.h"
 
 namespace combiner::train {
@@ -115,6 +116,7 @@ void save_checkpoint(const std::string& path, const Checkpoint& c) {
   c10::Dict<std::string, at::Tensor> ema;
   for (const auto& [name, tensor] : c.ema) ema.insert(name, tensor.detach().cpu());
   state.insert("ema", ema);
+  state.insert("written_by", torch_build_name());
 
   const fs::path final_path(path);
   if (final_path.has_parent_path()) {
@@ -201,12 +203,17 @@ Checkpoint parse_checkpoint(const char* data, size_t size, const std::string& na
     }
     return out;
   };
+  Checkpoint c;
+  if (const auto writer = data::dict_entry(*state, "written_by");
+      writer && writer->kind == Value::kStr)
+    c.written_by = writer->text;
   const int64_t version = field("format_version", Value::kInt, "an integer").number;
   if (version != kFormatVersion)
     throw bad_file(name,
-                   "format version " + std::to_string(version) + ", this build reads " +
-                       std::to_string(kFormatVersion));
-  Checkpoint c;
+                   "format version " + std::to_string(version) +
+                       (c.written_by.empty() ? "" : " (written by " + c.written_by + ")") +
+                       ", this build reads " + std::to_string(kFormatVersion) +
+                       ": read it with the combiner build that wrote it");
   c.config_yaml = field("config_yaml", Value::kStr, "a string").text;
   c.step = field("step", Value::kInt, "an integer").number;
   c.samples_seen = field("samples_seen", Value::kInt, "an integer").number;
@@ -315,11 +322,23 @@ std::vector<char> capture_optimizer(torch::optim::Optimizer& optimizer) {
   return bytes;
 }
 
-void restore_optimizer(torch::optim::Optimizer& optimizer, const std::vector<char>& bytes) {
-  torch::serialize::InputArchive archive;
-  std::istringstream in(std::string(bytes.begin(), bytes.end()));
-  archive.load_from(in);
-  optimizer.load(archive);
+void restore_optimizer(torch::optim::AdamW& optimizer,
+                       const Checkpoint& checkpoint,
+                       const std::string& path) {
+  try {
+    restore_adamw_state(optimizer, checkpoint.optimizer, path);
+  } catch (const std::runtime_error& e) {
+    const std::string writer = checkpoint.written_by.empty()
+                                   ? "a combiner that did not record its LibTorch"
+                                   : checkpoint.written_by;
+    const bool other = writer != torch_build_name();
+    throw std::runtime_error(
+        std::string(e.what()) + " (the checkpoint was written by " + writer + ", this build runs " +
+        torch_build_name() + "); " +
+        (other ? "resume it with the build that wrote it, or " : "the file is damaged: ") +
+        "resume from an earlier checkpoint of the run (move this one out of its checkpoints/ "
+        "folder)");
+  }
 }
 
 std::string checkpoint_path(const std::string& out_dir, int64_t step) {

@@ -1,5 +1,6 @@
 // Checkpoints hold the whole run: the model's tensors, the optimizer's state, the step, the data
-// position, the dropout RNG and the resolved config, so --resume continues the same curve.
+// position, the dropout RNG and the resolved config, so --resume continues the same curve; and
+// the LibTorch that wrote them, as either build reads the other's (train/optimizer_state.h).
 // File: 8-byte magic, payload size, CRC-32, then a torch pickle of the state. Written to a
 // temporary file, fsynced, renamed and the folder fsynced, so neither a crash nor a full disk
 // leaves a half checkpoint under the final name.
@@ -25,6 +26,8 @@ struct Checkpoint {
   std::vector<char> optimizer;  // torch::optim serialisation of the optimizer
   torch::Tensor rng_state;      // LibTorch's default CPU generator (dropout)
   std::vector<std::pair<std::string, torch::Tensor>> ema;  // empty unless train.ema_decay > 0
+  std::string written_by = {};  // read back: the writer's LibTorch, "LibTorch 2.11.0" ("" in
+                                // older files); save_checkpoint records this build's
 };
 
 // std::runtime_error "checkpoint: cannot write '<path>': <reason>; the previous checkpoints are
@@ -56,7 +59,12 @@ void check_same_architecture(const std::string& saved_config_yaml,
                              const std::string& source);
 
 std::vector<char> capture_optimizer(torch::optim::Optimizer& optimizer);
-void restore_optimizer(torch::optim::Optimizer& optimizer, const std::vector<char>& bytes);
+// The AdamW state of a checkpoint loaded from path, whichever LibTorch wrote it
+// (train/optimizer_state.h). Throws std::runtime_error, one line, naming path, the LibTorch that
+// wrote the checkpoint and what to do, when this build cannot use it; the optimizer is unchanged.
+void restore_optimizer(torch::optim::AdamW& optimizer,
+                       const Checkpoint& checkpoint,
+                       const std::string& path);
 
 // Checkpoints of a run folder: out_dir/checkpoints/step-00001000.ckpt, sorted oldest first.
 std::string checkpoint_path(const std::string& out_dir, int64_t step);

@@ -1,5 +1,6 @@
-// check_run_folder asks the kernel whether the folder could be written (access(2)), which writes
-// nothing; write_run_folder is the first write, and takes back the folders it made if it fails.
+// check_run_folder asks the kernel whether the folder could be written (access(2)), and locks an
+// existing folder (its train.lock, the one write before the inputs have passed); write_run_folder
+// makes and writes the rest, and takes back the folders it made if it fails.
 #include "train/run_folder.h"
 
 #include <unistd.h>
@@ -34,23 +35,28 @@ std::string write_problem(const fs::path& folder) {
   return std::strerror(errno);
 }
 
+void check_no_checkpoints(const std::string& dir, bool resume) {
+  if (!resume && !list_checkpoints(dir).empty())
+    throw std::invalid_argument("train.out_dir: " + dir +
+                                " already holds checkpoints; pass --resume to continue that run "
+                                "or choose another train.out_dir");
+}
+
 }  // namespace
 
-void check_run_folder(const std::string& dir, bool resume) {
+std::optional<RunFolderLock> check_run_folder(const std::string& dir, bool resume) {
   const fs::path missing = first_missing(dir);
   if (missing.empty()) {  // the folder exists
     std::error_code ec;
     if (!fs::is_directory(dir, ec))
       throw std::runtime_error(dir + ": cannot create run folder: it exists and is not a folder");
-    if (!resume && !list_checkpoints(dir).empty())
-      throw std::invalid_argument("train.out_dir: " + dir +
-                                  " already holds checkpoints; pass --resume to continue that run "
-                                  "or choose another train.out_dir");
     const std::string problem = write_problem(dir);
     if (!problem.empty())
       throw std::runtime_error((fs::path(dir) / "config.yaml").string() + ": cannot write: " +
                                problem + " (is the run folder writable?)");
-    return;
+    std::optional<RunFolderLock> lock(std::in_place, dir);  // refused while another trainer runs
+    check_no_checkpoints(dir, resume);
+    return lock;
   }
   const fs::path parent = missing.has_parent_path() ? missing.parent_path() : fs::path(".");
   std::error_code ec;
@@ -61,19 +67,29 @@ void check_run_folder(const std::string& dir, bool resume) {
   if (!problem.empty())
     throw std::runtime_error(dir + ": cannot create run folder in '" + parent.string() +
                              "': " + problem);
+  return std::nullopt;
 }
 
-void write_run_folder(const config::Config& config) {
+void write_run_folder(const config::Config& config, bool resume,
+                      std::optional<RunFolderLock>& lock) {
   const std::string& dir = config.train.out_dir;
   const fs::path missing = first_missing(dir);
   std::error_code ec;
   fs::create_directories(dir, ec);
   if (ec) throw std::runtime_error(dir + ": cannot create run folder: " + ec.message());
   try {
+    if (!lock) {  // made here: another trainer may have made it since the check
+      lock.emplace(dir);
+      check_no_checkpoints(dir, resume);
+    }
     util::write_file_atomic((fs::path(dir) / "config.yaml").string(),
                             [&](std::ostream& out) { out << config::to_yaml(config); });
   } catch (const std::exception&) {
     // Only folders this call made, innermost first; remove() leaves a non-empty one alone.
+    if (!missing.empty() && lock) {
+      fs::remove(lock->path(), ec);
+      lock.reset();
+    }
     for (fs::path p = dir; !missing.empty(); p = p.parent_path()) {
       fs::remove(p, ec);
       if (p == missing || !p.has_parent_path()) break;

@@ -21,6 +21,7 @@
 #include "train/evaluate.h"
 #include "train/metrics_log.h"
 #include "train/optimizer.h"
+#include "train/optimizer_state.h"
 #include "train/run_folder.h"
 #include "train/schedule.h"
 #include "train/tensorboard_log.h"
@@ -108,6 +109,7 @@ struct Run {
 
   torch::Device device = torch::kCPU;
   std::unique_ptr<Distributed> dist;
+  std::optional<RunFolderLock> lock;  // rank 0's; released after the logs below close
   int64_t threads = 0;
   data::TrainVal sets;  // sets.train: the training images; val moves out into val_set
   std::optional<data::ImageSet> val_set;
@@ -144,7 +146,8 @@ struct StepNumbers {
 
 // Device, processes, threads, data, model, optimizer and loader. Every split the run reads is
 // opened and checked here, before the first step and before anything is written to the run
-// folder, which is only checked (write_run_folder comes after --resume's checkpoint has loaded).
+// folder, which is only checked, and locked if it exists (write_run_folder comes after --resume's
+// checkpoint has loaded).
 void set_up(Run& r) {
   const auto& t = r.t;
   check_batch_split(t, r.options.launch.world_size);
@@ -153,7 +156,7 @@ void set_up(Run& r) {
       r.options.launch, r.device, DistributedOptions{std::chrono::seconds(t.dist_timeout_s)});
   if (!r.dist->is_main()) spdlog::set_level(spdlog::level::err);  // rank 0 alone logs
   r.threads = util::set_threads(threads_for(t.threads, r.options.launch));
-  if (r.dist->is_main()) check_run_folder(t.out_dir, r.options.resume);
+  if (r.dist->is_main()) r.lock = check_run_folder(t.out_dir, r.options.resume);
 
   // A packed ImageNet-64 file is mapped at once and its checksum verified in the background;
   // no checkpoint is written before that check has passed.
@@ -186,7 +189,7 @@ void resume(Run& r) {
   auto [path, ckpt] = checkpoint_to_resume(r.t.out_dir, *r.dist);
   restore_model(*r.model, ckpt.model, path);
   check_same_architecture(ckpt, r.config, path);
-  restore_optimizer(*r.optimizer, ckpt.optimizer);
+  restore_optimizer(*r.optimizer, ckpt, path);
   move_optimizer_state(*r.optimizer, r.device);
   auto generator = at::detail::getDefaultCPUGenerator();  // a handle to the global one
   generator.set_state(ckpt.rng_state);
@@ -194,14 +197,19 @@ void resume(Run& r) {
   r.samples_seen = ckpt.samples_seen;
   r.ema = ckpt.ema;
   for (auto& entry : r.ema) entry.second = entry.second.to(r.device);
-  spdlog::info("resumed from {} at step {}", path, r.step);
+  spdlog::info("resumed from {} at step {}{}",
+               path,
+               r.step,
+               ckpt.written_by.empty() || ckpt.written_by == torch_build_name()
+                   ? ""
+                   : " (written by " + ckpt.written_by + ")");
 }
 
 // The run folder written (every input has passed); every rank on rank 0's weights; what runs
 // where, said once; the logs opened; the clock started.
 void start(Run& r) {
   const auto& t = r.t;
-  if (r.dist->is_main()) write_run_folder(r.config);
+  if (r.dist->is_main()) write_run_folder(r.config, r.options.resume, r.lock);
   r.dist->broadcast_parameters(*r.model);
   spdlog::info(
       "{}: {} train images, {} val, L = {}, ready in {:.2f}s; {} layers x {} wide, {} heads, "

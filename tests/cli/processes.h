@@ -68,6 +68,7 @@ class ChildProcess {
   ChildProcess& operator=(const ChildProcess&) = delete;
 
   void signal(int number) const { kill(pid_, number); }
+  pid_t pid() const { return pid_; }
   bool running() const { return pid_ > 0 && !status_; }
 
   // The exit status (-1 for a signal), or nullopt if it still runs after `seconds`.

@@ -96,6 +96,16 @@ TEST(CheckpointFuzzRegression, MissingOrMistypedEntriesAreNamed) {
   expect_contains(parse_message(checkpoint_bytes(state)), {"x.ckpt", "'model.w' is not a tensor"});
 }
 
+TEST(CheckpointFuzzRegression, ANewerFormatNamesItsWriterAndWhatToDo) {
+  c10::impl::GenericDict state(c10::StringType::get(), c10::AnyType::get());
+  state.insert("format_version", int64_t{2});
+  state.insert("written_by", std::string("LibTorch 3.0.0"));
+  expect_contains(parse_message(checkpoint_bytes(state)),
+                  {"x.ckpt",
+                   "format version 2 (written by LibTorch 3.0.0), this build reads 1",
+                   "read it with the combiner build that wrote it"});
+}
+
 TEST(CheckpointFuzzRegression, EveryValueKindTheStateUsesReadsBack) {
   // The strict reader against torch::pickle_save for the shapes a run produces: empty and 0-d
   // tensors, a non-contiguous view, large ints (LONG1) and sizes above 255 (BININT2).

@@ -35,7 +35,7 @@ void expect_same_adam_state(const Checkpoint& a, const Checkpoint& b, const conf
   auto state_of = [&](const Checkpoint& checkpoint) {
     model::ImageTransformer model(model::TransformerOptions::from_config(c));
     auto optimizer = make_optimizer(model, c.train);
-    restore_optimizer(*optimizer, checkpoint.optimizer);
+    restore_optimizer(*optimizer, checkpoint, "checkpoint");
     std::vector<torch::Tensor> tensors;
     for (const auto& p : model->parameters()) {
       auto& s = static_cast<torch::optim::AdamWParamState&>(

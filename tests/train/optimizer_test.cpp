@@ -17,6 +17,7 @@
 #include "train/bits.h"
 #include "train/checkpoint.h"
 #include "train/optimizer.h"
+#include "train/optimizer_state.h"
 #include "train/schedule.h"
 #include "train/step_checks.h"
 #include "train/tiny_run.h"
@@ -99,7 +100,7 @@ TEST(Optimizer, UpdateIsBitwiseTorchAdamWAndClipGradNorm) {
   // The state adamw_step made goes through a checkpoint as torch's does: restored into a third
   // optimizer (with torch's own step() from there on), it equals theirs.
   auto restored = make_run(c);
-  restore_optimizer(*restored.optimizer, capture_optimizer(*ours.optimizer));
+  restore_adamw_state(*restored.optimizer, capture_optimizer(*ours.optimizer), "ours");
   const auto r = restored.model->parameters();
   for (size_t i = 0; i < r.size(); ++i) {
     const auto &s = state_of(restored, r[i]), &t = state_of(theirs, b[i]);
