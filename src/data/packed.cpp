@@ -20,6 +20,7 @@
 #include <mutex>
 #include <stdexcept>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "data/dataset.h"
@@ -82,6 +83,39 @@ std::string errno_text(int error) {
   return std::strerror(error);
 }
 
+// Bytes 64..127 of a version-2 header; fail(why) makes the exception naming the file.
+template <typename Fail>
+FolderRecord parse_folder_record(const uint8_t* data,
+                                 size_t size,
+                                 uint64_t file_size,
+                                 const Fail& fail) {
+  if (file_size < kPackedHeaderBytesMax || size < kPackedHeaderBytesMax)
+    throw fail("is " + std::to_string(file_size) + " bytes, shorter than the " +
+               std::to_string(kPackedHeaderBytesMax) + "-byte header of version 2 (truncated?)");
+  if (get_u32(data + 124) != crc_update(0, data, 124))
+    throw fail("folder record checksum mismatch: the header is corrupt");
+  FolderRecord r;
+  const std::pair<int, ResizeFilter*> filters[] = {{64, &r.filters.shrink},
+                                                   {68, &r.filters.enlarge}};
+  for (const auto& [at, filter] : filters) {
+    const uint32_t code = get_u32(data + at);
+    if (!is_resize_filter(code))
+      throw fail("folder record names resize filter " + std::to_string(code) +
+                 ", expected 1 to 4 (box, triangle, mitchell, catmull-rom)");
+    *filter = static_cast<ResizeFilter>(code);
+  }
+  const std::pair<int, int64_t*> counts[] = {
+      {72, &r.copied}, {80, &r.shrunk}, {88, &r.enlarged}, {96, &r.cropped}, {104, &r.skipped}};
+  for (const auto& [at, count] : counts) {
+    const uint64_t value = get_u64(data + at);
+    if (value > (uint64_t{1} << 48))
+      throw fail("folder record count " + std::to_string(value) + " at byte " + std::to_string(at) +
+                 " is not a count of images");
+    *count = static_cast<int64_t>(value);
+  }
+  return r;
+}
+
 }  // namespace
 
 std::string packed_file_name(OfficialSplit split) {
@@ -95,14 +129,30 @@ bool holds_packed_files(const std::string& dir) {
          fs::exists(fs::path(dir) / packed_file_name(OfficialSplit::kTest), ec);
 }
 
-std::array<uint8_t, kPackedHeaderBytes> encode_packed_header(const PackedHeader& header) {
+bool FolderRecord::operator==(const FolderRecord& o) const {
+  return filters.shrink == o.filters.shrink && filters.enlarge == o.filters.enlarge &&
+         copied == o.copied && shrunk == o.shrunk && enlarged == o.enlarged &&
+         cropped == o.cropped && skipped == o.skipped;
+}
+
+std::string describe(const FolderRecord& r) {
+  return std::to_string(r.copied) + " copied unfiltered, " + std::to_string(r.shrunk) +
+         " shrunk (" + resize_filter_name(r.filters.shrink) + "), " + std::to_string(r.enlarged) +
+         " enlarged (" + resize_filter_name(r.filters.enlarge) + "), " + std::to_string(r.cropped) +
+         " cropped";
+}
+
+std::vector<uint8_t> encode_packed_header(const PackedHeader& header) {
   if (header.dataset.empty() || header.dataset.size() >= kNameBytes)
     throw std::invalid_argument("packed header: dataset name '" + header.dataset +
                                 "' must have 1 to 15 characters");
-  std::array<uint8_t, kPackedHeaderBytes> bytes{};
+  if (header.folder && header.dataset != "images")
+    throw std::invalid_argument("packed header: a folder record in a " + header.dataset +
+                                " pack (only images packs have one)");
+  std::vector<uint8_t> bytes(header.header_bytes(), 0);
   std::memcpy(bytes.data(), kMagic, sizeof(kMagic));
-  put_u32(&bytes[8], header.version);
-  put_u32(&bytes[12], kPackedHeaderBytes);
+  put_u32(&bytes[8], header.version != 0 ? header.version : header.folder ? 2 : 1);
+  put_u32(&bytes[12], static_cast<uint32_t>(header.header_bytes()));
   std::memcpy(&bytes[16], header.dataset.data(), header.dataset.size());
   put_u32(&bytes[32], static_cast<uint32_t>(header.shape.height));
   put_u32(&bytes[36], static_cast<uint32_t>(header.shape.width));
@@ -111,6 +161,16 @@ std::array<uint8_t, kPackedHeaderBytes> encode_packed_header(const PackedHeader&
   put_u64(&bytes[48], static_cast<uint64_t>(header.count));
   put_u32(&bytes[56], header.payload_crc);
   put_u32(&bytes[60], crc_update(0, bytes.data(), 60));
+  if (const auto& r = header.folder) {
+    put_u32(&bytes[64], static_cast<uint32_t>(r->filters.shrink));
+    put_u32(&bytes[68], static_cast<uint32_t>(r->filters.enlarge));
+    put_u64(&bytes[72], static_cast<uint64_t>(r->copied));
+    put_u64(&bytes[80], static_cast<uint64_t>(r->shrunk));
+    put_u64(&bytes[88], static_cast<uint64_t>(r->enlarged));
+    put_u64(&bytes[96], static_cast<uint64_t>(r->cropped));
+    put_u64(&bytes[104], static_cast<uint64_t>(r->skipped));
+    put_u32(&bytes[124], crc_update(0, bytes.data(), 124));
+  }
   return bytes;
 }
 
@@ -128,14 +188,17 @@ PackedHeader parse_packed_header(const uint8_t* data,
         "make one with combiner-data pack");
   PackedHeader header;
   header.version = get_u32(data + 8);
-  if (header.version != kPackedVersion)
+  if (header.version < 1 || header.version > kPackedVersion)
     throw fail("packed format version " + std::to_string(header.version) +
-               ", this build reads version " + std::to_string(kPackedVersion) +
+               ", this build reads versions 1 to " + std::to_string(kPackedVersion) +
                "; pack the dataset again with this build's combiner-data");
-  if (get_u32(data + 12) != kPackedHeaderBytes)
-    throw fail("header size " + std::to_string(get_u32(data + 12)) + ", expected 64");
+  const size_t header_bytes = header.version == 1 ? kPackedHeaderBytes : kPackedHeaderBytesMax;
+  if (get_u32(data + 12) != header_bytes)
+    throw fail("header size " + std::to_string(get_u32(data + 12)) + ", expected " +
+               std::to_string(header_bytes) + " for version " + std::to_string(header.version));
   if (get_u32(data + 60) != crc_update(0, data, 60))
     throw fail("header checksum mismatch: the header is corrupt");
+  if (header.version >= 2) header.folder = parse_folder_record(data, size, file_size, fail);
   const char* text = reinterpret_cast<const char*>(data + 16);
   header.dataset.assign(text, strnlen(text, kNameBytes));
   const auto& names = dataset_names();
@@ -162,8 +225,10 @@ PackedHeader parse_packed_header(const uint8_t* data,
   if (header.bits > 8 || (header.bits != 8 && header.dataset != "images"))
     throw fail("header says " + std::to_string(bits) + " bits per subpixel, expected " +
                (header.dataset == "images" ? "1 to 8" : "8 for " + header.dataset));
+  if (header.folder && header.dataset != "images")
+    throw fail("a " + header.dataset + " pack with a folder record (version 2 is for images)");
   const uint64_t count = get_u64(data + 48);
-  const uint64_t payload = file_size - kPackedHeaderBytes;
+  const uint64_t payload = file_size - header.header_bytes();
   if (count == 0 || count > payload / static_cast<uint64_t>(expected.length()) ||
       count * static_cast<uint64_t>(expected.length()) != payload)
     throw fail("header says " + std::to_string(count) + " images (" +
@@ -172,6 +237,12 @@ PackedHeader parse_packed_header(const uint8_t* data,
                " bytes after its header (truncated, or not written by combiner-data pack)");
   header.count = static_cast<int64_t>(count);
   header.payload_crc = get_u32(data + 56);
+  if (const auto& r = header.folder)
+    if (r->copied + r->shrunk + r->enlarged != header.count || r->cropped > header.count)
+      throw fail("folder record counts " + std::to_string(r->copied) + " copied, " +
+                 std::to_string(r->shrunk) + " shrunk, " + std::to_string(r->enlarged) +
+                 " enlarged, " + std::to_string(r->cropped) + " cropped, for " +
+                 std::to_string(header.count) + " images (they must add up to the count)");
   return header;
 }
 
@@ -186,7 +257,8 @@ std::runtime_error checksum_mismatch(const std::string& name, uint32_t found, ui
 
 PackedHeader check_packed_bytes(const uint8_t* data, size_t size, const std::string& name) {
   const PackedHeader header = parse_packed_header(data, size, size, name);
-  const uint32_t crc = payload_crc(data + kPackedHeaderBytes, size - kPackedHeaderBytes, 1);
+  const size_t at = header.header_bytes();
+  const uint32_t crc = payload_crc(data + at, size - at, 1);
   if (crc != header.payload_crc) throw checksum_mismatch(name, crc, header.payload_crc);
   return header;
 }
@@ -227,7 +299,7 @@ PackedHeader read_packed_header(const std::string& path) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) throw fail(errno_text(errno));
   struct stat info {};
-  uint8_t head[kPackedHeaderBytes] = {};
+  uint8_t head[kPackedHeaderBytesMax] = {};
   const bool regular = ::fstat(fd, &info) == 0 && S_ISREG(info.st_mode);
   const ssize_t got = regular ? ::pread(fd, head, sizeof(head), 0) : 0;
   const int error = errno;
@@ -252,7 +324,7 @@ std::shared_ptr<PackedFile> PackedFile::open(const std::string& path,
     throw fail("not a regular file");
   }
   const auto file_size = static_cast<uint64_t>(info.st_size);
-  uint8_t head[kPackedHeaderBytes] = {};
+  uint8_t head[kPackedHeaderBytesMax] = {};
   const ssize_t got = ::pread(fd, head, sizeof(head), 0);
   if (got < 0) {
     const int error = errno;
@@ -314,7 +386,7 @@ void PackedFile::verify(int threads) const {
         const ssize_t got = ::pread(fd,
                                     buffer.data(),
                                     std::min<uint64_t>(kChunk, end - at),
-                                    static_cast<off_t>(kPackedHeaderBytes + at));
+                                    static_cast<off_t>(header_.header_bytes() + at));
         if (got < 0 && errno == EINTR) continue;
         if (got <= 0)
           throw std::runtime_error(path_ + ": cannot read: " +
@@ -351,19 +423,32 @@ ImageSet PackedFile::image_set() const {
 // ---------------------------------------------------------------------------------------------
 // PackedWriter
 
+namespace {
+PackedHeader writer_header(std::string dataset, ImageShape shape, int64_t count, int64_t bits) {
+  PackedHeader header;
+  header.dataset = std::move(dataset);
+  header.shape = shape;
+  header.count = count;
+  header.bits = bits;
+  return header;
+}
+}  // namespace
+
 PackedWriter::PackedWriter(
     std::string path, std::string dataset, ImageShape shape, int64_t count, int64_t bits)
-    : path_(std::move(path)), tmp_(path_ + ".tmp") {
-  header_.dataset = std::move(dataset);
-  header_.shape = shape;
-  header_.count = count;
-  header_.bits = bits;
-  if (bits < 1 || bits > 8)
-    throw std::invalid_argument("packed file: " + std::to_string(bits) + " bits per subpixel");
-  encode_packed_header(header_);  // refuses a bad name before a file is made
+    : PackedWriter(std::move(path), writer_header(std::move(dataset), shape, count, bits)) {}
+
+PackedWriter::PackedWriter(std::string path, PackedHeader header)
+    : path_(std::move(path)), tmp_(path_ + ".tmp"), header_(std::move(header)) {
+  header_.payload_crc = 0;
+  header_.version = 0;
+  if (header_.bits < 1 || header_.bits > 8)
+    throw std::invalid_argument("packed file: " + std::to_string(header_.bits) +
+                                " bits per subpixel");
+  // Refuses a bad name before a file is made; zeros hold the header's place until complete().
+  const std::vector<uint8_t> placeholder(encode_packed_header(header_).size(), 0);
   fd_ = ::open(tmp_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd_ < 0) fail("cannot create '" + tmp_ + "': " + errno_text(errno));
-  const std::array<uint8_t, kPackedHeaderBytes> placeholder{};
   write_all(placeholder.data(), placeholder.size());
 }
 
@@ -421,6 +506,13 @@ void PackedWriter::complete_short() {
   if (written_ == 0) fail("no image was written");
   header_.count = written_;
   complete();
+}
+
+void PackedWriter::set_folder_record(const FolderRecord& record) {
+  if (!header_.folder)
+    throw std::logic_error("PackedWriter::set_folder_record: '" + path_ +
+                           "' was made without a folder record");
+  header_.folder = record;
 }
 
 void PackedWriter::rename_into_place() {
