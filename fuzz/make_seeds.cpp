@@ -151,6 +151,20 @@ void packed_seeds(const fs::path& dir) {
   Bytes file(head.begin(), head.end());
   file.insert(file.end(), payload.begin(), payload.end());
   write(dir / "two.pack", file);
+  // Version 2: an images pack with its folder record.
+  data::PackedHeader images;
+  images.dataset = "images";
+  images.shape = {2, 3, 3};
+  images.count = 2;
+  images.folder = data::FolderRecord{};
+  images.folder->copied = 1;
+  images.folder->shrunk = 1;
+  const Bytes pixels = pattern(2 * 18, 6);
+  images.payload_crc = data::payload_crc(pixels.data(), pixels.size(), 1);
+  const auto images_head = data::encode_packed_header(images);
+  Bytes images_file(images_head.begin(), images_head.end());
+  images_file.insert(images_file.end(), pixels.begin(), pixels.end());
+  write(dir / "images_v2.pack", images_file);
   write(dir / "header_only", Bytes(head.begin(), head.end()));
   Bytes valid = {'V'};
   valid.insert(valid.end(), payload.begin(), payload.end());

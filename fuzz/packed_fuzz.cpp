@@ -16,7 +16,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size < 1 || data[0] != 'V') {
     data::PackedHeader header;
     if (fuzz::refuses_cleanly([&] { header = data::check_packed_bytes(data, size, name); }, name) &&
-        data::kPackedHeaderBytes + static_cast<size_t>(header.payload_bytes()) != size)
+        header.header_bytes() + static_cast<size_t>(header.payload_bytes()) != size)
       fuzz::bug("accepted a file whose size disagrees with its header");
     return 0;
   }

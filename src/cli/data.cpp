@@ -43,19 +43,32 @@ std::pair<int64_t, int64_t> parse_size(const std::string& text) {
 int run_pack_folder(data::ImageFolderOptions options, const std::string& size, int64_t threads) {
   std::tie(options.height, options.width) = parse_size(size);
   options.threads = static_cast<int>(threads);
-  spdlog::info("pack: the images under {} as {}x{}x{}, {}-bit, seed {}",
-               options.from,
-               options.height,
-               options.width,
-               options.channels,
-               options.bits,
-               options.seed);
+  spdlog::info(
+      "pack: the images under {} as {}x{}x{}, {}-bit, seed {}, filters {} (shrinking), "
+      "{} (enlarging)",
+      options.from,
+      options.height,
+      options.width,
+      options.channels,
+      options.bits,
+      options.seed,
+      data::resize_filter_name(options.filters.shrink),
+      data::resize_filter_name(options.filters.enlarge));
   const auto report = data::pack_image_folder(options);
   for (const auto& path : report.paths) std::printf("packed: %s\n", path.c_str());
-  std::printf("images: %lld train, %lld test, %zu skipped\n",
+  // The last line says how the pack was made (both files' records together).
+  data::FolderRecord both = report.train_record;
+  const data::FolderRecord& test = report.test_record;
+  both.copied += test.copied;
+  both.shrunk += test.shrunk;
+  both.enlarged += test.enlarged;
+  both.cropped += test.cropped;
+  both.skipped += test.skipped;
+  std::printf("images: %lld train, %lld test, %zu skipped | %s\n",
               static_cast<long long>(report.train),
               static_cast<long long>(report.test),
-              report.skipped.size());
+              report.skipped.size(),
+              data::describe(both).c_str());
   return 0;
 }
 
@@ -75,6 +88,14 @@ int run_info(const std::string& path) {
               static_cast<long long>(h.shape.length()),
               static_cast<long long>(h.payload_bytes()));
   std::printf("subpixels: %lld bits\n", static_cast<long long>(h.bits));
+  if (h.folder)
+    std::printf("made from a folder: %s; %lld files skipped\n",
+                data::describe(*h.folder).c_str(),
+                static_cast<long long>(h.folder->skipped));
+  else if (h.dataset == "images")
+    std::printf(
+        "made from a folder: not recorded (format version 1; pack it again to record "
+        "the resize filter)\n");
   std::fflush(stdout);
   file->check_integrity(/*wait=*/true);
   std::printf("checksum: CRC-32 %08x, verified\n", h.payload_crc);
@@ -133,6 +154,17 @@ int main(int argc, char** argv) {
         "--bits", folder.bits, "bits per subpixel, 1 to 8 (default 8): v >> (8 - bits)");
     pack_cmd->add_flag(
         "--strict", folder.strict, "refuse a file that does not decode (default: skip it)");
+    std::string filter = "mitchell", upsample_filter = "catmull-rom";
+    auto* filter_opt = pack_cmd->add_option(
+        "--filter",
+        filter,
+        "box | triangle | mitchell | catmull-rom: resizes images larger than --size (default "
+        "mitchell; box averages areas, as image-net.org's downsampled ImageNet was made). An "
+        "image whose centred crop already has the size is copied, never filtered");
+    auto* upsample_opt = pack_cmd->add_option(
+        "--upsample-filter",
+        upsample_filter,
+        "the same for images smaller than --size (default catmull-rom, which interpolates)");
 
     std::string file, out;
     int64_t index = 0;
@@ -157,11 +189,17 @@ int main(int argc, char** argv) {
             "go with --dataset " +
             pack.dataset);
       if (pack.from.empty()) throw std::invalid_argument("pack: --size needs --from FOLDER");
+      folder.filters.shrink = data::parse_resize_filter(filter, "--filter");
+      folder.filters.enlarge = data::parse_resize_filter(upsample_filter, "--upsample-filter");
       folder.from = pack.from;
       folder.out = pack.out;
       folder.force = pack.force;
       return run_pack_folder(folder, size, threads);
     }
+    if (filter_opt->count() > 0 || upsample_opt->count() > 0)
+      throw std::invalid_argument(
+          "pack: --filter and --upsample-filter resize your own images (--size H[xW] --from "
+          "FOLDER); a published dataset is packed as it is");
     if (pack.dataset.empty())
       throw std::invalid_argument(
           "pack: --dataset fashion_mnist | cifar10 | imagenet64 | imagenet32, or --size H[xW] with "

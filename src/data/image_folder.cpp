@@ -3,7 +3,6 @@
 #include "data/image_folder.h"
 
 #include <spdlog/spdlog.h>
-#include <stb/stb_image_resize.h>
 
 #include <algorithm>
 #include <atomic>
@@ -66,25 +65,30 @@ struct FolderSplit {
   std::vector<std::string> files;
 };
 
-// Decodes files[begin, end) into out (image i at (i - begin) * L) on `threads` threads; a file
-// that fails leaves its reason in why[i - begin].
+// Decodes files[begin, end) into out (image i at (i - begin) * L) on `threads` threads, with
+// what was done to each in fits[i - begin]; a file that fails leaves its reason in why[i - begin].
 void decode_chunk(const std::vector<std::string>& files,
                   size_t begin,
                   size_t end,
                   const ImageShape& shape,
+                  const ResizeFilters& filters,
                   int threads,
                   std::vector<uint8_t>& out,
+                  std::vector<Fit>& fits,
                   std::vector<std::string>& why) {
   const size_t n = end - begin, L = static_cast<size_t>(shape.length());
   out.resize(n * L);
+  fits.assign(n, Fit{});
   why.assign(n, "");
   std::atomic<size_t> next{0};
   auto work = [&] {
     for (size_t i = next++; i < n; i = next++) {
       try {
         const auto bytes = read_file(files[begin + i]);
-        const auto image = decode_image(bytes.data(), bytes.size(), shape, files[begin + i]);
-        std::copy(image.begin(), image.end(), out.begin() + static_cast<ptrdiff_t>(i * L));
+        auto image = decode_image(bytes.data(), bytes.size(), shape, files[begin + i], filters);
+        std::copy(
+            image.pixels.begin(), image.pixels.end(), out.begin() + static_cast<ptrdiff_t>(i * L));
+        fits[i] = image.fit;
       } catch (const std::exception& e) {
         why[i] = e.what();
       }
@@ -96,46 +100,40 @@ void decode_chunk(const std::vector<std::string>& files,
   for (auto& thread : pool) thread.join();
 }
 
+void count_fit(const Fit& fit, FolderRecord& record) {
+  if (fit.resampling == Resampling::kCopied)
+    ++record.copied;
+  else if (fit.resampling == Resampling::kShrunk)
+    ++record.shrunk;
+  else
+    ++record.enlarged;
+  if (fit.cropped) ++record.cropped;
+}
+
 }  // namespace
 
 std::vector<uint8_t> decode_image(const uint8_t* bytes,
                                   size_t size,
                                   const ImageShape& shape,
                                   const std::string& name) {
+  return decode_image(bytes, size, shape, name, ResizeFilters{}).pixels;
+}
+
+DecodedImage decode_image(const uint8_t* bytes,
+                          size_t size,
+                          const ImageShape& shape,
+                          const std::string& name,
+                          const ResizeFilters& filters) {
   const int C = static_cast<int>(shape.channels);
   util::DecodeLimits limits;
   limits.max_side = kMaxSourceSide;
-  const util::DecodedImage image = util::decode_image_bytes(bytes, size, name, C, limits);
-  const int w = static_cast<int>(image.width), h = static_cast<int>(image.height);
-  // The largest centred crop of aspect W:H: crop width cw = h * W / H when that fits, else crop
-  // height ch = w * H / W.
-  const int64_t W = shape.width, H = shape.height;
-  int64_t cw = w, ch = h;
-  if (int64_t{w} * H > int64_t{h} * W)
-    cw = std::max<int64_t>(1, (int64_t{h} * W + H / 2) / H);
-  else
-    ch = std::max<int64_t>(1, (int64_t{w} * H + W / 2) / W);
-  const int64_t x0 = (w - cw) / 2, y0 = (h - ch) / 2;
-  std::vector<uint8_t> out(static_cast<size_t>(shape.length()));
-  const uint8_t* crop = image.pixels.data() + (y0 * w + x0) * C;
-  const auto filter = cw >= W && ch >= H ? STBIR_FILTER_MITCHELL : STBIR_FILTER_CATMULLROM;
-  if (!stbir_resize_uint8_generic(crop,
-                                  static_cast<int>(cw),
-                                  static_cast<int>(ch),
-                                  w * C,
-                                  out.data(),
-                                  static_cast<int>(W),
-                                  static_cast<int>(H),
-                                  static_cast<int>(W) * C,
-                                  C,
-                                  STBIR_ALPHA_CHANNEL_NONE,
-                                  0,
-                                  STBIR_EDGE_CLAMP,
-                                  filter,
-                                  STBIR_COLORSPACE_LINEAR,
-                                  nullptr))
-    throw std::runtime_error(name + ": resize failed");
-  return out;
+  const util::DecodedImage decoded = util::decode_image_bytes(bytes, size, name, C, limits);
+  DecodedImage image;
+  image.pixels.resize(static_cast<size_t>(shape.length()));
+  image.fit = fit_image(decoded.pixels.data(), static_cast<int>(decoded.width),
+                        static_cast<int>(decoded.height), shape, filters, image.pixels.data(),
+                        name);
+  return image;
 }
 
 ImageFolderReport pack_image_folder(const ImageFolderOptions& options) {
@@ -193,16 +191,25 @@ ImageFolderReport pack_image_folder(const ImageFolderOptions& options) {
   std::vector<std::unique_ptr<PackedWriter>> writers;
   for (const auto& split : splits) {
     const std::string path = (fs::path(options.out) / (std::string(split.name) + ".pack")).string();
-    writers.push_back(std::make_unique<PackedWriter>(
-        path, "images", shape, int64_t(split.files.size()), options.bits));
+    FolderRecord& record =
+        split.name == std::string("train") ? report.train_record : report.test_record;
+    record.filters = options.filters;
+    PackedHeader header;
+    header.dataset = "images";
+    header.shape = shape;
+    header.count = int64_t(split.files.size());
+    header.bits = options.bits;
+    header.folder = record;
+    writers.push_back(std::make_unique<PackedWriter>(path, header));
     const auto start = Clock::now();
     auto last_report = start;
     std::vector<uint8_t> chunk;
+    std::vector<Fit> fits;
     std::vector<std::string> why;
     int64_t written = 0;
     for (size_t begin = 0; begin < split.files.size(); begin += kChunkFiles) {
       const size_t end = std::min(split.files.size(), begin + kChunkFiles);
-      decode_chunk(split.files, begin, end, shape, threads, chunk, why);
+      decode_chunk(split.files, begin, end, shape, options.filters, threads, chunk, fits, why);
       if (options.bits < 8)
         for (auto& v : chunk) v = static_cast<uint8_t>(v >> (8 - options.bits));
       for (size_t i = 0; i < end - begin; ++i) {
@@ -210,9 +217,11 @@ ImageFolderReport pack_image_folder(const ImageFolderOptions& options) {
           if (options.strict) throw std::runtime_error("pack: " + why[i] + " (--strict)");
           spdlog::warn("pack: skipped {}", why[i]);
           report.skipped.emplace_back(split.files[begin + i], why[i]);
+          ++record.skipped;
           continue;
         }
         writers.back()->write(chunk.data() + i * static_cast<size_t>(shape.length()), 1);
+        count_fit(fits[i], record);
         ++written;
       }
       const auto now = Clock::now();
@@ -232,6 +241,7 @@ ImageFolderReport pack_image_folder(const ImageFolderOptions& options) {
     if (written == 0)
       throw std::runtime_error("pack: none of the " + std::to_string(split.files.size()) + " " +
                                split.name + " files under '" + options.from + "' decoded");
+    writers.back()->set_folder_record(record);
     writers.back()->complete_short();
     (split.name == std::string("train") ? report.train : report.test) = written;
   }

@@ -9,6 +9,8 @@
 #include <vector>
 
 #include "data/image_set.h"
+#include "data/packed.h"
+#include "data/resize.h"
 
 namespace combiner::data {
 
@@ -17,6 +19,9 @@ struct ImageFolderOptions {
   std::string out;                // folder for train.pack and test.pack; created if missing
   int64_t height = 0, width = 0;  // the packed size, 1 to kMaxImageSide each
   int64_t channels = 3;           // 3: RGB; 1: grayscale (stb_image's luma)
+  // Filters for the images that need resizing (data/resize.h); an image whose centred crop
+  // already has the packed size is copied as it is, whatever they say.
+  ResizeFilters filters;
   // Bits per subpixel, 1 to 8: an 8-bit value v is stored as v >> (8 - bits), as the 5-bit
   // CelebA-HQ benchmark defines its data; the model then predicts 2^bits values.
   int64_t bits = 8;
@@ -34,14 +39,25 @@ struct ImageFolderReport {
   std::vector<std::string> paths;                            // the packed files written
   int64_t train = 0, test = 0;                               // images in each
   std::vector<std::pair<std::string, std::string>> skipped;  // file, why
+  FolderRecord train_record, test_record;                    // as each file's header holds it
 };
 
 // One encoded image to shape.height x shape.width x shape.channels subpixels (the packed order):
 // decoded by util::decode_image_bytes (libjpeg-turbo, libpng) with shape.channels channels and at
-// most 16384 pixels a side, cropped to the largest centred rectangle of
-// the target's aspect ratio, resized by stb_image_resize (Mitchell filter when shrinking,
-// Catmull-Rom when enlarging, edges clamped; values taken as linear). std::runtime_error
-// "<name>: <why>" for bytes that are not a decodable image.
+// most 16384 pixels a side, then fitted by fit_image (data/resize.h):
+// cropped to the largest centred rectangle of the target's aspect ratio, copied when that has
+// the target size, else resized with `filters`. std::runtime_error "<name>: <why>" for bytes
+// that are not a decodable image.
+struct DecodedImage {
+  std::vector<uint8_t> pixels;
+  Fit fit;  // copied or resized, cropped or not
+};
+DecodedImage decode_image(const uint8_t* bytes,
+                          size_t size,
+                          const ImageShape& shape,
+                          const std::string& name,
+                          const ResizeFilters& filters);
+// The same with the default filters; the pixels only.
 std::vector<uint8_t> decode_image(const uint8_t* bytes,
                                   size_t size,
                                   const ImageShape& shape,

@@ -1,6 +1,7 @@
-// Packed files: the header codec, the mapped reader with its (optionally background) payload
-// check, and the atomic writer. Checksums are zlib's CRC-32, computed over ranges in parallel
-// and combined with crc32_combine, so Python's zlib.crc32 over the payload gives the same value.
+// Packed files: the mapped reader with its (optionally background) payload check, and the atomic
+// writer (the header codec is packed_header.cpp). Checksums are zlib's CRC-32, computed over
+// ranges in parallel and combined with crc32_combine, so Python's zlib.crc32 over the payload
+// gives the same value.
 #include "data/packed.h"
 
 #include <fcntl.h>
@@ -16,35 +17,18 @@
 #include <condition_variable>
 #include <cstdio>
 #include <cstring>
-#include <filesystem>
 #include <mutex>
 #include <stdexcept>
 #include <thread>
+#include <utility>
 #include <vector>
 
-#include "data/dataset.h"
 #include "util/atomic_file.h"
 
 namespace combiner::data {
 namespace {
 
-constexpr char kMagic[8] = {'C', 'M', 'B', 'P', 'A', 'C', 'K', '\n'};
-constexpr size_t kNameBytes = 16;
 constexpr size_t kChunk = size_t{8} << 20;  // bytes per read while checksumming a file
-
-uint32_t get_u32(const uint8_t* p) {
-  return uint32_t(p[0]) | uint32_t(p[1]) << 8 | uint32_t(p[2]) << 16 | uint32_t(p[3]) << 24;
-}
-uint64_t get_u64(const uint8_t* p) {
-  return uint64_t(get_u32(p)) | uint64_t(get_u32(p + 4)) << 32;
-}
-void put_u32(uint8_t* p, uint32_t v) {
-  for (int i = 0; i < 4; ++i) p[i] = static_cast<uint8_t>(v >> (8 * i));
-}
-void put_u64(uint8_t* p, uint64_t v) {
-  put_u32(p, static_cast<uint32_t>(v));
-  put_u32(p + 4, static_cast<uint32_t>(v >> 32));
-}
 
 uint32_t crc_update(uint32_t crc, const uint8_t* data, size_t size) {
   return static_cast<uint32_t>(crc32_z(crc, data, size));
@@ -84,97 +68,6 @@ std::string errno_text(int error) {
 
 }  // namespace
 
-std::string packed_file_name(OfficialSplit split) {
-  return split == OfficialSplit::kTrain ? "train.pack" : "test.pack";
-}
-
-bool holds_packed_files(const std::string& dir) {
-  namespace fs = std::filesystem;
-  std::error_code ec;
-  return fs::exists(fs::path(dir) / packed_file_name(OfficialSplit::kTrain), ec) ||
-         fs::exists(fs::path(dir) / packed_file_name(OfficialSplit::kTest), ec);
-}
-
-std::array<uint8_t, kPackedHeaderBytes> encode_packed_header(const PackedHeader& header) {
-  if (header.dataset.empty() || header.dataset.size() >= kNameBytes)
-    throw std::invalid_argument("packed header: dataset name '" + header.dataset +
-                                "' must have 1 to 15 characters");
-  std::array<uint8_t, kPackedHeaderBytes> bytes{};
-  std::memcpy(bytes.data(), kMagic, sizeof(kMagic));
-  put_u32(&bytes[8], header.version);
-  put_u32(&bytes[12], kPackedHeaderBytes);
-  std::memcpy(&bytes[16], header.dataset.data(), header.dataset.size());
-  put_u32(&bytes[32], static_cast<uint32_t>(header.shape.height));
-  put_u32(&bytes[36], static_cast<uint32_t>(header.shape.width));
-  put_u32(&bytes[40], static_cast<uint32_t>(header.shape.channels));
-  put_u32(&bytes[44], static_cast<uint32_t>(header.bits));
-  put_u64(&bytes[48], static_cast<uint64_t>(header.count));
-  put_u32(&bytes[56], header.payload_crc);
-  put_u32(&bytes[60], crc_update(0, bytes.data(), 60));
-  return bytes;
-}
-
-PackedHeader parse_packed_header(const uint8_t* data,
-                                 size_t size,
-                                 uint64_t file_size,
-                                 const std::string& name) {
-  auto fail = [&](const std::string& why) { return std::runtime_error(name + ": " + why); };
-  if (file_size < kPackedHeaderBytes || size < kPackedHeaderBytes)
-    throw fail("is " + std::to_string(file_size) +
-               " bytes, shorter than the 64-byte header of a packed dataset file (truncated?)");
-  if (std::memcmp(data, kMagic, sizeof(kMagic)) != 0)
-    throw fail(
-        "not a packed dataset file (it does not start with the magic 'CMBPACK'); "
-        "make one with combiner-data pack");
-  PackedHeader header;
-  header.version = get_u32(data + 8);
-  if (header.version != kPackedVersion)
-    throw fail("packed format version " + std::to_string(header.version) +
-               ", this build reads version " + std::to_string(kPackedVersion) +
-               "; pack the dataset again with this build's combiner-data");
-  if (get_u32(data + 12) != kPackedHeaderBytes)
-    throw fail("header size " + std::to_string(get_u32(data + 12)) + ", expected 64");
-  if (get_u32(data + 60) != crc_update(0, data, 60))
-    throw fail("header checksum mismatch: the header is corrupt");
-  const char* text = reinterpret_cast<const char*>(data + 16);
-  header.dataset.assign(text, strnlen(text, kNameBytes));
-  const auto& names = dataset_names();
-  if (std::find(names.begin(), names.end(), header.dataset) == names.end())
-    throw fail("unknown dataset '" + header.dataset + "' in the header");
-  header.shape = {get_u32(data + 32), get_u32(data + 36), get_u32(data + 40)};
-  auto shape_text = [](const ImageShape& x) {
-    return std::to_string(x.height) + "x" + std::to_string(x.width) + "x" +
-           std::to_string(x.channels);
-  };
-  if (header.dataset == "images") {
-    const auto& x = header.shape;
-    if (x.height < 1 || x.height > kMaxImageSide || x.width < 1 || x.width > kMaxImageSide ||
-        x.channels < 1 || x.channels > 4)
-      throw fail("header says images of " + shape_text(x) + ", expected height and width 1 to " +
-                 std::to_string(kMaxImageSide) + " and 1 to 4 channels");
-  } else if (!(header.shape == dataset_shape(header.dataset))) {
-    throw fail("header says " + header.dataset + " images of " + shape_text(header.shape) +
-               ", expected " + shape_text(dataset_shape(header.dataset)));
-  }
-  const ImageShape expected = header.shape;
-  const uint32_t bits = get_u32(data + 44);
-  header.bits = bits == 0 ? 8 : bits;
-  if (header.bits > 8 || (header.bits != 8 && header.dataset != "images"))
-    throw fail("header says " + std::to_string(bits) + " bits per subpixel, expected " +
-               (header.dataset == "images" ? "1 to 8" : "8 for " + header.dataset));
-  const uint64_t count = get_u64(data + 48);
-  const uint64_t payload = file_size - kPackedHeaderBytes;
-  if (count == 0 || count > payload / static_cast<uint64_t>(expected.length()) ||
-      count * static_cast<uint64_t>(expected.length()) != payload)
-    throw fail("header says " + std::to_string(count) + " images (" +
-               std::to_string(count * static_cast<uint64_t>(expected.length())) +
-               " bytes), the file holds " + std::to_string(payload) +
-               " bytes after its header (truncated, or not written by combiner-data pack)");
-  header.count = static_cast<int64_t>(count);
-  header.payload_crc = get_u32(data + 56);
-  return header;
-}
-
 namespace {
 std::runtime_error checksum_mismatch(const std::string& name, uint32_t found, uint32_t expected) {
   char text[64];
@@ -186,7 +79,8 @@ std::runtime_error checksum_mismatch(const std::string& name, uint32_t found, ui
 
 PackedHeader check_packed_bytes(const uint8_t* data, size_t size, const std::string& name) {
   const PackedHeader header = parse_packed_header(data, size, size, name);
-  const uint32_t crc = payload_crc(data + kPackedHeaderBytes, size - kPackedHeaderBytes, 1);
+  const size_t at = header.header_bytes();
+  const uint32_t crc = payload_crc(data + at, size - at, 1);
   if (crc != header.payload_crc) throw checksum_mismatch(name, crc, header.payload_crc);
   return header;
 }
@@ -227,7 +121,7 @@ PackedHeader read_packed_header(const std::string& path) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) throw fail(errno_text(errno));
   struct stat info {};
-  uint8_t head[kPackedHeaderBytes] = {};
+  uint8_t head[kPackedHeaderBytesMax] = {};
   const bool regular = ::fstat(fd, &info) == 0 && S_ISREG(info.st_mode);
   const ssize_t got = regular ? ::pread(fd, head, sizeof(head), 0) : 0;
   const int error = errno;
@@ -252,7 +146,7 @@ std::shared_ptr<PackedFile> PackedFile::open(const std::string& path,
     throw fail("not a regular file");
   }
   const auto file_size = static_cast<uint64_t>(info.st_size);
-  uint8_t head[kPackedHeaderBytes] = {};
+  uint8_t head[kPackedHeaderBytesMax] = {};
   const ssize_t got = ::pread(fd, head, sizeof(head), 0);
   if (got < 0) {
     const int error = errno;
@@ -314,7 +208,7 @@ void PackedFile::verify(int threads) const {
         const ssize_t got = ::pread(fd,
                                     buffer.data(),
                                     std::min<uint64_t>(kChunk, end - at),
-                                    static_cast<off_t>(kPackedHeaderBytes + at));
+                                    static_cast<off_t>(header_.header_bytes() + at));
         if (got < 0 && errno == EINTR) continue;
         if (got <= 0)
           throw std::runtime_error(path_ + ": cannot read: " +
@@ -351,19 +245,32 @@ ImageSet PackedFile::image_set() const {
 // ---------------------------------------------------------------------------------------------
 // PackedWriter
 
+namespace {
+PackedHeader writer_header(std::string dataset, ImageShape shape, int64_t count, int64_t bits) {
+  PackedHeader header;
+  header.dataset = std::move(dataset);
+  header.shape = shape;
+  header.count = count;
+  header.bits = bits;
+  return header;
+}
+}  // namespace
+
 PackedWriter::PackedWriter(
     std::string path, std::string dataset, ImageShape shape, int64_t count, int64_t bits)
-    : path_(std::move(path)), tmp_(path_ + ".tmp") {
-  header_.dataset = std::move(dataset);
-  header_.shape = shape;
-  header_.count = count;
-  header_.bits = bits;
-  if (bits < 1 || bits > 8)
-    throw std::invalid_argument("packed file: " + std::to_string(bits) + " bits per subpixel");
-  encode_packed_header(header_);  // refuses a bad name before a file is made
+    : PackedWriter(std::move(path), writer_header(std::move(dataset), shape, count, bits)) {}
+
+PackedWriter::PackedWriter(std::string path, PackedHeader header)
+    : path_(std::move(path)), tmp_(path_ + ".tmp"), header_(std::move(header)) {
+  header_.payload_crc = 0;
+  header_.version = 0;
+  if (header_.bits < 1 || header_.bits > 8)
+    throw std::invalid_argument("packed file: " + std::to_string(header_.bits) +
+                                " bits per subpixel");
+  // Refuses a bad name before a file is made; zeros hold the header's place until complete().
+  const std::vector<uint8_t> placeholder(encode_packed_header(header_).size(), 0);
   fd_ = ::open(tmp_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd_ < 0) fail("cannot create '" + tmp_ + "': " + errno_text(errno));
-  const std::array<uint8_t, kPackedHeaderBytes> placeholder{};
   write_all(placeholder.data(), placeholder.size());
 }
 
@@ -421,6 +328,13 @@ void PackedWriter::complete_short() {
   if (written_ == 0) fail("no image was written");
   header_.count = written_;
   complete();
+}
+
+void PackedWriter::set_folder_record(const FolderRecord& record) {
+  if (!header_.folder)
+    throw std::logic_error("PackedWriter::set_folder_record: '" + path_ +
+                           "' was made without a folder record");
+  header_.folder = record;
 }
 
 void PackedWriter::rename_into_place() {

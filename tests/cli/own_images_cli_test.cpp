@@ -1,6 +1,7 @@
 // Your own images end to end: a folder of PNG and JPEG files of different sizes (one grayscale,
 // one broken) packed by `combiner-data pack --from --size`, trained on as data.dataset: images,
-// evaluated and sampled from its checkpoint; and pack's one-line refusals.
+// evaluated and sampled from its checkpoint; pack's one-line refusals; how a pack was made, in
+// its last line and `info`; and scripts/check-pack-exact.py.
 #include <gtest/gtest.h>
 #include <stb/stb_image_write.h>
 
@@ -136,12 +137,75 @@ TEST(OwnImages, PackRefusesBadArgumentsInOneLine) {
       {"--size 8", "--size needs --from"},
       {"--from " + dir.file("empty"), "or --size H[xW] with --from FOLDER"},
       {"--from " + dir.file("empty") + " --size 8 --bits 0", "--bits 0: expected 1 to 8"},
+      {"--from " + dir.file("empty") + " --size 8 --filter lanczos",
+       "--filter 'lanczos': expected box, triangle, mitchell or catmull-rom"},
+      {"--from " + dir.file("empty") + " --size 8 --upsample-filter cubic",
+       "--upsample-filter 'cubic': expected box"},
+      {"--dataset fashion_mnist --filter box", "--filter and --upsample-filter resize your own"},
   };
   for (const auto& [args, message] : cases) {
     const auto r = run_binary("combiner-data", "pack " + args + out);
     EXPECT_NE(r.status, 0) << args;
     EXPECT_NE(r.output.find(message), std::string::npos) << args << "\n" << r.output;
     EXPECT_FALSE(std::filesystem::exists(dir.file("out/train.pack"))) << args;
+    if (args.find("filter") != std::string::npos) {  // refused before anything is logged
+      EXPECT_EQ(r.output, r.last_line() + "\n") << args;
+    }
+  }
+}
+
+// 3 images of the packed size, 2 larger and 1 smaller: the last line and `info` say how many
+// were copied, shrunk and enlarged, with which filters; a pack without the flags says Mitchell.
+TEST(OwnImages, PackSaysHowItWasMadeAndInfoReadsItBack) {
+  TempDir dir;
+  for (const char* split : {"train", "test"})
+    std::filesystem::create_directories(dir.file(std::string("photos/") + split));
+  int n = 0;
+  for (const int side : {6, 6, 6, 12, 12, 3}) {
+    std::vector<uint8_t> p(static_cast<size_t>(side * side * 3), static_cast<uint8_t>(40 * n));
+    const std::string name = dir.file("photos/train/" + std::to_string(n++) + ".png");
+    ASSERT_TRUE(stbi_write_png(name.c_str(), side, side, 3, p.data(), side * 3));
+  }
+  std::vector<uint8_t> p(9 * 6 * 3, 99);  // 9 wide: cropped to its centre 6 x 6, then copied
+  const std::string cropped = dir.file("photos/test/c.png");
+  ASSERT_TRUE(stbi_write_png(cropped.c_str(), 9, 6, 3, p.data(), 9 * 3));
+  const std::string from = " --from " + dir.file("photos") + " --size 6 --out ";
+  const auto box =
+      run_binary("combiner-data",
+                 "pack" + from + dir.file("box") + " --filter box --upsample-filter triangle");
+  ASSERT_EQ(box.status, 0) << box.output;
+  EXPECT_EQ(box.last_line(),
+            "images: 6 train, 1 test, 0 skipped | 4 copied unfiltered, 2 shrunk (box), "
+            "1 enlarged (triangle), 1 cropped")
+      << box.output;
+  const auto info = run_binary("combiner-data", "info " + dir.file("box/train.pack"));
+  ASSERT_EQ(info.status, 0) << info.output;
+  EXPECT_NE(info.output.find("version 2"), std::string::npos) << info.output;
+  EXPECT_NE(info.output.find("made from a folder: 3 copied unfiltered, 2 shrunk (box), "
+                             "1 enlarged (triangle), 0 cropped; 0 files skipped"),
+            std::string::npos)
+      << info.output;
+  const auto plain = run_binary("combiner-data", "pack" + from + dir.file("plain"));
+  ASSERT_EQ(plain.status, 0) << plain.output;
+  EXPECT_NE(plain.last_line().find("2 shrunk (mitchell), 1 enlarged (catmull-rom)"),
+            std::string::npos)
+      << plain.output;
+}
+
+// scripts/check-pack-exact.py, the check data/README.md quotes, on 40 images (2 x 2 blocks packed
+// with --filter box): it writes its own PNG files, packs them with this build, finds no change.
+TEST(OwnImages, CheckPackExactScriptFindsNothingChanged) {
+  for (const char* kind : {"box2"}) {
+    const auto r =
+        combiner::testing::run_shell(std::string("/usr/bin/python3 ") + COMBINER_SOURCE_DIR +
+                                     "/scripts/check-pack-exact.py --count 40 --kind " + kind +
+                                     " --binary " + COMBINER_BINARY_DIR + "/combiner-data");
+    EXPECT_EQ(r.status, 0) << r.output;
+    EXPECT_NE(r.last_line().find(std::string(kind) +
+                                 ": 40 packed of 40 sources, the same images: "
+                                 "yes; 0 differ from their nearest source, 0 subpixels changed"),
+              std::string::npos)
+        << r.output;
   }
 }
 

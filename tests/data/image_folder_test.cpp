@@ -1,11 +1,12 @@
-// combiner-data pack --from FOLDER: decoding, cropping and resizing one file (and surviving
-// corrupted ones: a small fuzz over PNG and JPEG bytes), then whole folders: splits, skipped
-// files, --strict, and nothing written when packing fails.
+// combiner-data pack --from FOLDER: decoding, cropping and resizing one file (exact at its own
+// size; surviving corrupted ones: a small fuzz over PNG and JPEG bytes), then whole folders:
+// splits read back, skipped files, --strict, and nothing written when packing fails.
 #include "data/image_folder.h"
 
 #include <gtest/gtest.h>
 #include <stb/stb_image_write.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <random>
 
@@ -21,13 +22,15 @@ using combiner::testing::read_bytes;
 using combiner::testing::TempDir;
 using combiner::testing::write_bytes;
 
-// A w x h x c image whose pixel (x, y) is f(x, y) in every channel.
+// A w x h x c image whose pixel (x, y) is f(x, y) + 85 k (mod 256) in channel k: the channels
+// differ, so a swap of R and B cannot pass unseen.
 template <typename F>
 std::vector<uint8_t> pixels(int w, int h, int c, F f) {
   std::vector<uint8_t> p(static_cast<size_t>(w * h * c));
   for (int y = 0; y < h; ++y)
     for (int x = 0; x < w; ++x)
-      for (int k = 0; k < c; ++k) p[static_cast<size_t>((y * w + x) * c + k)] = f(x, y);
+      for (int k = 0; k < c; ++k)
+        p[static_cast<size_t>((y * w + x) * c + k)] = static_cast<uint8_t>(f(x, y) + 85 * k);
   return p;
 }
 
@@ -43,15 +46,43 @@ std::vector<uint8_t> decode_file(const std::string& path, const ImageShape& shap
   return decode_image(bytes.data(), bytes.size(), shape, path);
 }
 
+// Each channel constant (200, 29, 114 in R, G, B): so at every size, in its own channel.
 TEST(DecodeImage, ConstantImagesStayConstantAtAnySizeAndChannelCount) {
   TempDir dir;
   write_png(dir.file("a.png"), 7, 5, 3, pixels(7, 5, 3, [](int, int) { return 200; }));
-  for (const ImageShape shape :
-       {ImageShape{1, 1, 3}, ImageShape{17, 23, 3}, ImageShape{128, 128, 3}, ImageShape{3, 2, 1}}) {
-    const auto out = decode_file(dir.file("a.png"), shape);
+  write_png(dir.file("g.png"), 7, 5, 1, pixels(7, 5, 1, [](int, int) { return 200; }));
+  for (const ImageShape shape : {ImageShape{1, 1, 3},
+                                 ImageShape{17, 23, 3},
+                                 ImageShape{128, 128, 3},
+                                 ImageShape{3, 2, 1},
+                                 ImageShape{5, 7, 3}}) {
+    const auto out = decode_file(dir.file(shape.channels == 3 ? "a.png" : "g.png"), shape);
     ASSERT_EQ(static_cast<int64_t>(out.size()), shape.length());
-    for (uint8_t v : out) ASSERT_EQ(v, 200) << shape.height << "x" << shape.width;
+    for (size_t i = 0; i < out.size(); ++i)
+      ASSERT_EQ(out[i], uint8_t(200 + 85 * (i % shape.channels)))
+          << shape.height << "x" << shape.width << " at " << i;
   }
+}
+
+// At the file's own size nothing is filtered: RGB comes back byte for byte (channel order
+// included), grey too, and grey asked for in 3 channels is each value three times.
+TEST(DecodeImage, TheFilesOwnSizeComesBackExactly) {
+  TempDir dir;
+  // Not linear in x or y (a symmetric filter at scale 1 would keep a ramp as it is).
+  const auto rgb = pixels(9, 6, 3, [](int x, int y) { return (x * x * 53 + y * y * 91) % 256; });
+  const auto grey = pixels(9, 6, 1, [](int x, int y) { return (x * x * 29 + x * y * 67) % 256; });
+  write_png(dir.file("rgb.png"), 9, 6, 3, rgb);
+  write_png(dir.file("grey.png"), 9, 6, 1, grey);
+  EXPECT_EQ(decode_file(dir.file("rgb.png"), {6, 9, 3}), rgb);
+  EXPECT_EQ(decode_file(dir.file("grey.png"), {6, 9, 1}), grey);
+  std::vector<uint8_t> repeated;
+  for (uint8_t v : grey) repeated.insert(repeated.end(), {v, v, v});
+  EXPECT_EQ(decode_file(dir.file("grey.png"), {6, 9, 3}), repeated);
+  const auto bytes = read_bytes(dir.file("rgb.png"));
+  const auto image = decode_image(bytes.data(), bytes.size(), {6, 9, 3}, "rgb.png", {});
+  EXPECT_EQ(image.fit.resampling, Resampling::kCopied);
+  EXPECT_EQ(decode_image(bytes.data(), bytes.size(), {3, 4, 3}, "rgb.png", {}).fit.resampling,
+            Resampling::kShrunk);
 }
 
 TEST(DecodeImage, CropsTheCentreToTheTargetAspect) {
@@ -153,6 +184,14 @@ TEST(PackImageFolder, MixedFilesBecomeAnImagesPackAndABrokenOneIsSkipped) {
   const auto header = read_packed_header(out.file("train.pack"));
   EXPECT_EQ(header.dataset, "images");
   EXPECT_EQ(header.shape, (ImageShape{17, 23, 3}));
+  // None has the packed size: all resized, the wider ones cropped; the broken one counted.
+  const FolderRecord train = *header.folder,
+                     test = *read_packed_header(out.file("test.pack")).folder;
+  EXPECT_EQ(train, report.train_record);
+  EXPECT_EQ(train.copied + test.copied, 0);
+  EXPECT_EQ(train.shrunk + train.enlarged + test.shrunk + test.enlarged, 9);
+  EXPECT_GT(train.cropped + test.cropped, 0);
+  EXPECT_EQ(train.skipped + test.skipped, 1);
   DataOptions data;
   data.dataset = "images";
   data.dir = out.path();
@@ -178,16 +217,19 @@ TEST(PackImageFolder, StrictRefusesABrokenFileAndWritesNothing) {
   EXPECT_TRUE(std::filesystem::is_empty(out.path()));
 }
 
+// Each file its own constant (10 + 20 i): train.pack holds the three train files' values and
+// test.pack the test file's, read back from the packed pixels.
 TEST(PackImageFolder, TrainAndTestSubfoldersAreTheSplits) {
   TempDir in, out;
+  int i = 0;
   for (const char* split : {"train", "test"}) {
     std::filesystem::create_directories(in.file(split));
-    for (int i = 0; i < (split[1] == 'r' ? 3 : 1); ++i)
-      write_png(in.file(std::string(split) + "/" + std::to_string(i) + ".png"),
+    for (int n = 0; n < (split[1] == 'r' ? 3 : 1); ++n, ++i)
+      write_png(in.file(std::string(split) + "/" + std::to_string(n) + ".png"),
                 4,
                 4,
                 1,
-                pixels(4, 4, 1, [](int, int) { return 9; }));
+                pixels(4, 4, 1, [i](int, int) { return 10 + 20 * i; }));
   }
   ImageFolderOptions o;
   o.from = in.path();
@@ -197,6 +239,18 @@ TEST(PackImageFolder, TrainAndTestSubfoldersAreTheSplits) {
   const auto report = pack_image_folder(o);
   EXPECT_EQ(report.train, 3);
   EXPECT_EQ(report.test, 1);
+  auto firsts = [](const std::string& path) {  // each image's first value, sorted
+    const ImageSet set = PackedFile::open(path, PackedFile::Verify::kNow)->image_set();
+    std::vector<int> v;
+    for (int64_t n = 0; n < set.count; ++n) {
+      for (int k = 0; k < 4; ++k) EXPECT_EQ(set.image(n)[k], set.image(n)[0]) << path;
+      v.push_back(set.image(n)[0]);
+    }
+    std::sort(v.begin(), v.end());
+    return v;
+  };
+  EXPECT_EQ(firsts(out.file("train.pack")), (std::vector<int>{10, 30, 50}));
+  EXPECT_EQ(firsts(out.file("test.pack")), (std::vector<int>{70}));
 }
 
 TEST(PackImageFolder, RefusesBadSizesChannelsFractionsAndEmptyFolders) {
@@ -239,7 +293,7 @@ TEST(PackImageFolder, BitsStoreTheTopBitsAndTheHeaderSaysSo) {
   pack_image_folder(o);
   const auto a = read_bytes(eight.file("train.pack")), b = read_bytes(five.file("train.pack"));
   ASSERT_EQ(a.size(), b.size());
-  for (size_t i = kPackedHeaderBytes; i < a.size(); ++i) ASSERT_EQ(b[i], a[i] >> 3) << i;
+  for (size_t i = kPackedHeaderBytesMax; i < a.size(); ++i) ASSERT_EQ(b[i], a[i] >> 3) << i;
   EXPECT_EQ(read_packed_header(five.file("train.pack")).bits, 5);
   EXPECT_EQ(read_packed_header(eight.file("train.pack")).bits, 8);
   DataOptions data;

@@ -1,7 +1,8 @@
 // Packed dataset files: the header round trip, the CRC against zlib's published check value,
 // the mapped reader, each refusal (truncated, wrong magic, unknown version, corrupt header,
 // size disagreeing with the header, payload checksum), the background check, and the writer's
-// atomicity (a short count or a full disk leaves the old file untouched).
+// atomicity (a short count or a full disk leaves the old file untouched); version 2's folder
+// record (written, read back, its payload found after it, its own refusals) beside version 1.
 #include "data/packed.h"
 
 #include <filesystem>
@@ -98,11 +99,11 @@ TEST(Packed, RefusesDamagedFilesByName) {
   newer.dataset = "fashion_mnist";
   newer.shape = {28, 28, 1};
   newer.count = 3;
-  newer.version = 2;
+  newer.version = 3;
   const auto head = encode_packed_header(newer);
   Bytes version = bytes;
   std::copy(head.begin(), head.end(), version.begin());
-  refused("version.pack", version, {"version 2", "reads version 1"});
+  refused("version.pack", version, {"version 3", "reads versions 1 to 2"});
   Bytes header = bytes;
   header[50] ^= 1;  // the count, without fixing the header's CRC
   refused("header.pack", header, {"header checksum mismatch"});
@@ -184,6 +185,97 @@ TEST(Packed, WriterLeavesTheOldFileWhenItFails) {
   EXPECT_NE(message.find("not touched"), std::string::npos) << message;
   EXPECT_EQ(read_bytes(path), before);
   EXPECT_FALSE(fs::exists(path + ".tmp"));
+}
+
+// An images pack of 3 images of 4 x 5 x 3 with a folder record; returns the payload.
+Bytes write_images_v2(const std::string& path, const FolderRecord& record) {
+  const Bytes payload = images(3, 60, 5);
+  PackedHeader header;
+  header.dataset = "images";
+  header.shape = {4, 5, 3};
+  header.count = 3;
+  header.folder = FolderRecord{};  // reserves the record's place; its counts come at the end
+  PackedWriter writer(path, header);
+  writer.write(payload.data(), 3);
+  writer.set_folder_record(record);
+  writer.complete();
+  writer.rename_into_place();
+  return payload;
+}
+
+FolderRecord sample_record() {
+  FolderRecord r;
+  r.filters = {ResizeFilter::kBox, ResizeFilter::kTriangle};
+  r.copied = 1;
+  r.shrunk = 2;
+  r.cropped = 1;
+  r.skipped = 4;
+  return r;
+}
+
+// The record is read back as written, the payload starts after it (byte 128, where a reader of
+// version 1's 64-byte header would find the record instead), and version 1 stays readable.
+TEST(Packed, FolderRecordRoundTripsAndVersionOneStaysReadable) {
+  TempDir dir;
+  const std::string path = dir.file("train.pack");
+  const Bytes payload = write_images_v2(path, sample_record());
+  EXPECT_EQ(fs::file_size(path), kPackedHeaderBytesMax + payload.size());
+  const auto file = PackedFile::open(path, PackedFile::Verify::kNow);
+  EXPECT_EQ(file->header().version, 2u);
+  ASSERT_TRUE(file->header().folder);
+  EXPECT_EQ(*file->header().folder, sample_record());
+  EXPECT_EQ(describe(*file->header().folder),
+            "1 copied unfiltered, 2 shrunk (box), 0 enlarged (triangle), 1 cropped");
+  const ImageSet set = file->image_set();
+  EXPECT_TRUE(std::equal(payload.begin(), payload.end(), set.data()));
+  const Bytes bytes = read_bytes(path);
+  EXPECT_EQ(check_packed_bytes(bytes.data(), bytes.size(), "mem").folder, sample_record());
+  EXPECT_EQ(read_packed_header(path).folder, sample_record());
+
+  PackedWriter old(dir.file("old.pack"), "images", {4, 5, 3}, 3);  // no record: version 1
+  old.write(payload.data(), 3);
+  old.complete();
+  old.rename_into_place();
+  EXPECT_THROW(old.set_folder_record(sample_record()), std::logic_error);
+  EXPECT_EQ(fs::file_size(dir.file("old.pack")), kPackedHeaderBytes + payload.size());
+  const auto v1 = PackedFile::open(dir.file("old.pack"), PackedFile::Verify::kNow);
+  EXPECT_EQ(v1->header().version, 1u);
+  EXPECT_FALSE(v1->header().folder);
+  EXPECT_TRUE(std::equal(payload.begin(), payload.end(), v1->image_set().data()));
+}
+
+TEST(Packed, RefusesADamagedOrInconsistentFolderRecord) {
+  TempDir dir;
+  write_images_v2(dir.file("good.pack"), sample_record());
+  const Bytes good = read_bytes(dir.file("good.pack"));
+  auto refused = [&](const Bytes& bytes, const std::vector<std::string>& needles) {
+    expect_throw_with<std::runtime_error>(
+        [&] { check_packed_bytes(bytes.data(), bytes.size(), "r.pack"); }, needles);
+  };
+  Bytes flipped = good;
+  flipped[80] ^= 1;  // a count, without fixing the record's CRC
+  refused(flipped, {"r.pack", "folder record checksum mismatch"});
+  refused(Bytes(good.begin(), good.begin() + 100), {"r.pack", "100 bytes", "128-byte header"});
+  // Well-formed records that do not describe the file: the CRCs are made to match.
+  PackedHeader h = check_packed_bytes(good.data(), good.size(), "r.pack");
+  auto with_header = [&](const PackedHeader& header) {
+    Bytes b = good;
+    const auto head = encode_packed_header(header);
+    std::copy(head.begin(), head.end(), b.begin());
+    return b;
+  };
+  h.folder->shrunk = 1;  // 1 + 1 + 0 images for a count of 3
+  refused(with_header(h), {"r.pack", "1 copied, 1 shrunk, 0 enlarged", "for 3 images"});
+  h.folder->shrunk = 2;
+  h.folder->filters.enlarge = static_cast<ResizeFilter>(9);
+  refused(with_header(h), {"r.pack", "resize filter 9", "expected 1 to 4"});
+  h.folder->filters.enlarge = ResizeFilter::kMitchell;
+  EXPECT_EQ(
+      check_packed_bytes(with_header(h).data(), good.size(), "r.pack").folder->filters.enlarge,
+      ResizeFilter::kMitchell);
+  h.dataset = "fashion_mnist";  // only images packs have a record
+  expect_throw_with<std::invalid_argument>([&] { encode_packed_header(h); },
+                                           {"folder record", "fashion_mnist"});
 }
 
 }  // namespace
