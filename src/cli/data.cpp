@@ -89,9 +89,10 @@ int run_info(const std::string& path) {
               static_cast<long long>(h.payload_bytes()));
   std::printf("subpixels: %lld bits\n", static_cast<long long>(h.bits));
   if (h.folder)
-    std::printf("made from a folder: %s; %lld files skipped\n",
+    std::printf("made from a folder: %s; %lld file%s skipped\n",
                 data::describe(*h.folder).c_str(),
-                static_cast<long long>(h.folder->skipped));
+                static_cast<long long>(h.folder->skipped),
+                h.folder->skipped == 1 ? "" : "s");
   else if (h.dataset == "images")
     std::printf(
         "made from a folder: not recorded (format version 1; pack it again to record "

@@ -1,6 +1,7 @@
-// check_run_folder asks the kernel whether the folder could be written (access(2)), and locks an
-// existing folder (its train.lock, the one write before the inputs have passed); write_run_folder
-// makes and writes the rest, and takes back the folders it made if it fails.
+// check_run_folder asks the kernel whether the folder could be written (access(2)), and locks a
+// folder that already has a train.lock (the lock's record, the one write before the inputs have
+// passed); write_run_folder locks the others, writes the rest, and takes back the folders it made
+// if it fails.
 #include "train/run_folder.h"
 
 #include <unistd.h>
@@ -54,7 +55,11 @@ std::optional<RunFolderLock> check_run_folder(const std::string& dir, bool resum
     if (!problem.empty())
       throw std::runtime_error((fs::path(dir) / "config.yaml").string() + ": cannot write: " +
                                problem + " (is the run folder writable?)");
-    std::optional<RunFolderLock> lock(std::in_place, dir);  // refused while another trainer runs
+    // A trainer that runs here has made train.lock: lock it now, refused while that one runs.
+    // Without the file the folder is locked once the inputs have passed (write_run_folder), so a
+    // refused run adds nothing to it.
+    std::optional<RunFolderLock> lock;
+    if (fs::exists(fs::path(dir) / "train.lock", ec)) lock.emplace(dir);
     check_no_checkpoints(dir, resume);
     return lock;
   }
@@ -78,7 +83,7 @@ void write_run_folder(const config::Config& config, bool resume,
   fs::create_directories(dir, ec);
   if (ec) throw std::runtime_error(dir + ": cannot create run folder: " + ec.message());
   try {
-    if (!lock) {  // made here: another trainer may have made it since the check
+    if (!lock) {  // not locked at the check: another trainer may have started here since
       lock.emplace(dir);
       check_no_checkpoints(dir, resume);
     }

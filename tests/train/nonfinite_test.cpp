@@ -55,7 +55,7 @@ void expect_same_adam_state(const Checkpoint& a, const Checkpoint& b, const conf
 std::vector<int64_t> adam_steps(const Checkpoint& checkpoint, const config::Config& c) {
   model::ImageTransformer model(model::TransformerOptions::from_config(c));
   auto optimizer = make_optimizer(model, c.train);
-  restore_optimizer(*optimizer, checkpoint.optimizer);
+  restore_optimizer(*optimizer, checkpoint, "checkpoint");
   std::vector<int64_t> steps;
   for (const auto& p : model->parameters()) {
     const auto found = optimizer->state().find(state_key(p));
