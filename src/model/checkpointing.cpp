@@ -7,6 +7,22 @@ namespace combiner::model {
 namespace {
 
 using torch::autograd::AutogradContext;
+
+// The generator the block's dropout draws from on x's device (the CPU's, or the CUDA device's):
+// its state before the forward is what the recomputation must start from.
+at::Generator dropout_generator(const torch::Device& device) {
+  return at::globalContext().defaultGenerator(device);
+}
+
+torch::Tensor generator_state(at::Generator& generator) {
+  std::lock_guard<std::mutex> lock(generator.mutex());
+  return generator.get_state();
+}
+
+void set_generator_state(at::Generator& generator, const torch::Tensor& state) {
+  std::lock_guard<std::mutex> lock(generator.mutex());
+  generator.set_state(state);
+}
 using torch::autograd::variable_list;
 
 // Function::apply passes its non-tensor arguments through IValues, which cannot hold a module:
@@ -14,7 +30,8 @@ using torch::autograd::variable_list;
 struct CheckpointedBlock : public torch::autograd::Function<CheckpointedBlock> {
   static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& x, int64_t block) {
     ctx->saved_data["block"] = block;
-    ctx->saved_data["rng"] = at::detail::getDefaultCPUGenerator().get_state();
+    auto generator = dropout_generator(x.device());
+    ctx->saved_data["rng"] = generator_state(generator);
     ctx->saved_data["autocast"] = autocast_enabled(x.device());
     ctx->save_for_backward({x});
     return as_block(block)->forward(x);  // autograd is off here: nothing else is kept
@@ -22,16 +39,16 @@ struct CheckpointedBlock : public torch::autograd::Function<CheckpointedBlock> {
 
   static variable_list backward(AutogradContext* ctx, variable_list grad_output) {
     auto x = ctx->get_saved_variables()[0].detach().requires_grad_(true);
-    auto generator = at::detail::getDefaultCPUGenerator();
-    const auto rng_now = generator.get_state();
-    generator.set_state(ctx->saved_data["rng"].toTensor());  // the forward's dropout masks
+    auto generator = dropout_generator(x.device());
+    const auto rng_now = generator_state(generator);
+    set_generator_state(generator, ctx->saved_data["rng"].toTensor());  // the forward's masks
     torch::Tensor y;
     {
       torch::AutoGradMode grad_on(true);
       AutocastGuard autocast(ctx->saved_data["autocast"].toBool(), x.device());
       y = as_block(ctx->saved_data["block"].toInt())->forward(x);
     }
-    generator.set_state(rng_now);
+    set_generator_state(generator, rng_now);
     torch::autograd::backward({y}, {grad_output[0]});  // parameter gradients accumulate here
     return {x.grad(), torch::Tensor()};
   }

@@ -93,8 +93,9 @@ void check_batch_split(const config::TrainConfig& t, int64_t world_size) {
                                 ") = " + std::to_string(world_size * t.grad_accum));
 }
 
-// Dropout seed of one rank at one step when several processes train: the ranks draw different
-// masks, and a run resumed with as many processes draws the same ones again.
+// Dropout seed of one rank at one step when several processes train, or one trains on a GPU: the
+// ranks draw different masks, and a run resumed with as many processes draws the same ones again
+// (a checkpoint keeps the CPU generator's state, not a GPU's).
 uint64_t dropout_seed(int64_t seed, int64_t step, int64_t rank) {
   return static_cast<uint64_t>(seed) * 1000003ULL + static_cast<uint64_t>(step) * 65537ULL +
          static_cast<uint64_t>(rank) + 1;
@@ -279,7 +280,8 @@ StepNumbers train_step(Run& r) {
   StepNumbers n;
   n.lr = learning_rate(t, r.step);
   set_learning_rate(*r.optimizer, n.lr);
-  if (r.dist->world_size() > 1) torch::manual_seed(dropout_seed(t.seed, r.step, r.dist->rank()));
+  if (r.dist->world_size() > 1 || !r.device.is_cpu())
+    torch::manual_seed(dropout_seed(t.seed, r.step, r.dist->rank()));
   r.optimizer->zero_grad();
   // The loss stays on the device until the one read-back below (in double, as before).
   auto step_bits = torch::zeros({1}, torch::TensorOptions().dtype(torch::kDouble).device(r.device));

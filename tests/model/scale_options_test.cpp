@@ -26,18 +26,21 @@ struct LossAndGrads {
   std::vector<std::pair<std::string, torch::Tensor>> grads;
 };
 
-LossAndGrads run(const TransformerOptions& o, const torch::Tensor& x) {
+LossAndGrads run(const TransformerOptions& o,
+                 const torch::Tensor& x,
+                 const torch::Device& device = torch::kCPU) {
   torch::manual_seed(1);  // same weights
   ImageTransformer model(o);
+  model->to(device);
   model->train();
-  torch::manual_seed(2);  // same dropout masks
+  torch::manual_seed(2);  // same dropout masks (on the CPU's generator or the GPU's)
   auto logits = model->forward(x);
   auto loss = torch::nn::functional::cross_entropy(logits.reshape({-1, 256}), x.reshape({-1}));
   loss.backward();
   LossAndGrads out{loss.item<double>(), {}};
   for (const auto& p : model->named_parameters()) {
     EXPECT_TRUE(p.value().grad().defined()) << p.key();
-    out.grads.emplace_back(p.key(), p.value().grad().clone());
+    out.grads.emplace_back(p.key(), p.value().grad().cpu());
   }
   return out;
 }
@@ -57,6 +60,20 @@ TEST(ActivationCheckpointing, SameLossAndGradients) {
       EXPECT_TRUE(torch::allclose(plain.grads[i].second, recomputed.grads[i].second, 1e-5, 1e-7))
           << plain.grads[i].first << " bf16 " << bf16;
   }
+}
+
+// On a GPU dropout draws from the CUDA generator: the recomputation must replay its masks too.
+TEST(GpuActivationCheckpointing, SameLossAndGradientsOnCuda) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  const torch::Device cuda(torch::kCUDA);
+  const auto x = tokens().to(cuda);
+  auto plain = run(options(false, false), x, cuda);
+  auto recomputed = run(options(true, false), x, cuda);
+  EXPECT_NEAR(plain.loss, recomputed.loss, 1e-6);
+  ASSERT_EQ(plain.grads.size(), recomputed.grads.size());
+  for (size_t i = 0; i < plain.grads.size(); ++i)
+    EXPECT_TRUE(torch::allclose(plain.grads[i].second, recomputed.grads[i].second, 1e-4, 1e-6))
+        << plain.grads[i].first;
 }
 
 TEST(ActivationCheckpointing, OffWithoutGradients) {
