@@ -27,7 +27,8 @@
 #   train     training steps, ours (combiner-axial-rowmajor and full) against the plain-PyTorch
 #             peer (scripts/peer_gpu.py, eager) and peer-flex: 6 x 512, 8 heads, MLP 4, bf16,
 #             CIFAR-10 (L 3072, batch 32) and ImageNet-64 (L 12288, batch 8) -> OUT/gpu-vs-peer.csv;
-#   deep      the 128-layer CIFAR-10 preset (bf16) with and without activation checkpointing, and
+#   deep      the 128-layer CIFAR-10 preset (bf16) with activation checkpointing, without, and with
+#             the MLP halves alone recomputed (train.recompute_mlp), and
 #             the eager peer at that shape (gpu-vs-peer.csv rows of shape cifar10-128x256);
 #   quick     the quick-start config (configs/fashion_mnist.yaml) trained twice, with the fused
 #             kernels and with train.attention_path=composed: the final validation bits/dim must
@@ -340,11 +341,15 @@ stage_deep() {
   echo "preset: ${deep:-none found in configs/}"
   [ -n "$deep" ] || return
   local log="$work/128.log" code
-  for checkpointing in true false; do
-    echo "-- activation checkpointing $checkpointing"
+  # Whole blocks recomputed (the preset), nothing recomputed, the MLP halves recomputed.
+  for checkpointing in true false mlp; do
+    local whole=$checkpointing mlp=false
+    [ "$checkpointing" = mlp ] && whole=false mlp=true
+    echo "-- activation checkpointing $whole, recompute_mlp $mlp"
     run_for 90 "$bench" train --config "$deep" --steps 3 --warmup 1 \
       --matmul-size $matmul --set train.device=$device --set train.precision=$precision \
-      --set train.activation_checkpointing=$checkpointing "${ours_128[@]}" \
+      --set train.activation_checkpointing=$whole --set train.recompute_mlp=$mlp \
+      "${ours_128[@]}" \
       --out "$work/128-$checkpointing.csv" 2>&1 | tee "$log"
     code=${PIPESTATUS[0]}
     # The preset as configured (checkpointing on) is also a row of gpu-vs-peer.csv, shape

@@ -50,6 +50,7 @@ struct TrainConfig {
   // precision of the blocks (bfloat16 = autocast, fp32 master weights, attention softmax and
   // logits in fp32); the device; how long a collective waits for the other ranks.
   bool activation_checkpointing = false;
+  bool recompute_mlp = false;  // recompute the MLP halves only (no effect with the above)
   std::string precision = "float32";  // float32 | bfloat16
   // Which implementation the Combiner variants with fused kernels run: auto = the fused CUDA
   // kernels where they apply (CUDA, float32/bfloat16, D 32/64/128), else the LibTorch

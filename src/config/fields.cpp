@@ -133,6 +133,9 @@ std::vector<Field> build_table() {
     make("train.activation_checkpointing",
          [](auto& c) -> auto& { return c.train.activation_checkpointing; },
          "recompute each block's activations in backward: less memory, ~1.3x compute"),
+    make("train.recompute_mlp", [](auto& c) -> auto& { return c.train.recompute_mlp; },
+         "recompute each block's MLP half (LayerNorm, both linears, GELU, dropout) in backward, "
+         "keeping the attention half's activations; moot with activation_checkpointing"),
     make("train.precision", [](auto& c) -> auto& { return c.train.precision; },
          "block math: float32, or bfloat16 autocast (fp32 weights, softmax, logits)")
         .one_of(&precision_names),

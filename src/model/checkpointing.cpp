@@ -25,16 +25,27 @@ void set_generator_state(at::Generator& generator, const torch::Tensor& state) {
 }
 using torch::autograd::variable_list;
 
+// What is recomputed: the whole block, or its MLP half.
+enum Part : int64_t { kWholeBlock = 0, kMlpHalf = 1 };
+
+torch::Tensor run_part(BlockImpl& block, int64_t part, const torch::Tensor& x) {
+  return part == kMlpHalf ? block.mlp_half(x) : block.forward(x);
+}
+
 // Function::apply passes its non-tensor arguments through IValues, which cannot hold a module:
 // the block travels as its address and lives as long as the model that owns it.
 struct CheckpointedBlock : public torch::autograd::Function<CheckpointedBlock> {
-  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& x, int64_t block) {
+  static torch::Tensor forward(AutogradContext* ctx,
+                               const torch::Tensor& x,
+                               int64_t block,
+                               int64_t part) {
     ctx->saved_data["block"] = block;
+    ctx->saved_data["part"] = part;
     auto generator = dropout_generator(x.device());
     ctx->saved_data["rng"] = generator_state(generator);
     ctx->saved_data["autocast"] = autocast_enabled(x.device());
     ctx->save_for_backward({x});
-    return as_block(block)->forward(x);  // autograd is off here: nothing else is kept
+    return run_part(*as_block(block), part, x);  // autograd is off here: nothing else is kept
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grad_output) {
@@ -46,11 +57,12 @@ struct CheckpointedBlock : public torch::autograd::Function<CheckpointedBlock> {
     {
       torch::AutoGradMode grad_on(true);
       AutocastGuard autocast(ctx->saved_data["autocast"].toBool(), x.device());
-      y = as_block(ctx->saved_data["block"].toInt())->forward(x);
+      auto& block = *as_block(ctx->saved_data["block"].toInt());
+      y = run_part(block, ctx->saved_data["part"].toInt(), x);
     }
     set_generator_state(generator, rng_now);
     torch::autograd::backward({y}, {grad_output[0]});  // parameter gradients accumulate here
-    return {x.grad(), torch::Tensor()};
+    return {x.grad(), torch::Tensor(), torch::Tensor()};
   }
 
   static BlockImpl* as_block(int64_t address) {
@@ -61,7 +73,11 @@ struct CheckpointedBlock : public torch::autograd::Function<CheckpointedBlock> {
 }  // namespace
 
 torch::Tensor checkpointed_forward(BlockImpl& block, const torch::Tensor& x) {
-  return CheckpointedBlock::apply(x, reinterpret_cast<int64_t>(&block));
+  return CheckpointedBlock::apply(x, reinterpret_cast<int64_t>(&block), int64_t{kWholeBlock});
+}
+
+torch::Tensor checkpointed_mlp(BlockImpl& block, const torch::Tensor& h) {
+  return CheckpointedBlock::apply(h, reinterpret_cast<int64_t>(&block), int64_t{kMlpHalf});
 }
 
 }  // namespace combiner::model

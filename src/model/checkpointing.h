@@ -1,7 +1,7 @@
-// Activation checkpointing of one block: the forward pass keeps only the block's input; the
-// backward pass runs the block again (same dropout masks, same autocast state) and
-// back-propagates through that recomputation. Memory per block drops from every intermediate
-// to one [B, L, width] tensor, for about one extra block forward in compute.
+// Activation checkpointing of one block (or of its MLP half): the forward pass keeps only the
+// input; the backward pass runs the block (or the half) again (same dropout masks, same autocast
+// state) and back-propagates through that recomputation. Memory per block drops from every
+// intermediate to one [B, L, width] tensor, for about one extra block forward in compute.
 #pragma once
 
 #include <torch/torch.h>
@@ -12,5 +12,10 @@ namespace combiner::model {
 
 // y = block(x), with the block's activations recomputed in backward instead of stored.
 torch::Tensor checkpointed_forward(BlockImpl& block, const torch::Tensor& x);
+
+// y = block.mlp_half(h), the same for the MLP half alone (selective recomputation): of the
+// attention half's activations nothing is recomputed, of the MLP's (h's LayerNorm, both linears'
+// inputs, GELU's input, the dropout mask) only h is kept.
+torch::Tensor checkpointed_mlp(BlockImpl& block, const torch::Tensor& h);
 
 }  // namespace combiner::model

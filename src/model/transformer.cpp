@@ -17,6 +17,7 @@ TransformerOptions TransformerOptions::from_config(const config::Config& config)
   o.mlp_ratio = config.model.mlp_ratio;
   o.dropout = config.model.dropout;
   o.activation_checkpointing = config.train.activation_checkpointing;
+  o.recompute_mlp = config.train.recompute_mlp;
   o.bfloat16 = config.train.precision == "bfloat16";
   o.attention = config.model.attention;
   o.image = data::dataset_shape(config.data);  // resolved by config::validate
@@ -37,7 +38,9 @@ BlockImpl::BlockImpl(const TransformerOptions& o) : heads_(o.heads) {
   dropout_ = register_module("dropout", torch::nn::Dropout(o.dropout));
 }
 
-torch::Tensor BlockImpl::forward(const torch::Tensor& x) {
+torch::Tensor BlockImpl::forward(const torch::Tensor& x) { return mlp_half(attention_half(x)); }
+
+torch::Tensor BlockImpl::attention_half(const torch::Tensor& x) {
   const int64_t B = x.size(0), L = x.size(1), W = x.size(2), H = heads_;
   // [B, L, 3W] -> three [B, H, L, W/H] head tensors.
   auto qkv = qkv_(ln_attn_(x)).view({B, L, 3, H, W / H}).permute({2, 0, 3, 1, 4});
@@ -47,7 +50,10 @@ torch::Tensor BlockImpl::forward(const torch::Tensor& x) {
     heads_out = attention_->forward(qkv[0], qkv[1], qkv[2]);
   }
   auto merged = heads_out.transpose(1, 2).reshape({B, L, W});
-  auto h = x + dropout_(attn_out_(merged));
+  return x + dropout_(attn_out_(merged));
+}
+
+torch::Tensor BlockImpl::mlp_half(const torch::Tensor& h) {
   return h + dropout_(mlp_out_(torch::gelu(mlp_in_(ln_mlp_(h)))));
 }
 
@@ -121,10 +127,14 @@ torch::Tensor ImageTransformerImpl::forward(const torch::Tensor& x) {
   auto h = embed(input_tokens(x, options_.vocab), 0);
   {
     AutocastGuard autocast(options_.bfloat16, h.device());
-    const bool recompute = options_.activation_checkpointing && torch::GradMode::is_enabled();
+    const bool grad = torch::GradMode::is_enabled();
+    const bool whole = options_.activation_checkpointing && grad;
+    const bool mlp = options_.recompute_mlp && grad && !whole;
     for (const auto& module : *blocks_) {
       auto& block = *module->as<Block>();
-      h = recompute ? checkpointed_forward(block, h) : block.forward(h);
+      h = whole ? checkpointed_forward(block, h)
+          : mlp ? checkpointed_mlp(block, block.attention_half(h))
+                : block.forward(h);
     }
   }
   return head_(ln_final_(h.to(torch::kFloat))).to(torch::kFloat);  // logits from fp32

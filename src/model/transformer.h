@@ -18,6 +18,7 @@ struct TransformerOptions {
   int64_t mlp_ratio = 4;
   double dropout = 0.0;
   bool activation_checkpointing = false;  // recompute block activations in backward
+  bool recompute_mlp = false;             // recompute only the MLP halves in backward
   bool bfloat16 = false;                  // bf16 autocast in the blocks (attention stays fp32)
   attention::AttentionOptions attention;
   data::ImageShape image;  // sets L and the factorised (row, column, channel) position tables
@@ -30,11 +31,14 @@ struct TransformerOptions {
 constexpr int64_t kVocab = 256;          // subpixel values of 8-bit data (the default vocab)
 constexpr int64_t kStartToken = kVocab;  // extra input token for position 0 at that vocab
 
-// Pre-LayerNorm block: x + Attn(LN(x)), then x + MLP(LN(x)).
+// Pre-LayerNorm block: h = x + Attn(LN(x)), then h + MLP(LN(h)).
 class BlockImpl : public torch::nn::Module {
  public:
   explicit BlockImpl(const TransformerOptions& options);
   torch::Tensor forward(const torch::Tensor& x);  // [B, L, width] -> [B, L, width]
+  // Its two halves: forward(x) = mlp_half(attention_half(x)).
+  torch::Tensor attention_half(const torch::Tensor& x);
+  torch::Tensor mlp_half(const torch::Tensor& h);
 
   // The same block at one position: x [B, width] -> [B, width], attention through `state`.
   torch::Tensor step(const torch::Tensor& x, attention::DecodeState& state);

@@ -51,6 +51,7 @@ void expect_equal(const Config& a, const Config& b) {
   EXPECT_EQ(s.max_nonfinite_steps, t.max_nonfinite_steps);
   EXPECT_EQ(s.ema_decay, t.ema_decay);
   EXPECT_EQ(s.activation_checkpointing, t.activation_checkpointing);
+  EXPECT_EQ(s.recompute_mlp, t.recompute_mlp);
   EXPECT_EQ(s.precision, t.precision);
   EXPECT_EQ(s.attention_path, t.attention_path);
   EXPECT_EQ(s.device, t.device);
@@ -102,6 +103,7 @@ Config unusual_config() {
   t.max_nonfinite_steps = 3;
   t.ema_decay = 0.9995;
   t.activation_checkpointing = true;
+  t.recompute_mlp = true;
   t.precision = "bfloat16";
   t.attention_path = "composed";
   t.device = "cuda:1";
@@ -163,6 +165,7 @@ TEST(ConfigKeys, KeyPathsListEveryFieldOnceInFileOrder) {
                                              "train.sample_count",
                                              "train.tensorboard",
                                              "train.activation_checkpointing",
+                                             "train.recompute_mlp",
                                              "train.precision",
                                              "train.attention_path",
                                              "train.device",

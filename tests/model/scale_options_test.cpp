@@ -1,13 +1,17 @@
-// Activation checkpointing changes neither the loss nor any gradient (dropout on, so the
-// recomputation must replay the same masks); bf16 autocast stays close to fp32.
+// Activation checkpointing, of whole blocks or of their MLP halves, changes neither the loss nor
+// any gradient (dropout on, so the recomputation must replay the same masks); bf16 autocast stays
+// close to fp32.
 #include <gtest/gtest.h>
+
+#include <string>
+#include <utility>
 
 #include "model/transformer.h"
 
 namespace combiner::model {
 namespace {
 
-TransformerOptions options(bool checkpointing, bool bfloat16) {
+TransformerOptions options(bool checkpointing, bool bfloat16, bool recompute_mlp = false) {
   TransformerOptions o;
   o.layers = 3;
   o.width = 32;
@@ -17,6 +21,7 @@ TransformerOptions options(bool checkpointing, bool bfloat16) {
   o.image = {4, 4, 3};
   o.attention = {"combiner-axial-vertical", 12, 12, "deepsets-max"};
   o.activation_checkpointing = checkpointing;
+  o.recompute_mlp = recompute_mlp;
   o.bfloat16 = bfloat16;
   return o;
 }
@@ -53,12 +58,18 @@ torch::Tensor tokens() {
 TEST(ActivationCheckpointing, SameLossAndGradients) {
   for (bool bf16 : {false, true}) {
     auto plain = run(options(false, bf16), tokens());
-    auto recomputed = run(options(true, bf16), tokens());
-    EXPECT_DOUBLE_EQ(plain.loss, recomputed.loss) << "bf16 " << bf16;
-    ASSERT_EQ(plain.grads.size(), recomputed.grads.size());
-    for (size_t i = 0; i < plain.grads.size(); ++i)
-      EXPECT_TRUE(torch::allclose(plain.grads[i].second, recomputed.grads[i].second, 1e-5, 1e-7))
-          << plain.grads[i].first << " bf16 " << bf16;
+    // Whole blocks; the MLP halves alone; both set (whole blocks win).
+    for (auto [whole, mlp] : {std::pair{true, false}, {false, true}, {true, true}}) {
+      auto recomputed = run(options(whole, bf16, mlp), tokens());
+      const std::string what = std::string("bf16 ") + (bf16 ? "on" : "off") + ", whole blocks " +
+                               (whole ? "on" : "off") + ", MLP halves " + (mlp ? "on" : "off");
+      EXPECT_DOUBLE_EQ(plain.loss, recomputed.loss) << what;
+      ASSERT_EQ(plain.grads.size(), recomputed.grads.size());
+      for (size_t i = 0; i < plain.grads.size(); ++i)
+        EXPECT_TRUE(
+            torch::allclose(plain.grads[i].second, recomputed.grads[i].second, 1e-5, 1e-7))
+            << plain.grads[i].first << ", " << what;
+    }
   }
 }
 
@@ -68,12 +79,14 @@ TEST(GpuActivationCheckpointing, SameLossAndGradientsOnCuda) {
   const torch::Device cuda(torch::kCUDA);
   const auto x = tokens().to(cuda);
   auto plain = run(options(false, false), x, cuda);
-  auto recomputed = run(options(true, false), x, cuda);
-  EXPECT_NEAR(plain.loss, recomputed.loss, 1e-6);
-  ASSERT_EQ(plain.grads.size(), recomputed.grads.size());
-  for (size_t i = 0; i < plain.grads.size(); ++i)
-    EXPECT_TRUE(torch::allclose(plain.grads[i].second, recomputed.grads[i].second, 1e-4, 1e-6))
-        << plain.grads[i].first;
+  for (bool mlp : {false, true}) {
+    auto recomputed = run(options(!mlp, false, mlp), x, cuda);
+    EXPECT_NEAR(plain.loss, recomputed.loss, 1e-6) << "MLP halves only: " << mlp;
+    ASSERT_EQ(plain.grads.size(), recomputed.grads.size());
+    for (size_t i = 0; i < plain.grads.size(); ++i)
+      EXPECT_TRUE(torch::allclose(plain.grads[i].second, recomputed.grads[i].second, 1e-4, 1e-6))
+          << plain.grads[i].first << ", MLP halves only: " << mlp;
+  }
 }
 
 TEST(ActivationCheckpointing, OffWithoutGradients) {

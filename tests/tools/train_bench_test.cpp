@@ -111,6 +111,26 @@ TEST(TrainBench, CountsTensorBytesOnTheFusedPath) {
   EXPECT_THROW(run_train_bench(config, options), std::invalid_argument);
 }
 
+// Recomputing the MLP halves keeps fewer bytes than keeping everything, and recomputing whole
+// blocks fewer still (counted live tensors, float32 composed path on the CPU).
+TEST(TrainBench, RecomputationKeepsFewerTensorBytes) {
+  TrainBenchOptions options;
+  options.steps = 1;
+  options.warmup = 0;
+  options.threads = 1;
+  options.matmul_size = 64;
+  options.memory = "tensors";
+  auto config = tiny_config("combiner-axial-rowmajor");
+  config.model.layers = 4;
+  const double kept = run_train_bench(config, options).peak_mib;
+  config.train.recompute_mlp = true;
+  const double mlp = run_train_bench(config, options).peak_mib;
+  config.train.activation_checkpointing = true;
+  const double whole = run_train_bench(config, options).peak_mib;
+  EXPECT_LT(mlp, 0.9 * kept) << kept << " MiB kept, " << mlp << " MLP recomputed";
+  EXPECT_LT(whole, mlp) << mlp << " MiB MLP recomputed, " << whole << " whole blocks";
+}
+
 TEST(TrainBench, ShortRunReportsConsistentNumbers) {
   TrainBenchOptions options;
   options.steps = 1;
