@@ -1,9 +1,10 @@
 // The max-pool kernels' CPU model (fused/kernel.h RunningMax and SegmentMax, the algorithms
 // kernel_scan.cu runs) against LibTorch: the running max's values equal torch::cummax's and its
 // gradients cumulative_max's with the arg-maxes torch::cummax kept (its scatter-add), in both
-// directions, along an inner and an outer axis, on strided views as the variants pass them, with
-// ties and NaN; the segment max's values and gradients equal LibTorch's max over the narrowed
-// segments (ties to the first), its gradient covering every row of x.
+// directions, along an inner and an outer axis, on strided views as the variants pass them (of k
+// itself, or of k as a view of the qkv projection, read in place), with ties and NaN; the segment
+// max's values and gradients equal LibTorch's max over the narrowed segments (ties to the first),
+// its gradient covering every row of x.
 #include <gtest/gtest.h>
 
 #include <torch/torch.h>
@@ -12,6 +13,7 @@
 
 #include "attention/fused/fused.h"
 #include "attention/summary.h"
+#include "util/device.h"
 
 namespace combiner::attention {
 namespace {
@@ -29,29 +31,57 @@ torch::Tensor rows_of(const torch::Tensor& k, int64_t S, int64_t W) {
 
 class RunningMax : public ::testing::TestWithParam<ScanCase> {};
 
+// k [B, H, L, D] as the model passes it: a view of the fused qkv projection [B, L, 3, H, D], so
+// a row of W positions is not one block of memory (its column stride is 3 H D).
+torch::Tensor projection_view(const torch::Tensor& k) {
+  const auto qkv = torch::zeros({k.size(0), k.size(2), 3, k.size(1), k.size(3)}, k.options());
+  auto view = qkv.select(2, 1).permute({0, 2, 1, 3});
+  view.copy_(k);
+  return view;
+}
+
 TEST_P(RunningMax, MatchesCummaxValuesAndScatterGradients) {
   const auto c = GetParam();
   torch::manual_seed(3);
   // Small integers: many ties, which must go to the later step as torch::cummax sends them.
-  const auto k = torch::randint(-3, 4, {2, 3, 7 * 5 + 2, 4}).to(c.dtype);
-  auto x = rows_of(k, 7, 5).detach().requires_grad_(true);
-  ASSERT_FALSE(x.is_contiguous());
-  auto y = fused_running_max(x, c.dim, c.reverse);
-  const auto flipped = [&](const torch::Tensor& t) { return c.reverse ? t.flip(c.dim) : t; };
-  const auto expected = flipped(std::get<0>(torch::cummax(flipped(x.detach()), c.dim)));
-  EXPECT_TRUE(torch::equal(y.detach(), expected));
+  const auto k_whole = torch::randint(-3, 4, {2, 3, 7 * 5 + 2, 4}).to(c.dtype);
+  for (const auto& k : {k_whole, projection_view(k_whole)}) {
+    SCOPED_TRACE(k.is_contiguous() ? "k contiguous" : "k a view of the qkv projection");
+    auto x = rows_of(k, 7, 5).detach().requires_grad_(true);
+    ASSERT_FALSE(x.is_contiguous());
+    auto y = fused_running_max(x, c.dim, c.reverse);
+    const auto flipped = [&](const torch::Tensor& t) { return c.reverse ? t.flip(c.dim) : t; };
+    const auto expected = flipped(std::get<0>(torch::cummax(flipped(x.detach()), c.dim)));
+    EXPECT_TRUE(torch::equal(y.detach(), expected));
 
-  auto x_ref = x.detach().clone().requires_grad_(true);
-  auto y_ref = cumulative_max(x_ref, c.dim, c.reverse, /*keep_indices=*/true);
-  const auto g = torch::randn(y.sizes()).to(c.dtype);
-  y.backward(g);
-  y_ref.backward(g);
-  const double tol = c.dtype == torch::kBFloat16 ? 1e-2 : c.dtype == torch::kFloat ? 1e-5 : 1e-12;
-  EXPECT_TRUE(torch::allclose(x.grad().to(torch::kDouble), x_ref.grad().to(torch::kDouble), tol, tol))
-      << (x.grad() - x_ref.grad()).abs().max();
-  // Every gradient lands on an arg-max: the rest are exactly zero.
-  EXPECT_GT((x.grad() == 0).sum().item<int64_t>(), 0);
-  EXPECT_TRUE(torch::equal(x.grad() == 0, x_ref.grad() == 0));
+    auto x_ref = x.detach().clone().requires_grad_(true);
+    auto y_ref = cumulative_max(x_ref, c.dim, c.reverse, /*keep_indices=*/true);
+    const auto g = torch::randn(y.sizes()).to(c.dtype);
+    y.backward(g);
+    y_ref.backward(g);
+    const double tol =
+        c.dtype == torch::kBFloat16 ? 1e-2 : c.dtype == torch::kFloat ? 1e-5 : 1e-12;
+    EXPECT_TRUE(torch::allclose(
+        x.grad().to(torch::kDouble), x_ref.grad().to(torch::kDouble), tol, tol))
+        << (x.grad() - x_ref.grad()).abs().max();
+    // Every gradient lands on an arg-max: the rest are exactly zero.
+    EXPECT_GT((x.grad() == 0).sum().item<int64_t>(), 0);
+    EXPECT_TRUE(torch::equal(x.grad() == 0, x_ref.grad() == 0));
+  }
+}
+
+// Down the rows of a projection view, the scan reads k in place: it keeps no copy of its input
+// for backward, only its output is new.
+TEST(RunningMaxEdges, ScansAProjectionViewInPlace) {
+  util::count_cpu_tensor_bytes();
+  const torch::Device cpu(torch::kCPU);
+  const auto k = projection_view(torch::randn({2, 3, 64 * 16, 32}));
+  const auto x = rows_of(k, 64, 16).detach().requires_grad_(true);  // autograd saves what it scans
+  const double before = util::device_allocated_mib(cpu);
+  const auto y = fused_running_max(x, 2, false);
+  const double grown = util::device_allocated_mib(cpu) - before;
+  const double y_mib = double(y.numel()) * 4 / (1024.0 * 1024.0);
+  EXPECT_NEAR(grown, y_mib, 0.01) << "the output alone is " << y_mib << " MiB";
 }
 
 INSTANTIATE_TEST_SUITE_P(AlongRowsAndColumns,

@@ -37,6 +37,26 @@ bool describe(const torch::Tensor& x, int64_t dim, fused::RunningMax& r) {
   return true;
 }
 
+// The axis x is scanned along, as the kernel reads x: x itself where describe() takes it; else,
+// where only the axes between `dim` and the last break the inner block (the axial variants' rows
+// of a q or k that is a view of the fused qkv projection, whose column stride is 3 x width), `dim`
+// moved next to the last axis, so those axes become outer ones and x is read in place; else a
+// contiguous copy. Returns the scan axis; x is replaced by what the kernel reads.
+int64_t scan_layout(torch::Tensor& x, int64_t dim, fused::RunningMax& r) {
+  if (describe(x, dim, r)) return dim;
+  const int64_t next_to_last = x.dim() - 2;
+  if (dim < next_to_last) {
+    auto moved = x.movedim(dim, next_to_last);
+    if (describe(moved, next_to_last, r)) {
+      x = moved;
+      return next_to_last;
+    }
+  }
+  x = x.contiguous();
+  describe(x, dim, r);
+  return dim;
+}
+
 class RunningMaxFunction : public torch::autograd::Function<RunningMaxFunction> {
  public:
   static torch::Tensor forward(AutogradContext* ctx,
@@ -45,36 +65,35 @@ class RunningMaxFunction : public torch::autograd::Function<RunningMaxFunction> 
                                bool reverse) {
     fused::RunningMax r;
     auto x = x_in;
-    if (!describe(x, dim, r)) {
-      x = x.contiguous();
-      describe(x, dim, r);
-    }
+    const int64_t scan = scan_layout(x, dim, r);
     r.reverse = reverse;
     r.dtype = scan_dtype(x.scalar_type());
     auto y = torch::empty(x.sizes(), x.options().memory_format(torch::MemoryFormat::Contiguous));
     r.x = x.data_ptr();
     r.y = y.data_ptr();
     fused_launch::running_max(x, r);
-    ctx->save_for_backward({x});
+    ctx->save_for_backward({x});  // a view of x_in, unless it had to be copied
     ctx->saved_data["dim"] = dim;
+    ctx->saved_data["scan"] = scan;
     ctx->saved_data["reverse"] = reverse;
-    return y;
+    return scan == dim ? y : y.movedim(scan, dim);
   }
 
   static tensor_list backward(AutogradContext* ctx, tensor_list grads) {
     const auto x = ctx->get_saved_variables()[0];
-    const int64_t dim = ctx->saved_data["dim"].toInt();
+    const int64_t dim = ctx->saved_data["dim"].toInt(), scan = ctx->saved_data["scan"].toInt();
     fused::RunningMax r;
-    describe(x, dim, r);  // as in forward: x is the tensor forward scanned
+    describe(x, scan, r);  // as in forward: x is the tensor forward scanned
     r.reverse = ctx->saved_data["reverse"].toBool();
     r.dtype = scan_dtype(x.scalar_type());
-    const auto dy = grads[0].to(x.scalar_type()).contiguous();
+    const auto g = scan == dim ? grads[0] : grads[0].movedim(dim, scan);
+    const auto dy = g.to(x.scalar_type()).contiguous();
     auto dx = torch::empty(x.sizes(), dy.options());
     r.x = x.data_ptr();
     r.dy = dy.data_ptr();
     r.dx = dx.data_ptr();
     fused_launch::running_max_backward(x, r);
-    return {dx, {}, {}};
+    return {scan == dim ? dx : dx.movedim(scan, dim), {}, {}};
   }
 };
 
