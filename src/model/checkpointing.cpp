@@ -7,6 +7,7 @@ namespace combiner::model {
 namespace {
 
 using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
 
 // The generator the block's dropout draws from on x's device (the CPU's, or the CUDA device's):
 // its state before the forward is what the recomputation must start from.
@@ -23,7 +24,6 @@ void set_generator_state(at::Generator& generator, const torch::Tensor& state) {
   std::lock_guard<std::mutex> lock(generator.mutex());
   generator.set_state(state);
 }
-using torch::autograd::variable_list;
 
 // What is recomputed: the whole block, or its MLP half.
 enum Part : int64_t { kWholeBlock = 0, kMlpHalf = 1 };
