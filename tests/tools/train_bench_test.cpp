@@ -87,15 +87,21 @@ TEST(TrainBench, StepFlopsByHand) {
   EXPECT_DOUBLE_EQ(g.attention, 4.0 * 8 * 21952 * 2 * 1 * 3 * 3);
 }
 
-// --memory tensors: the peak bytes of live tensors (weights, AdamW state, activations), here of
-// the fused path's CPU model.
-TEST(TrainBench, CountsTensorBytesOnTheFusedPath) {
+// One untimed step, on one thread, counting live tensor bytes (--memory tensors).
+TrainBenchOptions one_counted_step() {
   TrainBenchOptions options;
   options.steps = 1;
   options.warmup = 0;
   options.threads = 1;
   options.matmul_size = 64;
   options.memory = "tensors";
+  return options;
+}
+
+// --memory tensors: the peak bytes of live tensors (weights, AdamW state, activations), here of
+// the fused path's CPU model.
+TEST(TrainBench, CountsTensorBytesOnTheFusedPath) {
+  auto options = one_counted_step();
   auto config = tiny_config("combiner-axial-vertical");
   config.train.attention_path = "fused";
   const auto one = run_train_bench(config, options);
@@ -114,12 +120,7 @@ TEST(TrainBench, CountsTensorBytesOnTheFusedPath) {
 // Recomputing the MLP halves keeps fewer bytes than keeping everything, and recomputing whole
 // blocks fewer still (counted live tensors, float32 composed path on the CPU).
 TEST(TrainBench, RecomputationKeepsFewerTensorBytes) {
-  TrainBenchOptions options;
-  options.steps = 1;
-  options.warmup = 0;
-  options.threads = 1;
-  options.matmul_size = 64;
-  options.memory = "tensors";
+  const auto options = one_counted_step();
   auto config = tiny_config("combiner-axial-rowmajor");
   config.model.layers = 4;
   const double kept = run_train_bench(config, options).peak_mib;
