@@ -16,6 +16,7 @@ of the model unchanged; rows say system `peer-flex` and the variant. It needs a 
 (flex_attention has no backward on the CPU).
 """
 import argparse
+import contextlib
 import math
 import os
 import resource
@@ -170,6 +171,9 @@ def parse_args(argv):
     p.add_argument("--grad-clip", type=float, default=1.0, help="0 = no clipping")
     p.add_argument("--threads", type=int, default=0, help="CPU threads; 0 = torch's default")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--count", action="store_true",
+                   help="count one more step: its launches by combiner's rule and the MiB its "
+                        "forward saved for backward (as combiner-bench train --count)")
     p.add_argument("--profile", type=int, default=0, metavar="N",
                    help="after the timed steps, one more under torch.profiler: its N largest "
                         "GPU kernels (or CPU ops) and its kernel launches")
@@ -227,6 +231,99 @@ def profile_step(step_once, top, cuda):
               flush=True)
 
 
+# combiner's rule for counting device launches on any device (src/tools/launch_count.cpp), so the
+# peer's count compares with `combiner-bench train --count`: an ATen op launches work unless it is
+# a view, a reshape, metadata or an allocation left uninitialised, and it counts once, at the
+# innermost op that does (aten::matmul is its aten::mm). LaunchCount.ThePeersRuleIsOurs
+# (tests/tools/launch_count_test.cpp) holds this list to the C++ one.
+NO_WORK = {
+    "aten::empty", "aten::empty_like", "aten::empty_strided", "aten::view",
+    "aten::_reshape_alias", "aten::reshape", "aten::as_strided", "aten::t", "aten::transpose",
+    "aten::permute", "aten::unsqueeze", "aten::squeeze", "aten::select", "aten::slice",
+    "aten::narrow", "aten::expand", "aten::expand_as", "aten::detach", "aten::alias",
+    "aten::resize_", "aten::set_", "aten::unflatten", "aten::flatten", "aten::view_as",
+    "aten::contiguous", "aten::to", "aten::lift_fresh", "aten::result_type", "aten::size",
+    "aten::stride", "aten::is_nonzero", "aten::unbind", "aten::split", "aten::chunk",
+    "aten::detach_", "aten::_unsafe_view", "aten::unfold", "aten::movedim", "aten::numpy_T",
+    "aten::split_with_sizes", "aten::_has_compatible_shallow_copy_type", "aten::requires_grad_",
+    "aten::as_strided_", "aten::squeeze_", "aten::unsqueeze_", "aten::t_", "aten::transpose_",
+    "aten::conj", "aten::resolve_conj", "aten::resolve_neg",
+}
+
+
+def launches_work(name):
+    return name.startswith("aten::") and name not in NO_WORK
+
+
+def count_launches(work):
+    """Runs work() under torch.profiler (CPU ops) and returns {op name: launches} by the rule
+    above."""
+    from torch.profiler import ProfilerActivity, profile
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        work()
+    counts = {}
+
+    def visit(event):  # whether the event, or an op inside it, launched work
+        inside = False
+        for child in event.cpu_children:
+            inside = visit(child) or inside
+        if inside or not launches_work(event.name):
+            return inside
+        counts[event.name] = counts.get(event.name, 0) + 1
+        return True
+
+    for event in prof.events():
+        if event.cpu_parent is None:
+            visit(event)
+    return counts
+
+
+class SavedBytes:
+    """While open, the bytes of the storages autograd saves for backward, each counted once,
+    the parameters' own left out (a context manager around a forward)."""
+
+    def __init__(self, params):
+        self.skip = {p.untyped_storage().data_ptr() for p in params}
+        self.storages = {}
+        self.hooks = torch.autograd.graph.saved_tensors_hooks(self.pack, lambda t: t)
+
+    def pack(self, t):
+        storage = t.untyped_storage()
+        if storage.data_ptr() not in self.skip:
+            self.storages[storage.data_ptr()] = storage.nbytes()
+        return t
+
+    def __enter__(self):
+        self.hooks.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        return self.hooks.__exit__(*exc)
+
+    def mib(self):
+        return sum(self.storages.values()) / 2**20
+
+
+def count_step(forward_backward, update, params):
+    """One more step, counted: launches (forward + backward, then clipping + update) and the
+    MiB its forward saved for backward; printed as combiner-bench train --count prints ours."""
+    saved, loss = SavedBytes(params), []
+    model_ops = count_launches(lambda: loss.append(forward_backward(saved)))
+    update_ops = count_launches(lambda: update(loss[0]))
+    ops = dict(model_ops)
+    for name, calls in update_ops.items():
+        ops[name] = ops.get(name, 0) + calls
+    def most_called(counts, top=None):
+        ranked = sorted(counts.items(), key=lambda item: (-item[1], item[0]))[:top]
+        return ", ".join(f"{name} x{calls}" for name, calls in ranked)
+
+    model, rest = sum(model_ops.values()), sum(update_ops.values())
+    print(f"peer: count of one training step: {model + rest} launches: forward + backward "
+          f"{model}, clipping + update {rest}; kept for backward {saved.mib():.2f} MiB; "
+          f"most called: {most_called(ops, 12)}", flush=True)
+    print(f"peer: forward + backward ops: {most_called(model_ops)}", flush=True)
+
+
 def main(argv):
     args = parse_args(argv)
     device = torch.device(args.device)
@@ -258,17 +355,25 @@ def main(argv):
 
     if cuda:
         torch.cuda.reset_peak_memory_stats(device)
-    def step_once():
-        """One training step; (bits, skipped) with skipped 1 for a non-finite update."""
+    def forward_backward(saved=contextlib.nullcontext()):
         optimizer.zero_grad(set_to_none=True)
-        loss = mean_bits(forward(x), x)
+        with saved:
+            loss = mean_bits(forward(x), x)
         loss.backward()
+        return loss
+
+    def update(loss):
+        """(bits, skipped) with skipped 1 for a non-finite update."""
         norm = torch.nn.utils.clip_grad_norm_(params, max_norm)
         bits, grad_norm = torch.stack([loss.detach().double(), norm.double()]).tolist()
         if math.isfinite(bits) and math.isfinite(grad_norm):
             optimizer.step()
             return bits, 0
         return bits, 1
+
+    def step_once():
+        """One training step; (bits, skipped) as update() gives them."""
+        return update(forward_backward())
 
     times, bits, skipped = [], float("nan"), 0
     for step in range(args.warmup + args.steps):
@@ -283,6 +388,8 @@ def main(argv):
             print(f"peer: first step {1e3 * (time.perf_counter() - start):.0f} ms "
                   "(compile included when --compile)", flush=True)
 
+    if args.count:
+        count_step(forward_backward, update, params)
     if args.profile > 0:
         profile_step(step_once, args.profile, cuda)
     ms = statistics.median(times)

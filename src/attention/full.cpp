@@ -1,6 +1,7 @@
 // Scores and softmax in the compute dtype (fp32 for half/bf16 inputs); the mask is built per call.
 // On CUDA with LibTorch >= 2 the forward is at::scaled_dot_product_attention (flash or
-// memory-efficient kernels: the scores never reach device memory); the CPU keeps the dense path.
+// memory-efficient kernels: the scores never reach device memory); the CPU keeps the dense path
+// unless the fused path is asked for (set_path(kFused)).
 #include "attention/full.h"
 
 #include <spdlog/spdlog.h>
@@ -40,7 +41,10 @@ torch::Tensor FullAttentionImpl::forward(const torch::Tensor& q,
 #if COMBINER_TORCH2_PATHS
   // If SDPA refuses its inputs (a check before any kernel), the dense path runs, with a warning.
   static std::atomic<bool> sdpa_refused{false};
-  if (!sdpa_refused && q.is_cuda() && q.scalar_type() == k.scalar_type() &&
+  // kAuto takes it on CUDA; kFused on any device (the CPU then runs SDPA's CPU kernel, and
+  // counts what a GPU launches), kComposed never.
+  const bool wanted = path() == Path::kFused || (path() == Path::kAuto && q.is_cuda());
+  if (!sdpa_refused && wanted && q.scalar_type() == k.scalar_type() &&
       q.scalar_type() == v.scalar_type()) {
     full_detail::log_path(true, q);
     try {

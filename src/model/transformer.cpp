@@ -9,6 +9,18 @@
 
 namespace combiner::model {
 
+namespace {
+
+// ATen's linear, as Python's nn.Linear calls it: the bias is added by the matmul itself (addmm;
+// cuBLASLt's bias epilogue on a GPU). torch::nn::Linear's own forward runs a [B, L, W] input as
+// a matmul and then `+= bias`, one more elementwise pass over the output per layer, which under
+// bf16 autocast adds an fp32 bias to a bf16 output in a kernel that cannot vectorise.
+torch::Tensor linear(const torch::nn::Linear& layer, const torch::Tensor& x) {
+  return at::linear(x, layer->weight, layer->bias);
+}
+
+}  // namespace
+
 TransformerOptions TransformerOptions::from_config(const config::Config& config) {
   TransformerOptions o;
   o.layers = config.model.layers;
@@ -42,27 +54,30 @@ torch::Tensor BlockImpl::forward(const torch::Tensor& x) { return mlp_half(atten
 
 torch::Tensor BlockImpl::attention_half(const torch::Tensor& x) {
   const int64_t B = x.size(0), L = x.size(1), W = x.size(2), H = heads_;
-  // [B, L, 3W] -> three [B, H, L, W/H] head tensors.
-  auto qkv = qkv_(ln_attn_(x)).view({B, L, 3, H, W / H}).permute({2, 0, 3, 1, 4});
+  // [B, L, 3W] -> three [B, H, L, W/H] head tensors. One unbind, not three selects: its
+  // backward stacks the three gradients in one copy, where each select's would zero-fill a
+  // gradient of the whole projection, copy its part in, and the three would be summed.
+  const auto qkv = linear(qkv_, ln_attn_(x)).view({B, L, 3, H, W / H}).permute({2, 0, 3, 1, 4});
+  const auto heads = qkv.unbind(0);
   torch::Tensor heads_out;
   {
     AutocastGuard fp32_attention(false, x.device());  // scores and softmax in fp32 (or fp64)
-    heads_out = attention_->forward(qkv[0], qkv[1], qkv[2]);
+    heads_out = attention_->forward(heads[0], heads[1], heads[2]);
   }
   auto merged = heads_out.transpose(1, 2).reshape({B, L, W});
-  return x + dropout_(attn_out_(merged));
+  return x + dropout_(linear(attn_out_, merged));
 }
 
 torch::Tensor BlockImpl::mlp_half(const torch::Tensor& h) {
-  return h + dropout_(mlp_out_(torch::gelu(mlp_in_(ln_mlp_(h)))));
+  return h + dropout_(linear(mlp_out_, torch::gelu(linear(mlp_in_, ln_mlp_(h)))));
 }
 
 torch::Tensor BlockImpl::step(const torch::Tensor& x, attention::DecodeState& state) {
   const int64_t B = x.size(0), W = x.size(1), H = heads_;
-  auto qkv = qkv_(ln_attn_(x)).view({B, 3, H, W / H});
+  auto qkv = linear(qkv_, ln_attn_(x)).view({B, 3, H, W / H});
   auto heads_out = state.step(qkv.select(1, 0), qkv.select(1, 1), qkv.select(1, 2));
-  auto h = x + dropout_(attn_out_(heads_out.reshape({B, W})));
-  return h + dropout_(mlp_out_(torch::gelu(mlp_in_(ln_mlp_(h)))));
+  auto h = x + dropout_(linear(attn_out_, heads_out.reshape({B, W})));
+  return mlp_half(h);
 }
 
 std::unique_ptr<attention::DecodeState> BlockImpl::start_decoding(int64_t length) const {
@@ -137,7 +152,7 @@ torch::Tensor ImageTransformerImpl::forward(const torch::Tensor& x) {
                 : block.forward(h);
     }
   }
-  return head_(ln_final_(h.to(torch::kFloat))).to(torch::kFloat);  // logits from fp32
+  return linear(head_, ln_final_(h.to(torch::kFloat))).to(torch::kFloat);  // logits from fp32
 }
 
 void set_attention_path(torch::nn::Module& model, const std::string& path) {

@@ -76,6 +76,10 @@ struct LaunchCounter::State {
   int64_t fused_start = 0;
 };
 
+const std::set<std::string>& LaunchCounter::no_work_ops() {
+  return no_work();
+}
+
 bool LaunchCounter::launches_work(const std::string& op) {
   // Only ATen ops run on a device; the autograd engine's records (evaluate_function: ...,
   // detach of saved tensors) only call them.

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 
 namespace combiner::tools {
@@ -29,6 +30,9 @@ class LaunchCounter {
   // reshape, an allocation without a fill or metadata (the autograd engine's own records are
   // not ops).
   static bool launches_work(const std::string& op);
+  // The ATen ops that never launch work: views and aliases, metadata, allocations left
+  // uninitialised, wrappers that return their input (scripts/peer_gpu.py repeats the list).
+  static const std::set<std::string>& no_work_ops();
 
  private:
   struct State;

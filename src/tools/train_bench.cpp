@@ -12,7 +12,9 @@
 #include <chrono>
 #include <cstdio>
 #include <limits>
+#include <map>
 #include <stdexcept>
+#include <string>
 #include <vector>
 
 #include "attention/plan.h"
@@ -39,6 +41,19 @@ bool inside_attention(const std::string& name) {
   return name == "attention" || name.rfind("attention.", 0) == 0 ||
          name.find(".attention.") != std::string::npos ||
          (name.size() >= 10 && name.compare(name.size() - 10, 10, ".attention") == 0);
+}
+
+// "aten::copy_ x12, aten::mm x10, ...": the `top` most called ops, most first.
+std::string most_called(const std::map<std::string, int64_t>& ops, size_t top) {
+  std::vector<std::pair<int64_t, std::string>> sorted;
+  for (const auto& [name, calls] : ops) sorted.emplace_back(calls, name);
+  std::sort(sorted.begin(), sorted.end(), [](const auto& a, const auto& b) {
+    return a.first != b.first ? a.first > b.first : a.second < b.second;
+  });
+  std::string out;
+  for (size_t i = 0; i < sorted.size() && i < top; ++i)
+    out += fmt::format("{}{} x{}", i ? ", " : "", sorted[i].second, sorted[i].first);
+  return out;
 }
 
 }  // namespace train_bench_detail
@@ -168,20 +183,28 @@ TrainBenchResult run_train_bench(const config::Config& config, const TrainBenchO
         torch::randint(0, model->options().vocab, {micro, L}, torch::kByte).to(device));
   const double max_norm = t.grad_clip > 0 ? t.grad_clip : std::numeric_limits<double>::infinity();
 
-  // The trainer's step: the loss stays on the device, one read-back of loss and norm.
-  const auto one_step = [&] {
+  // The trainer's step: the loss stays on the device, one read-back of loss and norm. Its two
+  // parts are counted apart; `kept_mib`, when given, gets the MiB of tensors the last forward
+  // left alive for its backward (the saved activations, with --memory tensors).
+  const auto forward_backward = [&](double* kept_mib) {
     optimizer->zero_grad();
     auto bits = torch::zeros({1}, torch::TensorOptions().dtype(torch::kDouble).device(device));
     for (const auto& x : batches) {
+      const double before = util::device_allocated_mib(device);
       auto loss = mean_bits(model->forward(x), x);
+      if (kept_mib != nullptr) *kept_mib = util::device_allocated_mib(device) - before;
       (loss / double(t.grad_accum)).backward();
       bits += loss.detach().to(torch::kDouble) / double(t.grad_accum);
     }
+    return bits;
+  };
+  const auto update = [&](const torch::Tensor& bits) {
     const auto norm = clip_gradients(model->parameters(), max_norm);
     torch::cat({bits, norm.to(bits.options()).reshape({1})}).cpu();
     adamw_step(*optimizer);
     util::synchronize(device);
   };
+  const auto one_step = [&] { update(forward_backward(nullptr)); };
   util::reset_peak_memory(device);
   std::vector<double> ms;
   for (int64_t step = 0; step < options.warmup + options.steps; ++step) {
@@ -192,19 +215,25 @@ TrainBenchResult run_train_bench(const config::Config& config, const TrainBenchO
   r.peak_mib =
       device.is_cuda() || tensors ? util::device_peak_mib(device) : util::process_peak_rss_mib();
   if (options.count) {  // one more step, after the timed ones, counted
+    double kept_mib = 0.0;
     const tools::LaunchCounter counter;
-    one_step();
-    std::vector<std::pair<int64_t, std::string>> ops;
-    for (const auto& [name, calls] : counter.ops()) ops.emplace_back(calls, name);
-    std::sort(ops.rbegin(), ops.rend());
-    std::string top;
-    for (size_t i = 0; i < ops.size() && i < 12; ++i)
-      top += fmt::format("{}{} x{}", i ? ", " : "", ops[i].second, ops[i].first);
-    std::printf("count of one training step: %lld launches (%lld fused attention kernels); "
+    const auto bits = forward_backward(&kept_mib);
+    const int64_t model_launches = counter.launches();
+    const auto model_ops = counter.ops();
+    update(bits);
+    const auto top = train_bench_detail::most_called(counter.ops(), 12);
+    const std::string kept =
+        tensors ? fmt::format("{:.2f} MiB", kept_mib) : std::string("not counted (--memory rss)");
+    std::printf("count of one training step: %lld launches (%lld fused attention kernels): "
+                "forward + backward %lld, clipping + update %lld; kept for backward %s; "
                 "most called: %s\n",
                 static_cast<long long>(counter.launches()),
                 static_cast<long long>(counter.fused()),
+                static_cast<long long>(model_launches),
+                static_cast<long long>(counter.launches() - model_launches),
+                kept.c_str(),
                 top.c_str());
+    std::printf("forward + backward ops: %s\n", train_bench_detail::most_called(model_ops, model_ops.size()).c_str());
   }
   if (options.profile_top > 0) {  // more steps, after the timed ones: timings stay unperturbed
     const auto rows = tools::profile(

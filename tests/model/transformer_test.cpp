@@ -21,10 +21,9 @@ TransformerOptions tiny_options(const std::string& attention) {
   return o;
 }
 
-// train.attention_path reaches every attention layer; the fused path (here the kernels' CPU
-// model) gives the composed path's logits.
-TEST(Transformer, AttentionPathReachesEveryLayer) {
-  ImageTransformer model(tiny_options("combiner-axial-vertical"));
+// Sets each path on a two-layer model of `variant`; the logits of composed and fused agree.
+void expect_paths_agree(const std::string& variant) {
+  ImageTransformer model(tiny_options(variant));
   model->eval();
   auto x = torch::randint(0, 256, {2, 36}, torch::kByte);
   std::vector<torch::Tensor> logits;
@@ -45,6 +44,15 @@ TEST(Transformer, AttentionPathReachesEveryLayer) {
     logits.push_back(model->forward(x));
   }
   EXPECT_LT((logits[0] - logits[1]).abs().max().item<double>(), 1e-4);
+}
+
+// train.attention_path reaches every attention layer; the fused path (the kernels' CPU model;
+// for `full`, SDPA's CPU kernel where LibTorch has one) gives the composed path's logits.
+TEST(Transformer, AttentionPathReachesEveryLayer) {
+  for (const std::string variant : {"combiner-axial-vertical", "full"}) {
+    SCOPED_TRACE(variant);
+    expect_paths_agree(variant);
+  }
 }
 
 TEST(Transformer, LogitsShapeAndDtype) {

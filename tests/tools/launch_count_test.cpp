@@ -5,10 +5,15 @@
 
 #include <torch/torch.h>
 
+#include <fstream>
 #include <map>
+#include <regex>
+#include <set>
+#include <sstream>
 
 #include "attention/attention.h"
 #include "attention/fused/fused.h"
+#include "model/transformer.h"
 #include "tools/attention_bench.h"
 #include "tools/launch_count.h"
 
@@ -99,6 +104,61 @@ TEST(LaunchCount, FusedVariantsStayWithinTheirBounds) {
     EXPECT_LE(r.launches, bound.launches) << variant;
     EXPECT_LE(r.allocated_mib, bound.allocated_mib) << variant;
   }
+}
+
+// scripts/peer_gpu.py counts the Python peer's launches (--count) by this rule: its list of ops
+// that launch nothing is this one.
+TEST(LaunchCount, ThePeersRuleIsOurs) {
+  std::ifstream in(std::string(COMBINER_SOURCE_DIR) + "/scripts/peer_gpu.py");
+  std::stringstream text;
+  text << in.rdbuf();
+  const std::string script = text.str();
+  const auto start = script.find("NO_WORK = {");
+  ASSERT_NE(start, std::string::npos) << "no NO_WORK set in scripts/peer_gpu.py";
+  const auto end = script.find('}', start);
+  const std::regex quoted("\"(aten::[A-Za-z0-9_]+)\"");
+  std::set<std::string> names;
+  for (auto it = std::sregex_iterator(script.begin() + start, script.begin() + end, quoted);
+       it != std::sregex_iterator();
+       ++it)
+    names.insert((*it)[1]);
+  EXPECT_EQ(names, LaunchCounter::no_work_ops());
+}
+
+// One transformer block's forward and backward: the launches of a two-layer model less those of
+// a one-layer model (float32, `full` on its composed path, so every build runs the same ops).
+// The bound is this tree's count, in both builds: taking q, k and v from the projection with
+// three selects instead of one unbind costs 7 more (three zero-filled gradients of the whole
+// projection, three copies into them and two additions, against one concatenation), and
+// torch::nn::Linear's own forward (a matmul, then the bias added) one more per linear.
+TEST(LaunchCount, ABlockStaysWithinItsBound) {
+  const auto launches = [](int64_t layers) {
+    model::TransformerOptions o;
+    o.layers = layers;
+    o.width = 16;
+    o.heads = 2;
+    o.mlp_ratio = 2;
+    o.attention = {"full", 8, 8, "max"};
+    o.image = {8, 8, 1};
+    torch::manual_seed(0);
+    model::ImageTransformer model(o);
+    const auto x = torch::randint(0, 256, {2, 64}, torch::kByte);
+    const LaunchCounter counter;
+    model->forward(x).sum().backward();
+    return counter.ops();
+  };
+  const auto one = launches(1), two = launches(2);
+  std::map<std::string, int64_t> block;
+  int64_t total = 0;
+  for (const auto& [name, calls] : two) {
+    const auto before = one.count(name) ? one.at(name) : 0;
+    if (calls != before) block[name] = calls - before;
+    total += calls - before;
+  }
+  std::string seen;
+  for (const auto& [name, calls] : block) seen += " " + name + " x" + std::to_string(calls);
+  std::printf("a block:%s\n", seen.c_str());
+  EXPECT_LE(total, 52) << seen;
 }
 
 }  // namespace
