@@ -4,7 +4,8 @@
 // directions, along an inner and an outer axis, on strided views as the variants pass them (of k
 // itself, or of k as a view of the qkv projection, read in place), with ties and NaN; the segment
 // max's values and gradients equal LibTorch's max over the narrowed segments (ties to the first),
-// its gradient covering every row of x.
+// its gradient covering every row of x. Both write their output and gradient in the caller's
+// axis order, contiguous; the running max of whole segments gives x's whole gradient.
 #include <gtest/gtest.h>
 
 #include <torch/torch.h>
@@ -67,6 +68,21 @@ TEST_P(RunningMax, MatchesCummaxValuesAndScatterGradients) {
     // Every gradient lands on an arg-max: the rest are exactly zero.
     EXPECT_GT((x.grad() == 0).sum().item<int64_t>(), 0);
     EXPECT_TRUE(torch::equal(x.grad() == 0, x_ref.grad() == 0));
+    // Output and gradient come in the caller's axis order, contiguous: nothing to copy.
+    EXPECT_TRUE(y.is_contiguous());
+    EXPECT_TRUE(x.grad().is_contiguous());
+
+    // The same scan taken of k's whole rows: the same values, and k's whole gradient, the rows
+    // past the segments zero.
+    auto k_leaf = k.detach().requires_grad_(true);  // the same strides
+    auto y_rows = fused_running_max_of_segments(k_leaf, 7, 5, c.dim, c.reverse);
+    EXPECT_TRUE(torch::equal(y_rows.detach(), expected));
+    EXPECT_TRUE(y_rows.is_contiguous());
+    y_rows.backward(g);
+    ASSERT_EQ(k_leaf.grad().sizes(), k.sizes());
+    EXPECT_TRUE(torch::equal(rows_of(k_leaf.grad(), 7, 5), x.grad()));
+    EXPECT_TRUE(torch::equal(k_leaf.grad().narrow(2, 35, 2),
+                             torch::zeros({2, 3, 2, 4}).to(c.dtype)));
   }
 }
 
@@ -109,6 +125,19 @@ TEST(RunningMaxEdges, OneLaunchEachWay) {
   EXPECT_EQ(fused_kernel_launches() - before, 1);
   y.sum().backward();
   EXPECT_EQ(fused_kernel_launches() - before, 2);
+}
+
+// Of whole segments: one kernel each way (tests/tools/launch_count_test.cpp holds the variants'
+// glue around it to its bounds), and bad segments or axes refused.
+TEST(RunningMaxEdges, OfSegmentsOneLaunchEachWayAndBadSegmentsRefused) {
+  auto k = torch::randn({1, 2, 4 * 6 + 3, 8}, torch::requires_grad());
+  const int64_t before = fused_kernel_launches();
+  auto y = fused_running_max_of_segments(k, 4, 6, 2, false);
+  EXPECT_EQ(fused_kernel_launches() - before, 1);
+  y.sum().backward();
+  EXPECT_EQ(fused_kernel_launches() - before, 2);
+  EXPECT_THROW(fused_running_max_of_segments(k, 5, 6, 2, false), c10::Error);  // 30 rows of 27
+  EXPECT_THROW(fused_running_max_of_segments(k, 4, 6, 4, false), c10::Error);
 }
 
 class SegmentMax : public ::testing::TestWithParam<torch::ScalarType> {};

@@ -118,6 +118,12 @@ torch::Tensor fused_combiner_horizontal(const torch::Tensor& q,
 // cumulative_max of summary.h in one kernel each way (fused/kernel.h RunningMax) on CUDA and the
 // CPU model, for float32 and bfloat16 (and float64 on the CPU); other dtypes take cumulative_max.
 torch::Tensor fused_running_max(const torch::Tensor& x, int64_t dim, bool reverse);
+// The same of the first `segments` whole segments of `len` rows of x [B, H, rows, D], viewed as
+// [B, H, segments, len, D], along dim 2 (down the segments) or 3 (along each): that view's
+// running max, contiguous, whose backward writes x's whole gradient (rows past the segments
+// zero) rather than a slice's.
+torch::Tensor fused_running_max_of_segments(
+    const torch::Tensor& x, int64_t segments, int64_t len, int64_t dim, bool reverse);
 
 // The max over each of the first `segments` whole segments of `len` rows of x [B, H, rows, D]:
 // [B, H, segments, D], differentiable (the plain max pools of combiner-fixed and rowmajor: a

@@ -41,6 +41,29 @@ torch::Tensor cumulative(const SpanSummary& summary,
   return summary.is_max() ? fused_running_max(x, dim, reverse)
                           : summary.cumulative(x, dim, reverse, /*keep_indices=*/false);
 }
+// The running pool of the first `spans` whole rows of W of x [B, H, L, D] along `dim` of
+// [B, H, spans, W, D] (2: down each column; 3: along each row), from the end when `reverse`: a
+// plain max straight from x, whose backward writes x's whole gradient; any other summary pools
+// `segments`, x's rows through its maps (span_keys / span_queries), which the caller makes once.
+torch::Tensor running_pool(const SpanSummary& summary,
+                           const torch::Tensor& x,
+                           const torch::Tensor& segments,
+                           int64_t spans,
+                           int64_t W,
+                           int64_t dim,
+                           bool reverse) {
+  if (!segments.defined()) return fused_running_max_of_segments(x, spans, W, dim, reverse);
+  return cumulative(summary, segments, dim, reverse);
+}
+// x's rows as the summary pools them (undefined where running_pool reads x itself).
+torch::Tensor pooled_rows(const SpanSummary& summary,
+                          const torch::Tensor& x,
+                          bool query_side,
+                          int64_t spans,
+                          int64_t W) {
+  if (summary.is_max() && summary.exact_in_input_dtype(query_side)) return {};
+  return query_side ? span_queries(x, summary, spans, W) : span_keys(x, summary, spans, W);
+}
 torch::Tensor flat(const torch::Tensor& x) {
   return x.reshape({x.size(0), x.size(1), x.size(2) * x.size(3), x.size(4)});
 }
@@ -145,9 +168,11 @@ torch::Tensor fused_combiner_vertical(const torch::Tensor& q,
   const auto passes = vertical_joint_passes(L, W);
   if (spans == 0) return fused_attention(q, k, v, {}, {}, passes, scale);
   // Row r of the cumulative pools summarises column c's rows 0..r.
-  const auto ks = operand(flat(cumulative(summary, span_keys(k, summary, spans, W), 2, false)), k);
-  const auto q_cum =
-      operand(flat(cumulative(summary, span_queries(q, summary, spans, W), 2, false)), q);
+  const auto down = [&](const torch::Tensor& x, bool query_side) {
+    const auto rows = pooled_rows(summary, x, query_side, spans, W);
+    return operand(flat(running_pool(summary, x, rows, spans, W, 2, false)), x);
+  };
+  const auto ks = down(k, false), q_cum = down(q, true);
   // u[(r, c)]: q_cum[(r, c)]'s causal attention down column c (rows 0..r).
   FusedPass local;
   local.query = local.key = local.value = {W, spans, 1, W, spans * W};
@@ -166,16 +191,15 @@ torch::Tensor fused_combiner_horizontal(const torch::Tensor& q,
   const double scale = score_scale(D);
   const auto passes = horizontal_joint_passes(L, W);
   if (spans == 0) return fused_attention(q, k, v, {}, {}, passes, scale);
-  const auto k_phi = span_keys(k, summary, spans, W);
-  const auto q_phi = span_queries(q, summary, spans, W);
   // ks, qs: rows 0..spans*W-1 the inclusive prefixes, the next spans*W the inclusive suffixes.
-  auto both = [&](const torch::Tensor& x, const torch::Tensor& like) {
-    return operand(
-        torch::cat(
-            {flat(cumulative(summary, x, 3, false)), flat(cumulative(summary, x, 3, true))}, 2),
-        like);
+  const auto both = [&](const torch::Tensor& x, bool query_side) {
+    const auto rows = pooled_rows(summary, x, query_side, spans, W);
+    return operand(torch::cat({flat(running_pool(summary, x, rows, spans, W, 3, false)),
+                               flat(running_pool(summary, x, rows, spans, W, 3, true))},
+                              2),
+                   x);
   };
-  const auto ks = both(k_phi, k), qs = both(q_phi, q);
+  const auto ks = both(k, false), qs = both(q, true);
   // u[(r, c)]: the prefix's pooled query over keys 0..c of row r (causal), and the suffix's over
   // keys c..W-1: the same causal pass with each row of queries and keys read right to left.
   const int64_t n = spans * W;

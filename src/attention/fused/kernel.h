@@ -179,17 +179,20 @@ COMBINER_HD int64_t segments_per_part(const Pass& p) {
 
 // The inclusive running max along one axis (the cumulative max pools of the axial variants'
 // spans: down each column for vertical, along each row both ways for horizontal), in one launch
-// where LibTorch's cummax, flips, scatter-add and copies take dozens. x is viewed as lines
-// [outer0, outer1, outer2, inner] of n steps: line element t at a * outer_stride[0] +
-// b * outer_stride[1] + c * outer_stride[2] + t * step_stride + i (the inner elements contiguous);
-// y, dy and dx are contiguous [outer0, outer1, outer2, n, inner]. `reverse` runs t from n - 1
-// down. Ties and NaN as torch::cummax: a value >= the running max, or NaN, becomes it.
-// Backward: dx[t] = the sum of dy over the steps whose max is x[t] (Acc sums), found again by
-// the same scan: no indices are kept.
+// where LibTorch's cummax, flips, scatter-add and copies take dozens. The tensors are viewed as
+// lines [outer0, outer1, outer2, inner] of n steps, each through its own ScanLayout: x as it is
+// (a view of the qkv projection, say), y and dy, and dx, so that y and dx can be written in the
+// caller's layout and need no copy. `reverse` runs t from n - 1 down. Ties and NaN as
+// torch::cummax: a value >= the running max, or NaN, becomes it. Backward: dx[t] = the sum of dy
+// over the steps whose max is x[t] (Acc sums), found again by the same scan: no indices are kept.
+struct ScanLayout {  // line (a, b, c, i)'s step t at a*s[0] + b*s[1] + c*s[2] + t*step + i
+  int64_t outer_stride[3] = {0, 0, 0};
+  int64_t step_stride = 0;
+};
 struct RunningMax {
   int64_t outer[3] = {1, 1, 1};
-  int64_t outer_stride[3] = {0, 0, 0};
-  int64_t n = 0, step_stride = 0, inner = 1;
+  int64_t n = 0, inner = 1;
+  ScanLayout x_at, y_at, dx_at;  // x; y and dy; dx (each line's inner elements contiguous)
   bool reverse = false;
   Dtype dtype = Dtype::kFloat32;
   const void* x = nullptr;
@@ -201,16 +204,14 @@ struct RunningMax {
 COMBINER_HD int64_t running_max_lines(const RunningMax& r) {
   return r.outer[0] * r.outer[1] * r.outer[2] * r.inner;
 }
-// Where line `line` starts in x (*x0) and in the contiguous y, dy, dx (*y0); its step t is at
-// x0 + t * step_stride and y0 + t * inner.
-COMBINER_HD void running_max_line(const RunningMax& r, int64_t line, int64_t* x0, int64_t* y0) {
+// Where line `line` starts in a tensor of layout `at`; its step t is at + t * at.step_stride.
+COMBINER_HD int64_t running_max_start(const RunningMax& r, const ScanLayout& at, int64_t line) {
   const int64_t i = line % r.inner;
   int64_t o = line / r.inner;
   const int64_t c = o % r.outer[2];
   o /= r.outer[2];
   const int64_t b = o % r.outer[1], a = o / r.outer[1];
-  *x0 = a * r.outer_stride[0] + b * r.outer_stride[1] + c * r.outer_stride[2] + i;
-  *y0 = ((a * r.outer[1] + b) * r.outer[2] + c) * r.n * r.inner + i;
+  return a * at.outer_stride[0] + b * at.outer_stride[1] + c * at.outer_stride[2] + i;
 }
 COMBINER_HD int64_t running_max_step(const RunningMax& r, int64_t k) {
   return r.reverse ? r.n - 1 - k : k;

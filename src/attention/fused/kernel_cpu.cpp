@@ -350,14 +350,13 @@ void running_max_forward_all(const RunningMax& r) {
   const S* x = static_cast<const S*>(r.x);
   S* y = static_cast<S*>(r.y);
   for (int64_t line = 0; line < running_max_lines(r); ++line) {
-    int64_t x0, y0;
-    running_max_line(r, line, &x0, &y0);
+    const int64_t x0 = running_max_start(r, r.x_at, line), y0 = running_max_start(r, r.y_at, line);
     T best = 0;
     for (int64_t k = 0; k < r.n; ++k) {
       const int64_t t = running_max_step(r, k);
-      const T v = to_math<S, T>(x[x0 + t * r.step_stride]);
+      const T v = to_math<S, T>(x[x0 + t * r.x_at.step_stride]);
       if (running_max_takes(k, v, best)) best = v;
-      y[y0 + t * r.inner] = to_storage<S, T>(best);
+      y[y0 + t * r.y_at.step_stride] = to_storage<S, T>(best);
     }
   }
 }
@@ -368,24 +367,25 @@ void running_max_backward_all(const RunningMax& r) {
   const S* dy = static_cast<const S*>(r.dy);
   S* dx = static_cast<S*>(r.dx);
   for (int64_t line = 0; line < running_max_lines(r); ++line) {
-    int64_t x0, y0;
-    running_max_line(r, line, &x0, &y0);
+    const int64_t x0 = running_max_start(r, r.x_at, line);
+    const int64_t y0 = running_max_start(r, r.y_at, line);
+    const int64_t d0 = running_max_start(r, r.dx_at, line);
     T best = 0, sum = 0;
     int64_t at = 0;  // the step holding the running max
     for (int64_t k = 0; k < r.n; ++k) {
       const int64_t t = running_max_step(r, k);
-      const T v = to_math<S, T>(x[x0 + t * r.step_stride]);
+      const T v = to_math<S, T>(x[x0 + t * r.x_at.step_stride]);
       if (running_max_takes(k, v, best)) {
-        if (k > 0) dx[y0 + at * r.inner] = to_storage<S, T>(sum);
+        if (k > 0) dx[d0 + at * r.dx_at.step_stride] = to_storage<S, T>(sum);
         best = v;
         at = t;
         sum = 0;
       } else {
-        dx[y0 + t * r.inner] = to_storage<S, T>(T(0));
+        dx[d0 + t * r.dx_at.step_stride] = to_storage<S, T>(T(0));
       }
-      sum += to_math<S, T>(dy[y0 + t * r.inner]);
+      sum += to_math<S, T>(dy[y0 + t * r.y_at.step_stride]);
     }
-    if (r.n > 0) dx[y0 + at * r.inner] = to_storage<S, T>(sum);
+    if (r.n > 0) dx[d0 + at * r.dx_at.step_stride] = to_storage<S, T>(sum);
   }
 }
 

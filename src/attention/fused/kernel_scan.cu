@@ -37,14 +37,13 @@ __global__ void __launch_bounds__(128) running_max_forward_kernel(const RunningM
   if (line >= running_max_lines(r)) return;
   const T* x = static_cast<const T*>(r.x);
   T* y = static_cast<T*>(r.y);
-  int64_t x0, y0;
-  running_max_line(r, line, &x0, &y0);
+  const int64_t x0 = running_max_start(r, r.x_at, line), y0 = running_max_start(r, r.y_at, line);
   float best = 0.f;
   for (int64_t k = 0; k < r.n; ++k) {
     const int64_t t = running_max_step(r, k);
-    const float v = load_float(x[x0 + t * r.step_stride]);
+    const float v = load_float(x[x0 + t * r.x_at.step_stride]);
     if (running_max_takes(k, v, best)) best = v;
-    y[y0 + t * r.inner] = store_as<T>(best);
+    y[y0 + t * r.y_at.step_stride] = store_as<T>(best);
   }
 }
 
@@ -55,24 +54,24 @@ __global__ void __launch_bounds__(128) running_max_backward_kernel(const Running
   const T* x = static_cast<const T*>(r.x);
   const T* dy = static_cast<const T*>(r.dy);
   T* dx = static_cast<T*>(r.dx);
-  int64_t x0, y0;
-  running_max_line(r, line, &x0, &y0);
+  const int64_t x0 = running_max_start(r, r.x_at, line), y0 = running_max_start(r, r.y_at, line);
+  const int64_t d0 = running_max_start(r, r.dx_at, line);
   float best = 0.f, sum = 0.f;
   int64_t at = 0;
   for (int64_t k = 0; k < r.n; ++k) {
     const int64_t t = running_max_step(r, k);
-    const float v = load_float(x[x0 + t * r.step_stride]);
+    const float v = load_float(x[x0 + t * r.x_at.step_stride]);
     if (running_max_takes(k, v, best)) {
-      if (k > 0) dx[y0 + at * r.inner] = store_as<T>(sum);
+      if (k > 0) dx[d0 + at * r.dx_at.step_stride] = store_as<T>(sum);
       best = v;
       at = t;
       sum = 0.f;
     } else {
-      dx[y0 + t * r.inner] = store_as<T>(0.f);
+      dx[d0 + t * r.dx_at.step_stride] = store_as<T>(0.f);
     }
-    sum += load_float(dy[y0 + t * r.inner]);
+    sum += load_float(dy[y0 + t * r.y_at.step_stride]);
   }
-  if (r.n > 0) dx[y0 + at * r.inner] = store_as<T>(sum);
+  if (r.n > 0) dx[d0 + at * r.dx_at.step_stride] = store_as<T>(sum);
 }
 
 template <typename T>

@@ -19,8 +19,9 @@ fused::Dtype scan_dtype(torch::ScalarType t) {
 }
 
 // x as RunningMax lines along `dim`: at most three axes before it, the axes after it one
-// contiguous block. Returns false when x's strides do not allow it (the caller copies x).
-bool describe(const torch::Tensor& x, int64_t dim, fused::RunningMax& r) {
+// contiguous block. Sets r's shape from x and `at` from its strides; false when the strides do
+// not allow it (the caller copies x).
+bool describe(const torch::Tensor& x, int64_t dim, fused::RunningMax& r, fused::ScanLayout& at) {
   if (dim > 3) return false;
   int64_t inner = 1;
   for (int64_t d = x.dim() - 1; d > dim; --d) {
@@ -29,12 +30,26 @@ bool describe(const torch::Tensor& x, int64_t dim, fused::RunningMax& r) {
   }
   r.inner = inner;
   r.n = x.size(dim);
-  r.step_stride = x.stride(dim);
+  at.step_stride = x.stride(dim);
+  for (int64_t d = 0; d < 3; ++d) {
+    r.outer[d] = 1;
+    at.outer_stride[d] = 0;
+  }
   for (int64_t d = 0; d < dim; ++d) {
     r.outer[3 - dim + d] = x.size(d);
-    r.outer_stride[3 - dim + d] = x.stride(d);
+    at.outer_stride[3 - dim + d] = x.stride(d);
   }
   return true;
+}
+
+// The layout of y, dy or dx, tensors of x's logical shape in the caller's axis order whose last
+// axis is contiguous, as the kernel walks them: moved as x was (`scan` is where `dim` went).
+fused::ScanLayout layout_of(const torch::Tensor& t, int64_t dim, int64_t scan) {
+  fused::RunningMax shape;
+  fused::ScanLayout at;
+  const bool ok = describe(scan == dim ? t : t.movedim(dim, scan), scan, shape, at);
+  TORCH_CHECK(ok, "running max: an output of strides ", t.strides(), " is not a line layout");
+  return at;
 }
 
 // The axis x is scanned along, as the kernel reads x: x itself where describe() takes it; else,
@@ -43,57 +58,81 @@ bool describe(const torch::Tensor& x, int64_t dim, fused::RunningMax& r) {
 // moved next to the last axis, so those axes become outer ones and x is read in place; else a
 // contiguous copy. Returns the scan axis; x is replaced by what the kernel reads.
 int64_t scan_layout(torch::Tensor& x, int64_t dim, fused::RunningMax& r) {
-  if (describe(x, dim, r)) return dim;
+  if (describe(x, dim, r, r.x_at)) return dim;
   const int64_t next_to_last = x.dim() - 2;
   if (dim < next_to_last) {
     auto moved = x.movedim(dim, next_to_last);
-    if (describe(moved, next_to_last, r)) {
+    if (describe(moved, next_to_last, r, r.x_at)) {
       x = moved;
       return next_to_last;
     }
   }
   x = x.contiguous();
-  describe(x, dim, r);
+  describe(x, dim, r, r.x_at);
   return dim;
 }
 
+// What the scan covers of x: x itself, or (segments > 0) the first segments x len rows of a
+// [B, H, rows, D] x as [B, H, segments, len, D] (a view).
+torch::Tensor segments_of(const torch::Tensor& x, int64_t segments, int64_t len) {
+  if (segments == 0) return x;
+  return x.narrow(2, 0, segments * len).view({x.size(0), x.size(1), segments, len, x.size(3)});
+}
+
+// y (and, in backward, x's whole gradient) are written in the caller's axis order, contiguous:
+// no copy of either, and where the scan covers whole segments of a [B, H, rows, D] x, the
+// gradient is x's own shape (rows past the segments zero), not a slice's that autograd would
+// zero-fill a whole-size tensor for, copy into and add.
 class RunningMaxFunction : public torch::autograd::Function<RunningMaxFunction> {
  public:
   static torch::Tensor forward(AutogradContext* ctx,
                                const torch::Tensor& x_in,
                                int64_t dim,
-                               bool reverse) {
+                               bool reverse,
+                               int64_t segments,
+                               int64_t len) {
     fused::RunningMax r;
-    auto x = x_in;
+    const auto scanned = segments_of(x_in, segments, len);
+    auto x = scanned;
     const int64_t scan = scan_layout(x, dim, r);
+    auto y = torch::empty(scanned.sizes(), x.options().memory_format(torch::MemoryFormat::Contiguous));
+    r.y_at = layout_of(y, dim, scan);
     r.reverse = reverse;
     r.dtype = scan_dtype(x.scalar_type());
-    auto y = torch::empty(x.sizes(), x.options().memory_format(torch::MemoryFormat::Contiguous));
     r.x = x.data_ptr();
     r.y = y.data_ptr();
     fused_launch::running_max(x, r);
-    ctx->save_for_backward({x});  // a view of x_in, unless it had to be copied
+    ctx->save_for_backward({x});  // what the kernel read: a view of x_in, unless it was copied
     ctx->saved_data["dim"] = dim;
     ctx->saved_data["scan"] = scan;
     ctx->saved_data["reverse"] = reverse;
-    return scan == dim ? y : y.movedim(scan, dim);
+    ctx->saved_data["segments"] = segments;
+    ctx->saved_data["len"] = len;
+    ctx->saved_data["sizes"] = x_in.sizes().vec();
+    return y;
   }
 
   static tensor_list backward(AutogradContext* ctx, tensor_list grads) {
     const auto x = ctx->get_saved_variables()[0];
     const int64_t dim = ctx->saved_data["dim"].toInt(), scan = ctx->saved_data["scan"].toInt();
+    const int64_t segments = ctx->saved_data["segments"].toInt();
+    const int64_t len = ctx->saved_data["len"].toInt();
     fused::RunningMax r;
-    describe(x, scan, r);  // as in forward: x is the tensor forward scanned
+    describe(x, scan, r, r.x_at);  // as in forward: x is the tensor forward scanned
     r.reverse = ctx->saved_data["reverse"].toBool();
     r.dtype = scan_dtype(x.scalar_type());
-    const auto g = scan == dim ? grads[0] : grads[0].movedim(dim, scan);
-    const auto dy = g.to(x.scalar_type()).contiguous();
-    auto dx = torch::empty(x.sizes(), dy.options());
+    const auto dy = grads[0].to(x.scalar_type()).contiguous();
+    auto dx = torch::empty(ctx->saved_data["sizes"].toIntVector(), dy.options());
+    const auto dx_scanned = segments_of(dx, segments, len);
+    r.y_at = layout_of(dy, dim, scan);
+    r.dx_at = layout_of(dx_scanned, dim, scan);
     r.x = x.data_ptr();
     r.dy = dy.data_ptr();
     r.dx = dx.data_ptr();
     fused_launch::running_max_backward(x, r);
-    return {scan == dim ? dx : dx.movedim(scan, dim), {}, {}};
+    if (segments > 0 && dx.size(2) > segments * len)
+      dx.narrow(2, segments * len, dx.size(2) - segments * len).zero_();
+    return {dx, {}, {}, {}, {}};
   }
 };
 
@@ -144,24 +183,37 @@ class SegmentMaxFunction : public torch::autograd::Function<SegmentMaxFunction> 
 
 }  // namespace pools_detail
 
+namespace {
+bool scan_dtype_ok(const torch::Tensor& x) {
+  const auto t = x.scalar_type();
+  return t == torch::kFloat || t == torch::kBFloat16 || (t == torch::kDouble && !x.is_cuda());
+}
+}  // namespace
+
 torch::Tensor fused_running_max(const torch::Tensor& x, int64_t dim, bool reverse) {
   const int64_t d = dim < 0 ? dim + x.dim() : dim;
   TORCH_CHECK(d >= 0 && d < x.dim(), "running max: dim ", dim, " of a ", x.dim(), "-d tensor");
-  const auto t = x.scalar_type();
-  const bool kernel_dtype = t == torch::kFloat || t == torch::kBFloat16 ||
-                            (t == torch::kDouble && !x.is_cuda());
-  if (!kernel_dtype || x.numel() == 0) return cumulative_max(x, d, reverse, false);
-  return pools_detail::RunningMaxFunction::apply(x, d, reverse);
+  if (!scan_dtype_ok(x) || x.numel() == 0) return cumulative_max(x, d, reverse, false);
+  return pools_detail::RunningMaxFunction::apply(x, d, reverse, 0, 1);
+}
+
+torch::Tensor fused_running_max_of_segments(
+    const torch::Tensor& x, int64_t segments, int64_t len, int64_t dim, bool reverse) {
+  TORCH_CHECK(x.dim() == 4, "running max of segments: x must be [B, H, rows, D], got ", x.sizes());
+  TORCH_CHECK(len >= 1 && segments >= 1 && segments * len <= x.size(2),
+              "running max of segments: ", segments, " segments of ", len, " rows do not fit ",
+              x.size(2));
+  TORCH_CHECK(dim == 2 || dim == 3, "running max of segments: dim must be 2 or 3, got ", dim);
+  if (!scan_dtype_ok(x) || x.numel() == 0)
+    return cumulative_max(pools_detail::segments_of(x, segments, len), dim, reverse, false);
+  return pools_detail::RunningMaxFunction::apply(x, dim, reverse, segments, len);
 }
 
 torch::Tensor fused_segment_max(const torch::Tensor& x, int64_t segments, int64_t len) {
   TORCH_CHECK(x.dim() == 4, "segment max: x must be [B, H, rows, D], got ", x.sizes());
   TORCH_CHECK(len >= 1 && segments >= 0 && segments * len <= x.size(2),
               "segment max: ", segments, " segments of ", len, " rows do not fit ", x.size(2));
-  const auto t = x.scalar_type();
-  const bool kernel_dtype = t == torch::kFloat || t == torch::kBFloat16 ||
-                            (t == torch::kDouble && !x.is_cuda());
-  if (!kernel_dtype || segments == 0 || x.size(3) == 0) {  // LibTorch's pool of the segments
+  if (!scan_dtype_ok(x) || segments == 0 || x.size(3) == 0) {  // LibTorch's pool of the segments
     return std::get<0>(
         x.narrow(2, 0, segments * len)
             .reshape({x.size(0), x.size(1), segments, len, x.size(3)})
