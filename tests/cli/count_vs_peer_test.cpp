@@ -1,0 +1,66 @@
+// scripts/count_vs_peer.py at its toy size: ours and the plain-PyTorch peer counted per block
+// (launches by one rule, the bytes kept for backward two ways). With `full` our block is the
+// peer's op for op, so the two must agree exactly: a glue op added to the block (three selects
+// for q, k, v, say, or a bias added apart from its matmul) or bytes kept that the peer does not
+// keep fail it. It needs this build to be pip's torch (SDPA on the CPU) and the venv's python.
+#include <gtest/gtest.h>
+
+#include <torch/version.h>
+
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "cli/run_binary.h"
+#include "test_utils.h"
+#include "venv_python.h"
+
+namespace combiner {
+namespace {
+
+std::vector<std::string> cells(const std::string& row) {
+  std::vector<std::string> out;
+  std::stringstream in(row);
+  for (std::string cell; std::getline(in, cell, ',');) out.push_back(cell);
+  return out;
+}
+
+TEST(VenvCountVsPeer, ToyRunOurFullBlockIsThePeers) {
+  if (combiner::testing::venv_python().empty()) GTEST_SKIP() << combiner::testing::kVenvMissing;
+  if (TORCH_VERSION_MAJOR < 2)
+    GTEST_SKIP() << "this build's LibTorch " << TORCH_VERSION << " has no SDPA: `full` would not "
+                 << "run the peer's kernel (the build of scripts/build-cuda.sh does)";
+  combiner::testing::TempDir dir;
+  const std::string out = dir.file("count.csv");
+  const auto run = combiner::testing::run_shell(
+      combiner::testing::venv_python() + " " + COMBINER_SOURCE_DIR +
+      "/scripts/count_vs_peer.py --toy --threads 1 --bench " + COMBINER_BINARY_DIR +
+      "/combiner-bench --out " + out);
+  ASSERT_EQ(run.status, 0) << run.output;
+  std::ifstream in(out);
+  std::vector<std::vector<std::string>> rows;
+  for (std::string line; std::getline(in, line);) rows.push_back(cells(line));
+  ASSERT_EQ(rows.size(), 7u) << run.output;
+  EXPECT_EQ(rows[0],
+            cells("shape,system,attention,block_launches,fused_kernels,rest_launches,"
+                  "block_kept_mib"));
+  // Per shape: the peer, ours with full, ours with the shape's Combiner.
+  for (size_t shape = 0; shape < 2; ++shape) {
+    const auto& peer = rows[1 + 3 * shape];
+    const auto& full = rows[2 + 3 * shape];
+    const auto& combiner = rows[3 + 3 * shape];
+    SCOPED_TRACE(peer[0]);
+    ASSERT_EQ(peer.size(), 7u);
+    EXPECT_EQ(peer[1], "peer-eager");
+    EXPECT_EQ(full[2], "full");
+    EXPECT_EQ(full[3], peer[3]) << "launches per block, ours with full against the peer's";
+    EXPECT_EQ(full[6], peer[6]) << "MiB kept per block, ours with full against the peer's";
+    EXPECT_GT(std::stod(peer[6]), 0.0);
+    EXPECT_GT(std::stoi(combiner[4]), 0) << "the Combiner's fused kernels count";
+    EXPECT_EQ(full[4], "0");
+  }
+}
+
+}  // namespace
+}  // namespace combiner
