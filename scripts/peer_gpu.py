@@ -283,12 +283,16 @@ class SavedBytes:
     the parameters' own left out (a context manager around a forward)."""
 
     def __init__(self, params):
-        self.skip = {p.untyped_storage().data_ptr() for p in params}
+        self.skip = {self.storage(p).data_ptr() for p in params}
         self.storages = {}
         self.hooks = torch.autograd.graph.saved_tensors_hooks(self.pack, lambda t: t)
 
+    @staticmethod
+    def storage(t):  # torch 1.13 has no untyped_storage()
+        return t.untyped_storage() if hasattr(t, "untyped_storage") else t.storage()
+
     def pack(self, t):
-        storage = t.untyped_storage()
+        storage = self.storage(t)
         if storage.data_ptr() not in self.skip:
             self.storages[storage.data_ptr()] = storage.nbytes()
         return t

@@ -11,7 +11,8 @@
 #             attention variants alone (forward + backward, bf16, B 8 x 8 heads x D 64, L 3072
 #             and 12288), then one training step of ours (CIFAR-10 6 x 512 rowmajor, batch 32;
 #             the 128-layer preset) and of the eager peer on the same shapes (torch.profiler):
-#             their largest GPU kernels and launches per step, in test-gpu.log;
+#             their largest GPU kernels and launches per step, in test-gpu.log, with --count's
+#             launches by the CPU's rule beside them (scripts/count_vs_peer.py's count);
 #   check     combiner-bench kernel-check --device cuda, every case; then a reduced one (--dims 64
 #             --sizes small) under compute-sanitizer --tool memcheck and --tool racecheck with
 #             CUDA_LAUNCH_BLOCKING=1 (one line and on where the tool is missing or refused, as
@@ -68,7 +69,7 @@ quick_shrink=() sample_shrink=() sample_count=16
 shapes=("cifar10 3072 32" "imagenet64 12288 8")  # dataset, L, batch
 attention_shapes=("3072 8" "12288 8" "49152 2")  # L, batch: one run each, so a hang loses one
 ours_shrink=() ours_128=() peer_shape=(--layers 6 --width 512 --heads 8 --mlp 4)
-peer_128=(--layers 128 --width 256 --heads 8 --mlp 4)  # configs/cifar_axial.yaml's shape
+peer_128=(--layers 128 --width 256 --heads 2 --mlp 2 --dropout 0.25)  # configs/cifar_axial.yaml
 deep_batch=16
 scale=1  # multiplies every stage's timeout
 export TORCHINDUCTOR_CACHE_DIR=${TORCHINDUCTOR_CACHE_DIR:-$PWD/.cache/inductor}
@@ -81,7 +82,7 @@ if [ "${COMBINER_GPU_REHEARSAL:-0}" = 1 ]; then
   ours_shrink=(--set model.layers=1 --set model.width=16 --set model.heads=2 --set model.mlp_ratio=2)
   ours_128=(--set model.layers=2 "${ours_shrink[@]:2}" --set train.batch_size=1)
   peer_shape=(--layers 1 --width 16 --heads 2 --mlp 2 --device cpu)
-  peer_128=(--layers 2 --width 16 --heads 2 --mlp 2 --device cpu)
+  peer_128=(--layers 2 --width 16 --heads 2 --mlp 2 --dropout 0.25 --device cpu)
   deep_batch=1
   # flex_attention has no backward on the CPU, and compiles there only without the log-sum-exp.
   flex_pass=(--dtype float32 --device cpu --eager)
@@ -225,20 +226,20 @@ stage_profile() {
   length=$2 batch=$3
   echo "-- training-step profile: ours, $1 6 x 512 rowmajor, batch $batch"
   run_for 60 "$bench" train --config "configs/$1_ablation_combiner_axial_rowmajor.yaml" \
-    --steps 2 --warmup 1 --profile 25 --matmul-size 256 --set train.device=$device \
+    --steps 2 --warmup 1 --profile 25 --count --matmul-size 256 --set train.device=$device \
     --set train.precision=$precision --set train.batch_size="$batch" "${ours_shrink[@]}" 2>&1 |
     grep -v "^\["
   echo "-- training-step profile: the eager peer, same shape"
-  PEER_TIMEOUT=60 peer "$length" "$batch" --profile 25
+  PEER_TIMEOUT=60 peer "$length" "$batch" --profile 25 --count
   if [ -n "$deep" ]; then
     echo "-- training-step profile: ours, $deep (its own activation checkpointing)"
-    run_for 60 "$bench" train --config "$deep" --steps 2 --warmup 1 --profile 25 \
+    run_for 60 "$bench" train --config "$deep" --steps 2 --warmup 1 --profile 25 --count \
       --matmul-size 256 --set train.device=$device --set train.precision=$precision \
       "${ours_128[@]}" 2>&1 | grep -v "^\["
     echo "-- training-step profile: the eager peer at that shape, batch $deep_batch"
     peer_shape_saved=("${peer_shape[@]}")
     peer_shape=("${peer_128[@]}")
-    PEER_TIMEOUT=60 peer "$length" "$deep_batch" --profile 25
+    PEER_TIMEOUT=60 peer "$length" "$deep_batch" --profile 25 --count
     peer_shape=("${peer_shape_saved[@]}")
   fi
   rm -f "$work/peer.csv"  # profiled runs are no table rows

@@ -84,8 +84,12 @@ bool can_save_traces() {
 std::string profile_table(const std::vector<ProfileRow>& rows, int top, int64_t steps) {
   const double per = 1.0 / double(std::max<int64_t>(1, steps));
   double kernel_ms = 0;
+  int64_t kernels = 0;
   for (const auto& r : rows)
-    if (r.kernel) kernel_ms += r.total_ms;
+    if (r.kernel) {
+      kernel_ms += r.total_ms;
+      kernels += r.calls;
+    }
   std::string out;
   for (const bool kernel : {true, false}) {
     int shown = 0;
@@ -93,8 +97,10 @@ std::string profile_table(const std::vector<ProfileRow>& rows, int top, int64_t 
       if (r.kernel != kernel || shown == top) continue;
       if (shown++ == 0)
         out += kernel ? fmt::format(
-                            "GPU kernels: {:.3f} ms per step in all\n{:>8} {:>10} {:>6}  name\n",
+                            "GPU kernels: {:.3f} ms and {:.1f} launches per step in all\n"
+                            "{:>8} {:>10} {:>6}  name\n",
                             kernel_ms * per,
+                            double(kernels) * per,
                             "calls",
                             "ms/step",
                             "share")
