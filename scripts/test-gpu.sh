@@ -28,7 +28,8 @@
 #   train     training steps, ours (combiner-axial-rowmajor and full) against the plain-PyTorch
 #             peer (scripts/peer_gpu.py, eager) and peer-flex: 6 x 512, 8 heads, MLP 4, bf16,
 #             CIFAR-10 (L 3072, batch 32) and ImageNet-64 (L 12288, batch 8) -> OUT/gpu-vs-peer.csv;
-#   deep      the 128-layer CIFAR-10 preset (bf16) with activation checkpointing, without, and with
+#   deep      the 128-layer CIFAR-10 preset (bf16) with activation checkpointing, without (and
+#             that step captured as a CUDA graph: --cuda-graph), and with
 #             the MLP halves alone recomputed (train.recompute_mlp), and
 #             the eager peer at that shape (gpu-vs-peer.csv rows of shape cifar10-128x256);
 #   quick     the quick-start config (configs/fashion_mnist.yaml) trained twice, with the fused
@@ -346,11 +347,14 @@ stage_deep() {
   for checkpointing in true false mlp; do
     local whole=$checkpointing mlp=false
     [ "$checkpointing" = mlp ] && whole=false mlp=true
-    echo "-- activation checkpointing $whole, recompute_mlp $mlp"
-    run_for 90 "$bench" train --config "$deep" --steps 3 --warmup 1 \
+    # Nothing recomputed: the step captured as a CUDA graph too (its replays after the steps).
+    local graph=()
+    [ "$checkpointing" = false ] && [ "$device" = cuda ] && graph=(--cuda-graph)
+    echo "-- activation checkpointing $whole, recompute_mlp $mlp ${graph[*]}"
+    run_for 120 "$bench" train --config "$deep" --steps 3 --warmup 1 \
       --matmul-size $matmul --set train.device=$device --set train.precision=$precision \
       --set train.activation_checkpointing=$whole --set train.recompute_mlp=$mlp \
-      "${ours_128[@]}" \
+      "${ours_128[@]}" "${graph[@]}" \
       --out "$work/128-$checkpointing.csv" 2>&1 | tee "$log"
     code=${PIPESTATUS[0]}
     # The preset as configured (checkpointing on) is also a row of gpu-vs-peer.csv, shape

@@ -303,6 +303,12 @@ void add_train_flags(CLI::App& app, TrainFlags& f) {
                  "tensors, as the CUDA caching allocator counts them on a GPU)")
       ->check(CLI::IsMember({"rss", "tensors"}))
       ->capture_default_str();
+  app.add_flag("--cuda-graph",
+               o.cuda_graph,
+               "also capture the step as a CUDA graph (after the timed steps) and time --warmup "
+               "+ --steps replays: the launches of a step in one call. A timing, not training: "
+               "the update's step count is frozen at capture. Needs a CUDA device, and no "
+               "activation checkpointing or recompute_mlp");
 }
 
 }  // namespace

@@ -24,6 +24,7 @@
 #include "train/distributed.h"
 #include "train/optimizer.h"
 #include "train/step_checks.h"
+#include "util/cuda_graph.h"
 #include "util/device.h"
 #include "util/runtime.h"
 
@@ -41,6 +42,13 @@ bool inside_attention(const std::string& name) {
   return name == "attention" || name.rfind("attention.", 0) == 0 ||
          name.find(".attention.") != std::string::npos ||
          (name.size() >= 10 && name.compare(name.size() - 10, 10, ".attention") == 0);
+}
+
+double median(std::vector<double> values) {
+  std::sort(values.begin(), values.end());
+  const size_t n = values.size();
+  if (n == 0) return 0;
+  return n % 2 == 1 ? values[n / 2] : 0.5 * (values[n / 2 - 1] + values[n / 2]);
 }
 
 // "aten::copy_ x12, aten::mm x10, ...": the `top` most called ops, most first.
@@ -137,12 +145,19 @@ TrainBenchResult run_train_bench(const config::Config& config, const TrainBenchO
     throw std::invalid_argument("--steps must be >= 1, got " + std::to_string(options.steps));
   if (options.warmup < 0)
     throw std::invalid_argument("--warmup must be >= 0, got " + std::to_string(options.warmup));
+  if (options.cuda_graph && (config.train.activation_checkpointing || config.train.recompute_mlp))
+    throw std::invalid_argument(
+        "--cuda-graph: train.activation_checkpointing and train.recompute_mlp set the "
+        "generator's state again in backward, which a capture cannot hold; set both false");
   if (options.memory != "rss" && options.memory != "tensors")
     throw std::invalid_argument("--memory: expected rss or tensors, got " + options.memory);
   const auto& t = config.train;
   TrainBenchResult r;
   r.threads = util::set_threads(options.threads >= 0 ? options.threads : t.threads);
   const torch::Device device = resolve_device(t.device, LaunchEnvironment{});
+  if (options.cuda_graph && !device.is_cuda())
+    throw std::invalid_argument("--cuda-graph: needs a CUDA device; the step runs on " +
+                                device.str() + " (train.device " + t.device + ")");
   r.device = device.str();
   r.precision = t.precision;
   const auto peak_dtype = t.precision == "bfloat16" ? torch::kBFloat16 : torch::kFloat32;
@@ -198,13 +213,17 @@ TrainBenchResult run_train_bench(const config::Config& config, const TrainBenchO
     }
     return bits;
   };
+  // Clipping and the update; returns loss and norm on the device, for the step's one read-back.
   const auto update = [&](const torch::Tensor& bits) {
     const auto norm = clip_gradients(model->parameters(), max_norm);
-    torch::cat({bits, norm.to(bits.options()).reshape({1})}).cpu();
+    auto numbers = torch::cat({bits, norm.to(bits.options()).reshape({1})});
     adamw_step(*optimizer);
+    return numbers;
+  };
+  const auto one_step = [&] {
+    update(forward_backward(nullptr)).cpu();
     util::synchronize(device);
   };
-  const auto one_step = [&] { update(forward_backward(nullptr)); };
   util::reset_peak_memory(device);
   std::vector<double> ms;
   for (int64_t step = 0; step < options.warmup + options.steps; ++step) {
@@ -220,7 +239,7 @@ TrainBenchResult run_train_bench(const config::Config& config, const TrainBenchO
     const auto bits = forward_backward(&kept_mib);
     const int64_t model_launches = counter.launches();
     const auto model_ops = counter.ops();
-    update(bits);
+    update(bits).cpu();
     const auto top = train_bench_detail::most_called(counter.ops(), 12);
     const std::string kept =
         tensors ? fmt::format("{:.2f} MiB", kept_mib) : std::string("not counted (--memory rss)");
@@ -246,9 +265,28 @@ TrainBenchResult run_train_bench(const config::Config& config, const TrainBenchO
                 static_cast<long long>(options.steps),
                 tools::profile_table(rows, int(options.profile_top), options.steps).c_str());
   }
-  std::sort(ms.begin(), ms.end());
-  const size_t n = ms.size();
-  r.ms_per_step = n % 2 == 1 ? ms[n / 2] : 0.5 * (ms[n / 2 - 1] + ms[n / 2]);
+  if (options.cuda_graph) {  // the same step captured once, its replays timed after the eager steps
+    // A capture that fails (an op that waits for the host, memory) is reported, not fatal: the
+    // eager steps' numbers stand.
+    try {
+      torch::Tensor numbers;  // the captured step's loss and norm, rewritten by every replay
+      util::CapturedWork captured([&] { numbers = update(forward_backward(nullptr)); });
+      std::vector<double> replays;
+      for (int64_t step = 0; step < options.warmup + options.steps; ++step) {
+        const auto start = train_bench_detail::Clock::now();
+        captured.replay();
+        numbers.cpu();  // the step's one read-back, as the eager step's
+        util::synchronize(device);
+        if (step >= options.warmup)
+          replays.push_back(1e3 * train_bench_detail::seconds_since(start));
+      }
+      r.captured_ms_per_step = train_bench_detail::median(replays);
+    } catch (const std::exception& e) {
+      const std::string what = e.what();
+      r.captured_error = what.substr(0, what.find('\n'));
+    }
+  }
+  r.ms_per_step = train_bench_detail::median(ms);
 
   r.dataset = config.data.dataset;
   r.attention = config.model.attention.type;
@@ -299,7 +337,14 @@ std::string summary_line(const TrainBenchResult& r) {
       r.peak_mib,
       util::allocator().describe().c_str(),
       r.checks.c_str());
-  return line;
+  std::string out = line;
+  if (!r.captured_error.empty()) out += "; captured as a CUDA graph: failed (" + r.captured_error + ")";
+  if (r.captured_ms_per_step > 0)  // the update's step count frozen at capture: a timing only
+    out += fmt::format("; captured as a CUDA graph: {:.1f} ms/step, {:.0f} tokens/s ({:.2f}x)",
+                       r.captured_ms_per_step,
+                       double(r.batch * r.length) / (r.captured_ms_per_step / 1e3),
+                       r.ms_per_step / r.captured_ms_per_step);
+  return out;
 }
 
 std::string train_csv_header() {

@@ -66,6 +66,7 @@ struct TrainBenchOptions {
   int64_t profile_top = 0;     // > 0: profile `steps` more steps, print the top rows (profile.h)
   std::string trace;           // with profile_top: also write the Chrome trace here
   bool count = false;          // count one more step's launches (tools/launch_count.h)
+  bool cuda_graph = false;     // also time the step captured as a CUDA graph and replayed
 };
 
 struct TrainBenchResult {
@@ -74,6 +75,8 @@ struct TrainBenchResult {
   int64_t threads = 0, steps = 0;
   std::string device, precision;  // where the step ran; train.precision (the peak's dtype too)
   double ms_per_step = 0;         // median over the timed steps
+  double captured_ms_per_step = 0;  // with cuda_graph: the median replay of the captured step
+  std::string captured_error;       // with cuda_graph: why the capture failed, if it did
   double tokens_per_s = 0;        // batch x L / median step time
   FlopCount flops;                // per step
   double matmul_gflops = 0;  // max of the two below: same device and dtype as the step's matmuls

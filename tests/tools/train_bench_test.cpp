@@ -117,6 +117,28 @@ TEST(TrainBench, CountsTensorBytesOnTheFusedPath) {
   EXPECT_THROW(run_train_bench(config, options), std::invalid_argument);
 }
 
+// --cuda-graph: on the CPU, and with recomputation (whose generator state a capture cannot
+// hold), a one-line refusal before anything is built.
+TEST(TrainBench, CudaGraphRefusesTheCpuAndRecomputation) {
+  auto options = one_counted_step();
+  options.memory = "rss";
+  options.cuda_graph = true;
+  auto config = tiny_config("full");
+  const auto refusal = [&] {
+    try {
+      run_train_bench(config, options);
+    } catch (const std::invalid_argument& e) {
+      return std::string(e.what());
+    }
+    return std::string("no refusal");
+  };
+  config.train.device = "cpu";
+  EXPECT_EQ(refusal(), "--cuda-graph: needs a CUDA device; the step runs on cpu (train.device cpu)");
+  config.train.recompute_mlp = true;
+  EXPECT_EQ(refusal().rfind("--cuda-graph: train.activation_checkpointing and train.recompute_mlp", 0),
+            0u);
+}
+
 // Recomputing the MLP halves keeps fewer bytes than keeping everything, and recomputing whole
 // blocks fewer still (counted live tensors, float32 composed path on the CPU).
 TEST(TrainBench, RecomputationKeepsFewerTensorBytes) {
