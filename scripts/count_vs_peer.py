@@ -23,6 +23,7 @@ import subprocess
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)  # the configs are the repository's, whatever the working directory
 COLUMNS = "shape,system,attention,block_launches,fused_kernels,rest_launches,block_kept_mib"
 # shape name -> (config, width, heads, MLP ratio, dropout, our attention variants)
 SHAPES = {
@@ -49,8 +50,8 @@ def run(command):
 
 
 def ours(args, config, width, heads, mlp, dropout, attention, layers):
-    return run([args.bench, "train", "--config", config, "--set", f"model.attention.type={attention}",
-                "--set", f"model.layers={layers}", "--set", f"model.width={width}",
+    return run([args.bench, "train", "--config", os.path.join(ROOT, config),
+                "--set", f"model.attention.type={attention}", "--set", f"model.layers={layers}", "--set", f"model.width={width}",
                 "--set", f"model.heads={heads}", "--set", f"model.mlp_ratio={mlp}",
                 "--set", f"model.dropout={dropout}", "--set", "train.batch_size=1",
                 "--set", "train.grad_accum=1", "--set", "train.precision=bfloat16",
@@ -88,7 +89,7 @@ def main(argv):
                  "(scripts/build-cuda.sh builds it)")
     if args.toy and not args.out:
         sys.exit("count_vs_peer: --toy: pass an --out of its own (toy numbers never go to docs)")
-    args.out = args.out or os.path.join(HERE, "..", "docs", "perf", "count-vs-peer.csv")
+    args.out = args.out or os.path.join(ROOT, "docs", "perf", "count-vs-peer.csv")
     rows = []
     for shape, (config, width, heads, mlp, dropout, variants) in SHAPES.items():
         if args.toy:

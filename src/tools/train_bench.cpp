@@ -252,7 +252,8 @@ TrainBenchResult run_train_bench(const config::Config& config, const TrainBenchO
                 static_cast<long long>(counter.launches() - model_launches),
                 kept.c_str(),
                 top.c_str());
-    std::printf("forward + backward ops: %s\n", train_bench_detail::most_called(model_ops, model_ops.size()).c_str());
+    std::printf("forward + backward ops: %s\n",
+                train_bench_detail::most_called(model_ops, model_ops.size()).c_str());
   }
   if (options.profile_top > 0) {  // more steps, after the timed ones: timings stay unperturbed
     const auto rows = tools::profile(
@@ -265,7 +266,7 @@ TrainBenchResult run_train_bench(const config::Config& config, const TrainBenchO
                 static_cast<long long>(options.steps),
                 tools::profile_table(rows, int(options.profile_top), options.steps).c_str());
   }
-  if (options.cuda_graph) {  // the same step captured once, its replays timed after the eager steps
+  if (options.cuda_graph) {  // the step captured once, its replays timed after the eager steps
     // A capture that fails (an op that waits for the host, memory) is reported, not fatal: the
     // eager steps' numbers stand.
     try {
@@ -338,7 +339,8 @@ std::string summary_line(const TrainBenchResult& r) {
       util::allocator().describe().c_str(),
       r.checks.c_str());
   std::string out = line;
-  if (!r.captured_error.empty()) out += "; captured as a CUDA graph: failed (" + r.captured_error + ")";
+  if (!r.captured_error.empty())
+    out += "; captured as a CUDA graph: failed (" + r.captured_error + ")";
   if (r.captured_ms_per_step > 0)  // the update's step count frozen at capture: a timing only
     out += fmt::format("; captured as a CUDA graph: {:.1f} ms/step, {:.0f} tokens/s ({:.2f}x)",
                        r.captured_ms_per_step,

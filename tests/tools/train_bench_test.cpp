@@ -133,9 +133,11 @@ TEST(TrainBench, CudaGraphRefusesTheCpuAndRecomputation) {
     return std::string("no refusal");
   };
   config.train.device = "cpu";
-  EXPECT_EQ(refusal(), "--cuda-graph: needs a CUDA device; the step runs on cpu (train.device cpu)");
+  EXPECT_EQ(refusal(),
+            "--cuda-graph: needs a CUDA device; the step runs on cpu (train.device cpu)");
   config.train.recompute_mlp = true;
-  EXPECT_EQ(refusal().rfind("--cuda-graph: train.activation_checkpointing and train.recompute_mlp", 0),
+  EXPECT_EQ(refusal().rfind("--cuda-graph: train.activation_checkpointing and train.recompute_mlp",
+                            0),
             0u);
 }
 

@@ -95,7 +95,8 @@ class RunningMaxFunction : public torch::autograd::Function<RunningMaxFunction> 
     const auto scanned = segments_of(x_in, segments, len);
     auto x = scanned;
     const int64_t scan = scan_layout(x, dim, r);
-    auto y = torch::empty(scanned.sizes(), x.options().memory_format(torch::MemoryFormat::Contiguous));
+    auto y = torch::empty(scanned.sizes(),
+                          x.options().memory_format(torch::MemoryFormat::Contiguous));
     r.y_at = layout_of(y, dim, scan);
     r.reverse = reverse;
     r.dtype = scan_dtype(x.scalar_type());
