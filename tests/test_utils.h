@@ -1,9 +1,12 @@
-// Helpers shared by the test binaries: fresh temporary folders, and small configs.
+// Helpers shared by the test binaries: fresh temporary folders, and CSV rows.
 #pragma once
 
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
+#include <sstream>
 #include <string>
+#include <vector>
 
 namespace combiner::testing {
 
@@ -27,5 +30,22 @@ class TempDir {
  private:
   std::string path_;
 };
+
+// The cells of one CSV row (no quoting; a trailing comma gives an empty last cell).
+inline std::vector<std::string> csv_cells(const std::string& row) {
+  std::vector<std::string> cells;
+  std::stringstream in(row);
+  for (std::string cell; std::getline(in, cell, ',');) cells.push_back(cell);
+  if (!row.empty() && row.back() == ',') cells.emplace_back();
+  return cells;
+}
+
+// Every row of a CSV file, as cells (none if it cannot be read).
+inline std::vector<std::vector<std::string>> csv_rows(const std::string& path) {
+  std::ifstream in(path);
+  std::vector<std::vector<std::string>> rows;
+  for (std::string line; std::getline(in, line);) rows.push_back(csv_cells(line));
+  return rows;
+}
 
 }  // namespace combiner::testing

@@ -7,10 +7,7 @@
 
 #include <torch/version.h>
 
-#include <fstream>
-#include <sstream>
 #include <string>
-#include <vector>
 
 #include "cli/run_binary.h"
 #include "test_utils.h"
@@ -18,13 +15,6 @@
 
 namespace combiner {
 namespace {
-
-std::vector<std::string> cells(const std::string& row) {
-  std::vector<std::string> out;
-  std::stringstream in(row);
-  for (std::string cell; std::getline(in, cell, ',');) out.push_back(cell);
-  return out;
-}
 
 TEST(VenvCountVsPeer, ToyRunOurFullBlockIsThePeers) {
   if (combiner::testing::venv_python().empty()) GTEST_SKIP() << combiner::testing::kVenvMissing;
@@ -38,13 +28,11 @@ TEST(VenvCountVsPeer, ToyRunOurFullBlockIsThePeers) {
       "/scripts/count_vs_peer.py --toy --threads 1 --bench " + COMBINER_BINARY_DIR +
       "/combiner-bench --out " + out);
   ASSERT_EQ(run.status, 0) << run.output;
-  std::ifstream in(out);
-  std::vector<std::vector<std::string>> rows;
-  for (std::string line; std::getline(in, line);) rows.push_back(cells(line));
+  const auto rows = combiner::testing::csv_rows(out);
   ASSERT_EQ(rows.size(), 7u) << run.output;
   EXPECT_EQ(rows[0],
-            cells("shape,system,attention,block_launches,fused_kernels,rest_launches,"
-                  "block_kept_mib"));
+            combiner::testing::csv_cells(
+                "shape,system,attention,block_launches,fused_kernels,rest_launches,block_kept_mib"));
   // Per shape: the peer, ours with full, ours with the shape's Combiner.
   for (size_t shape = 0; shape < 2; ++shape) {
     const auto& peer = rows[1 + 3 * shape];

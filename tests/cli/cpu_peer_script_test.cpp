@@ -18,16 +18,9 @@
 namespace combiner {
 namespace {
 
+using combiner::testing::csv_cells;
 using combiner::testing::run_shell;
 using combiner::testing::TempDir;
-
-std::vector<std::string> csv_cells(const std::string& row) {
-  std::vector<std::string> cells;
-  std::stringstream in(row);
-  for (std::string cell; std::getline(in, cell, ',');) cells.push_back(cell);
-  if (!row.empty() && row.back() == ',') cells.emplace_back();
-  return cells;
-}
 
 std::string script(const std::string& args) {
   return std::string(COMBINER_SOURCE_DIR) + "/scripts/bench-cpu-peer.sh --build " +
@@ -49,9 +42,7 @@ TEST(VenvCpuPeerScript, ToyRunChecksTheParameterCountsAndWritesARowPerSystem) {
   counts >> ours >> label >> peer;
   EXPECT_EQ(ours, peer + ",") << run.output.substr(at, 60);
 
-  std::ifstream in(out);
-  std::vector<std::vector<std::string>> rows;
-  for (std::string line; std::getline(in, line);) rows.push_back(csv_cells(line));
+  const auto rows = combiner::testing::csv_rows(out);
   ASSERT_EQ(rows.size(), 4u) << run.output;
   EXPECT_EQ(rows[0],
             csv_cells("gpu,shape,L,batch,system,attention,precision,ms_per_step,tokens_per_s,"
