@@ -205,7 +205,7 @@ TrainBenchResult run_train_bench(const config::Config& config, const TrainBenchO
     optimizer->zero_grad();
     auto bits = torch::zeros({1}, torch::TensorOptions().dtype(torch::kDouble).device(device));
     for (const auto& x : batches) {
-      const double before = util::device_allocated_mib(device);
+      const double before = kept_mib != nullptr ? util::device_allocated_mib(device) : 0.0;
       auto loss = mean_bits(model->forward(x), x);
       if (kept_mib != nullptr) *kept_mib = util::device_allocated_mib(device) - before;
       (loss / double(t.grad_accum)).backward();
