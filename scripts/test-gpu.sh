@@ -32,9 +32,11 @@
 #             that step captured as a CUDA graph: --cuda-graph), and with
 #             the MLP halves alone recomputed (train.recompute_mlp), and
 #             the eager peer at that shape (gpu-vs-peer.csv rows of shape cifar10-128x256);
-#   quick     the quick-start config (configs/fashion_mnist.yaml) trained twice, with the fused
-#             kernels and with train.attention_path=composed: the final validation bits/dim must
-#             agree within 0.01 -> OUT/fused-vs-libtorch.csv;
+#   quick     the quick-start config (configs/fashion_mnist.yaml, dropout 0.1) trained with the
+#             fused kernels and with train.attention_path=composed: the final validation bits/dim
+#             must agree within 0.01; on CUDA also with train.cuda_graph=off, and killed (-9) after
+#             its first checkpoint then resumed: each within 0.002 of the captured run ->
+#             OUT/fused-vs-libtorch.csv;
 #   sample    cached sampling of 16 CIFAR-10 images from a fresh 6 x 512 model -> OUT/sampling-cuda.csv;
 #   compiled  the peer under torch.compile, both 6 x 512 shapes (appended to gpu-vs-peer.csv);
 #   python    (last: where the others leave it budget, or alone: COMBINER_GPU_STAGES=python) the
@@ -380,7 +382,7 @@ stage_deep() {
 }
 
 stage_quick() {
-  local fashion="" d path run log started code value status verdict
+  local fashion="" d name verdict
   for d in /usr/share/datasets/fashion-mnist .cache/fashion-mnist; do
     if [ -s "$d/train-images-idx3-ubyte.gz" ] || [ -s "$d/train-images-idx3-ubyte" ]; then
       fashion=$d
@@ -395,27 +397,55 @@ stage_quick() {
     return
   fi
   declare -A bpd=()
-  for path in auto composed; do
-    run="$work/quick-$path" log="$work/quick-$path.log" started=$SECONDS
-    echo "-- combiner-train configs/fashion_mnist.yaml, train.attention_path=$path"
+  # quick_run NAME [--set ...]: the config trained into $work/quick-NAME, dropout on (so that the
+  # captured step's masks are compared too); its final val bpd into bpd[NAME] and the csv.
+  quick_run() {
+    local name=$1 run="$work/quick-$1" log="$work/quick-$1.log" started=$SECONDS code value status
+    shift
+    echo "-- combiner-train configs/fashion_mnist.yaml, $name: $*"
     run_for 150 "$train" --config configs/fashion_mnist.yaml --set data.dir="$fashion" \
-      --set train.device=$device --set train.out_dir="$run" --set train.attention_path=$path \
+      --set train.device=$device --set train.out_dir="$run" --set model.dropout=0.1 \
       --set train.sample_every=0 --set train.final_test=false --set train.tensorboard=false \
-      "${quick_shrink[@]}" >"$log" 2>&1
+      "${quick_shrink[@]}" "$@" >"$log" 2>&1
     code=$?
-    grep -E "attention|parameters|val bpd|error" "$log" | head -8
+    grep -E "attention|training step|parameters|val bpd|resumed|error" "$log" | head -8
     value=$(grep -o '"val_bpd": [^,}]*' "$run/metrics.jsonl" 2>/dev/null | tail -1 | sed 's/.*: //')
     status=ok
     [ "$code" -eq 0 ] && [ -n "$value" ] || status=$(status_of "$code" "$log")
-    [ "$status" = ok ] && bpd[$path]=$value
-    echo "$path,$value,$((SECONDS - started)),$status" >>"$out/fused-vs-libtorch.csv"
-  done
-  if [ -n "${bpd[auto]:-}" ] && [ -n "${bpd[composed]:-}" ]; then
-    verdict=$(awk -v a="${bpd[auto]}" -v b="${bpd[composed]}" \
-      'BEGIN { d = a - b; if (d < 0) d = -d; printf "%.6f,%s", d, (d <= 0.01 ? "pass" : "FAIL") }')
-    echo "difference,${verdict%,*},,${verdict#*,}" >>"$out/fused-vs-libtorch.csv"
-    echo "quick-start: val bpd fused ${bpd[auto]}, LibTorch ${bpd[composed]}: |difference| ${verdict%,*} (<= 0.01: ${verdict#*,})"
-  fi
+    [ "$status" = ok ] && bpd[$name]=$value
+    echo "$name,$value,$((SECONDS - started)),$status" >>"$out/fused-vs-libtorch.csv"
+  }
+  # compare A B LIMIT: |bpd[A] - bpd[B]| against LIMIT, as a csv row and a line.
+  compare() {
+    [ -n "${bpd[$1]:-}" ] && [ -n "${bpd[$2]:-}" ] || return
+    verdict=$(awk -v a="${bpd[$1]}" -v b="${bpd[$2]}" -v m="$3" \
+      'BEGIN { d = a - b; if (d < 0) d = -d; printf "%.6f,%s", d, (d <= m ? "pass" : "FAIL") }')
+    echo "$1 - $2,${verdict%,*},,${verdict#*,}" >>"$out/fused-vs-libtorch.csv"
+    echo "quick-start: val bpd $1 ${bpd[$1]}, $2 ${bpd[$2]}: |difference| ${verdict%,*} (<= $3: ${verdict#*,})"
+  }
+  quick_run auto --set train.attention_path=auto  # on CUDA the step is captured (cuda_graph auto)
+  quick_run composed --set train.attention_path=composed
+  compare auto composed 0.01
+  [ "$device" = cuda ] || return
+  quick_run graph-off --set train.attention_path=auto --set train.cuda_graph=off
+  compare auto graph-off 0.002
+  # The captured run killed (-9) once its first checkpoint is on disk, then resumed.
+  name=killed
+  (
+    "$train" --config configs/fashion_mnist.yaml --set data.dir="$fashion" \
+      --set train.device=$device --set train.out_dir="$work/quick-$name" --set model.dropout=0.1 \
+      --set train.sample_every=0 --set train.final_test=false --set train.tensorboard=false \
+      >"$work/quick-$name-first.log" 2>&1 &
+    pid=$!
+    for _ in $(seq 600); do
+      ls "$work/quick-$name"/checkpoints/step-*.ckpt >/dev/null 2>&1 && break
+      sleep 0.1
+    done
+    kill -9 $pid 2>/dev/null && echo "-- killed (-9) after $(ls "$work/quick-$name"/checkpoints/)"
+    wait $pid 2>/dev/null
+  )
+  quick_run $name --set train.attention_path=auto --resume
+  compare auto $name 0.002
 }
 
 stage_sample() {
@@ -469,7 +499,7 @@ stage_python() {
 python3 scripts/perf_csv.py header peer >"$out/gpu-vs-peer.csv"
 python3 scripts/perf_csv.py header attention >"$out/attention-vs-flash.csv"
 echo "dataset,attention,L,batch,layers,width,heads,parameters,device,precision,threads,steps,ms_per_step,tokens_per_s,gflop_per_step,dense_gflop,attention_gflop,matmul_gflops,mfu,peak_mib" >"$out/train-cuda.csv"
-echo "attention_path,val_bpd,seconds,status" >"$out/fused-vs-libtorch.csv"
+echo "run,val_bpd,seconds,status" >"$out/fused-vs-libtorch.csv"
 echo "gpu,config,L,images,seconds,images_per_s,status" >"$out/sampling-cuda.csv"
 for stage in "${all_stages[@]}"; do
   wanted "$stage" || continue

@@ -57,6 +57,10 @@ struct TrainConfig {
   // composition; composed = always the LibTorch composition (the fused path's reference); fused =
   // always the fused path (on the CPU the kernels' model: slow; for counting memory there).
   std::string attention_path = "auto";
+  // auto = on CUDA, the whole step (forward, backward, clipping, AdamW, EMA) captured once as a
+  // CUDA graph and replayed, where the run allows it (one process, no recomputation in backward);
+  // off = every step launched op by op.
+  std::string cuda_graph = "auto";
   std::string device = "auto";        // auto | cpu | cuda | cuda:N
   int64_t dist_timeout_s = 300;       // seconds; a rank that dies stops the others after this
 };
@@ -65,6 +69,8 @@ struct TrainConfig {
 const std::vector<std::string>& precision_names();
 // The names train.attention_path accepts.
 const std::vector<std::string>& attention_path_names();
+// The names train.cuda_graph accepts.
+const std::vector<std::string>& cuda_graph_names();
 
 struct Config {
   data::DataOptions data;

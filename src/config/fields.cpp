@@ -143,6 +143,10 @@ std::vector<Field> build_table() {
          "auto (fused CUDA kernels where they apply), composed (always the LibTorch path) or "
          "fused (always the fused path; the kernels' slow CPU model on the CPU)")
         .one_of(&attention_path_names),
+    make("train.cuda_graph", [](auto& c) -> auto& { return c.train.cuda_graph; },
+         "auto (on CUDA, the step captured once as a CUDA graph and replayed, where the run "
+         "allows it) or off (every step launched op by op)")
+        .one_of(&cuda_graph_names),
     make("train.device", [](auto& c) -> auto& { return c.train.device; },
          "auto (cuda if LibTorch sees a GPU, else cpu), cpu, cuda or cuda:N").required(),
     make("train.dist_timeout_s", [](auto& c) -> auto& { return c.train.dist_timeout_s; },
@@ -256,6 +260,11 @@ const std::vector<std::string>& precision_names() {
 
 const std::vector<std::string>& attention_path_names() {
   static const std::vector<std::string> names = {"auto", "composed", "fused"};
+  return names;
+}
+
+const std::vector<std::string>& cuda_graph_names() {
+  static const std::vector<std::string> names = {"auto", "off"};
   return names;
 }
 

@@ -122,11 +122,16 @@ torch::Tensor input_tokens(const torch::Tensor& x, int64_t start_token) {
 
 torch::Tensor ImageTransformerImpl::embed(const torch::Tensor& tokens, int64_t first) {
   // Position p = (row, column, channel) in raster order with channels innermost.
-  auto p = torch::arange(first, first + tokens.size(1), tokens.options().dtype(torch::kLong));
-  const auto& img = options_.image;
-  auto pos = row_embed_(p.div(img.width * img.channels, "floor")) +
-             col_embed_(p.div(img.channels, "floor").remainder(img.width)) +
-             channel_embed_(p.remainder(img.channels));
+  if (!rows_.defined() || rows_.device() != tokens.device()) {
+    auto p = torch::arange(options_.length(), tokens.options().dtype(torch::kLong));
+    const auto& img = options_.image;
+    rows_ = p.div(img.width * img.channels, "floor");
+    columns_ = p.div(img.channels, "floor").remainder(img.width);
+    channels_ = p.remainder(img.channels);
+  }
+  const int64_t n = tokens.size(1);
+  auto pos = row_embed_(rows_.narrow(0, first, n)) + col_embed_(columns_.narrow(0, first, n)) +
+             channel_embed_(channels_.narrow(0, first, n));
   return embed_dropout_(token_embed_(tokens) + pos);
 }
 

@@ -72,6 +72,9 @@ class ImageTransformerImpl : public torch::nn::Module {
   TransformerOptions options_;
   torch::nn::Embedding token_embed_{nullptr}, row_embed_{nullptr}, col_embed_{nullptr},
       channel_embed_{nullptr};
+  // Every position's row, column and channel [L] (int64), made once on the device that uses them:
+  // not parameters or buffers, so checkpoints do not hold them.
+  torch::Tensor rows_, columns_, channels_;
   torch::nn::Dropout embed_dropout_{nullptr};
   torch::nn::ModuleList blocks_{nullptr};
   torch::nn::LayerNorm ln_final_{nullptr};

@@ -21,10 +21,10 @@
 #include "tools/launch_count.h"
 #include "tools/profile.h"
 #include "train/bits.h"
+#include "train/captured_step.h"
 #include "train/distributed.h"
 #include "train/optimizer.h"
 #include "train/step_checks.h"
-#include "util/cuda_graph.h"
 #include "util/device.h"
 #include "util/runtime.h"
 
@@ -203,13 +203,12 @@ TrainBenchResult run_train_bench(const config::Config& config, const TrainBenchO
   // left alive for its backward (the saved activations, with --memory tensors).
   const auto forward_backward = [&](double* kept_mib) {
     optimizer->zero_grad();
-    auto bits = torch::zeros({1}, torch::TensorOptions().dtype(torch::kDouble).device(device));
+    torch::Tensor bits;
     for (const auto& x : batches) {
       const double before = kept_mib != nullptr ? util::device_allocated_mib(device) : 0.0;
       auto loss = mean_bits(model->forward(x), x);
       if (kept_mib != nullptr) *kept_mib = util::device_allocated_mib(device) - before;
-      (loss / double(t.grad_accum)).backward();
-      bits += loss.detach().to(torch::kDouble) / double(t.grad_accum);
+      backward_share(loss, t.grad_accum, bits);
     }
     return bits;
   };
@@ -266,26 +265,23 @@ TrainBenchResult run_train_bench(const config::Config& config, const TrainBenchO
                 static_cast<long long>(options.steps),
                 tools::profile_table(rows, int(options.profile_top), options.steps).c_str());
   }
-  if (options.cuda_graph) {  // the step captured once, its replays timed after the eager steps
+  if (options.cuda_graph) {  // the trainer's captured step, its replays timed after the eager steps
     // A capture that fails (an op that waits for the host, memory) is reported, not fatal: the
-    // eager steps' numbers stand.
-    try {
-      torch::Tensor numbers;  // the captured step's loss and norm, rewritten by every replay
-      util::CapturedWork captured([&] { numbers = update(forward_backward(nullptr)); });
-      std::vector<double> replays;
-      for (int64_t step = 0; step < options.warmup + options.steps; ++step) {
-        const auto start = train_bench_detail::Clock::now();
-        captured.replay();
-        numbers.cpu();  // the step's one read-back, as the eager step's
-        util::synchronize(device);
-        if (step >= options.warmup)
-          replays.push_back(1e3 * train_bench_detail::seconds_since(start));
-      }
-      r.captured_ms_per_step = train_bench_detail::median(replays);
-    } catch (const std::exception& e) {
-      const std::string what = e.what();
-      r.captured_error = what.substr(0, what.find('\n'));
+    // eager steps' numbers stand. The update runs at the configured peak rate.
+    NamedTensors no_ema;
+    StaticStep captured(model, *optimizer, no_ema, t, micro, L, /*capture=*/true);
+    std::vector<double> replays;
+    for (int64_t step = 0; step < options.warmup + options.steps; ++step) {
+      const auto start = train_bench_detail::Clock::now();
+      captured.run(batches, t.lr, /*poisoned=*/false, std::nullopt);  // reads loss and norm back
+      util::synchronize(device);
+      if (step >= options.warmup) replays.push_back(1e3 * train_bench_detail::seconds_since(start));
+      if (!captured.captured()) break;
     }
+    if (captured.captured())
+      r.captured_ms_per_step = train_bench_detail::median(replays);
+    else
+      r.captured_error = captured.capture_error();
   }
   r.ms_per_step = train_bench_detail::median(ms);
 

@@ -31,4 +31,21 @@ void update_ema(NamedTensors& ema, const torch::nn::Module& model, double decay)
   at::_foreach_add_(averages, nows, 1.0 - decay);
 }
 
+void update_ema(NamedTensors& ema,
+                const torch::nn::Module& model,
+                double decay,
+                const torch::Tensor& skip) {
+  torch::NoGradGuard no_grad;
+  const auto current = capture_model(model);
+  TORCH_CHECK(current.size() == ema.size(), "EMA: the model has changed shape");
+  const auto weight = (1.0 - skip) * (1.0 - decay);  // 0 when skipped
+  for (size_t i = 0; i < ema.size(); ++i) {
+    auto& average = ema[i].second;
+    if (average.is_floating_point())
+      average.lerp_(current[i].second, weight.to(average.scalar_type()));
+    else
+      average.copy_(current[i].second);
+  }
+}
+
 }  // namespace combiner::train

@@ -13,6 +13,7 @@
 #include <stdexcept>
 #include <utility>
 
+#include "train/checkpoint.h"
 #include "train/optimizer.h"
 
 namespace combiner::train {
@@ -142,6 +143,43 @@ void restore_adamw_state(torch::optim::AdamW& optimizer,
   }
   optimizer.state().clear();
   for (auto& [key, state] : states) optimizer.state()[key] = std::move(state);
+}
+
+void move_adamw_state(torch::optim::AdamW& optimizer, const torch::Device& device) {
+  for (auto& entry : optimizer.state()) {
+    auto& s = static_cast<torch::optim::AdamWParamState&>(*entry.second);
+    s.exp_avg(s.exp_avg().to(device));
+    s.exp_avg_sq(s.exp_avg_sq().to(device));
+    if (s.max_exp_avg_sq().defined()) s.max_exp_avg_sq(s.max_exp_avg_sq().to(device));
+  }
+}
+
+std::vector<char> adamw_state_bytes(torch::optim::AdamW& optimizer) {
+  struct Kept {
+    torch::optim::AdamWParamState* state;
+    torch::Tensor exp_avg, exp_avg_sq;
+  };
+  std::vector<Kept> kept;
+  for (auto& entry : optimizer.state()) {
+    auto& s = static_cast<torch::optim::AdamWParamState&>(*entry.second);
+    kept.push_back({&s, s.exp_avg(), s.exp_avg_sq()});
+    s.exp_avg(s.exp_avg().cpu());
+    s.exp_avg_sq(s.exp_avg_sq().cpu());
+  }
+  const auto put_back = [&] {
+    for (auto& k : kept) {
+      k.state->exp_avg(k.exp_avg);
+      k.state->exp_avg_sq(k.exp_avg_sq);
+    }
+  };
+  try {
+    auto bytes = capture_optimizer(optimizer);
+    put_back();
+    return bytes;
+  } catch (...) {
+    put_back();
+    throw;
+  }
 }
 
 }  // namespace combiner::train

@@ -28,4 +28,11 @@ void restore_adamw_state(torch::optim::AdamW& optimizer,
                          const std::vector<char>& bytes,
                          const std::string& source);
 
+// Every moment of `optimizer` moved to `device` (checkpoints hold them on the CPU).
+void move_adamw_state(torch::optim::AdamW& optimizer, const torch::Device& device);
+
+// What capture_optimizer (train/checkpoint.h) writes, every moment from a CPU copy, wherever it
+// lives; the optimizer keeps its own tensors (a captured step holds their addresses).
+std::vector<char> adamw_state_bytes(torch::optim::AdamW& optimizer);
+
 }  // namespace combiner::train

@@ -16,6 +16,7 @@
 #include "sample/sampler.h"
 #include "train/batch_loader.h"
 #include "train/bits.h"
+#include "train/captured_step.h"
 #include "train/checkpoint.h"
 #include "train/ema.h"
 #include "train/evaluate.h"
@@ -65,24 +66,6 @@ std::pair<std::string, Checkpoint> checkpoint_to_resume(const std::string& dir,
   return {path, load_checkpoint(path)};
 }
 
-// AdamW's moments where the parameters are; checkpoints hold them on the CPU.
-void move_optimizer_state(torch::optim::AdamW& optimizer, const torch::Device& device) {
-  for (auto& entry : optimizer.state()) {
-    auto& s = static_cast<torch::optim::AdamWParamState&>(*entry.second);
-    s.exp_avg(s.exp_avg().to(device));
-    s.exp_avg_sq(s.exp_avg_sq().to(device));
-    if (s.max_exp_avg_sq().defined()) s.max_exp_avg_sq(s.max_exp_avg_sq().to(device));
-  }
-}
-
-std::vector<char> optimizer_bytes(torch::optim::AdamW& optimizer, const torch::Device& device) {
-  if (device.is_cpu()) return capture_optimizer(optimizer);
-  move_optimizer_state(optimizer, torch::kCPU);
-  auto bytes = capture_optimizer(optimizer);
-  move_optimizer_state(optimizer, device);
-  return bytes;
-}
-
 // train.batch_size is the global batch: every rank's micro-batches are the same size.
 void check_batch_split(const config::TrainConfig& t, int64_t world_size) {
   if (t.batch_size % (world_size * t.grad_accum) != 0)
@@ -124,6 +107,7 @@ struct Run {
   NamedTensors ema;                   // empty unless train.ema_decay > 0
   std::optional<MetricsLog> metrics;  // rank 0 alone writes the run folder
   std::optional<TensorBoardLog> tensorboard;
+  std::unique_ptr<StaticStep> static_step;  // the step a CUDA graph captures, where it can
 
   int64_t step = 0, samples_seen = 0;     // updates done; images consumed (the global batch each)
   int64_t first_step = 0, last_step = 0;  // this invocation's
@@ -191,7 +175,7 @@ void resume(Run& r) {
   restore_model(*r.model, ckpt.model, path);
   check_same_architecture(ckpt, r.config, path);
   restore_optimizer(*r.optimizer, ckpt, path);
-  move_optimizer_state(*r.optimizer, r.device);
+  move_adamw_state(*r.optimizer, r.device);
   auto generator = at::detail::getDefaultCPUGenerator();  // a handle to the global one
   generator.set_state(ckpt.rng_state);
   r.step = ckpt.step;
@@ -251,6 +235,17 @@ void start(Run& r) {
     r.tensorboard.emplace(tensorboard_folder(t.out_dir), first_logged, true);
     r.tensorboard->text("config", first_logged, config_markdown(config::to_yaml(r.config)));
   }
+  // Made after --resume and the EMA's start: the captured step holds the addresses of the
+  // weights, AdamW's moments and the averages.
+  const auto why_not = StaticStep::why_not_captured(t, r.device, r.dist->world_size());
+  if (why_not.empty() || (r.options.uncaptured_static_step && r.dist->world_size() == 1))
+    r.static_step = std::make_unique<StaticStep>(
+        r.model, *r.optimizer, r.ema, t, r.micro(), r.L, why_not.empty());
+  if (r.device.is_cuda())
+    spdlog::info(why_not.empty() ? "training step: captured as a CUDA graph at the first step, "
+                                   "then replayed (train.cuda_graph auto)"
+                                 : "training step: launched op by op ({})",
+                 why_not);
   r.model->train();
   r.start = Clock::now();
   r.first_step = r.step;
@@ -265,53 +260,97 @@ void save(Run& r) {
                r.step,
                r.samples_seen,
                capture_model(*r.model),
-               optimizer_bytes(*r.optimizer, r.device),
+               adamw_state_bytes(*r.optimizer),
                at::detail::getDefaultCPUGenerator().get_state(),
                r.ema};
   save_checkpoint(checkpoint_path(r.t.out_dir, r.step), c);
   prune_checkpoints(r.t.out_dir, r.t.keep_checkpoints);  // only after the new one is complete
 }
 
-// One update: the global batch in micro-batches, gradients averaged over ranks, clipped, and
-// AdamW, or the update skipped when the loss or the gradient norm is not finite.
-StepNumbers train_step(Run& r) {
+// What one update read back: its loss and gradient norm, and whether it ran.
+struct Update {
+  double bits = 0, grad_norm = 0;
+  bool ran = false;
+};
+
+// The micro-batch of this step that starts at image `m` x micro, on the device. The loader
+// gathers the next one (this step's next, or the next step's first) while this one runs.
+torch::Tensor micro_batch(Run& r, int64_t m) {
   const auto& t = r.t;
-  const auto step_start = Clock::now();
-  StepNumbers n;
-  n.lr = learning_rate(t, r.step);
-  set_learning_rate(*r.optimizer, n.lr);
-  if (r.dist->world_size() > 1 || !r.device.is_cpu())
-    torch::manual_seed(dropout_seed(t.seed, r.step, r.dist->rank()));
+  const int64_t next = m + 1 < t.grad_accum       ? r.position(r.samples_seen, m + 1)
+                       : r.step + 1 < r.last_step ? r.position(r.samples_seen + t.batch_size, 0)
+                                                  : -1;
+  return r.loader->take(r.position(r.samples_seen, m), r.micro(), next);
+}
+
+// The global batch in micro-batches launched op by op, gradients averaged over ranks, clipped,
+// and AdamW, unless the loss or the gradient norm is not finite.
+Update eager_update(Run& r, double lr, bool poisoned) {
+  const auto& t = r.t;
+  set_learning_rate(*r.optimizer, lr);
   r.optimizer->zero_grad();
   // The loss stays on the device until the one read-back below (in double, as before).
-  auto step_bits = torch::zeros({1}, torch::TensorOptions().dtype(torch::kDouble).device(r.device));
-  const auto& poison = r.options.nan_loss_steps;
-  const bool poisoned = std::count(poison.begin(), poison.end(), r.step);
+  torch::Tensor step_bits;
   for (int64_t m = 0; m < t.grad_accum; ++m) {
-    // The loader gathers the next micro-batch (this step's next, or the next step's first)
-    // while this one runs.
-    const int64_t next = m + 1 < t.grad_accum       ? r.position(r.samples_seen, m + 1)
-                         : r.step + 1 < r.last_step ? r.position(r.samples_seen + t.batch_size, 0)
-                                                    : -1;
-    auto x = r.loader->take(r.position(r.samples_seen, m), r.micro(), next);
+    auto x = micro_batch(r, m);
     auto loss = mean_bits(r.model->forward(x), x);
     if (poisoned) loss = loss * std::numeric_limits<double>::quiet_NaN();
-    (loss / double(t.grad_accum)).backward();
-    step_bits += loss.detach().to(torch::kDouble) / double(t.grad_accum);
+    backward_share(loss, t.grad_accum, step_bits);
   }
-  r.samples_seen += t.batch_size;
   r.dist->all_reduce_gradients(*r.model);  // the mean over ranks: the whole global batch's gradient
   r.dist->all_reduce_sum(step_bits);
   const double max_norm = t.grad_clip > 0 ? t.grad_clip : std::numeric_limits<double>::infinity();
   const auto norm = clip_gradients(r.model->parameters(), max_norm);
   // The step's one host sync: loss and gradient norm in one copy, for the skip and the log.
   const auto numbers = torch::cat({step_bits, norm.to(step_bits.options()).reshape({1})}).cpu();
-  n.train_bits = numbers[0].item<double>() / double(r.dist->world_size());
-  n.grad_norm = numbers[1].item<double>();
+  Update u;
+  u.bits = numbers[0].item<double>() / double(r.dist->world_size());
+  u.grad_norm = numbers[1].item<double>();
   // Every rank sees the same all-reduced loss and gradients, so all skip together.
-  if (std::isfinite(n.train_bits) && std::isfinite(n.grad_norm)) {
+  u.ran = std::isfinite(u.bits) && std::isfinite(u.grad_norm);
+  if (u.ran) {
     adamw_step(*r.optimizer);
     if (!r.ema.empty()) update_ema(r.ema, *r.model, t.ema_decay);
+  }
+  return u;
+}
+
+// The same update as one replay of the captured step (train/captured_step.h), which decides
+// the skip on the device; one process.
+Update static_update(Run& r, double lr, bool poisoned, std::optional<uint64_t> seed) {
+  std::vector<torch::Tensor> batches;
+  for (int64_t m = 0; m < r.t.grad_accum; ++m) batches.push_back(micro_batch(r, m));
+  const bool first = r.step == r.first_step;
+  const auto n = r.static_step->run(batches, lr, poisoned, seed);
+  if (first && !r.static_step->capture_error().empty())
+    spdlog::warn("training step: the CUDA graph capture failed ({}); every step runs uncaptured",
+                 r.static_step->capture_error());
+  return {n.bits, n.grad_norm, n.updated};
+}
+
+// One update of the global batch, or none when its loss or gradient norm is not finite; so many
+// of those in a row stop the run.
+StepNumbers train_step(Run& r) {
+  const auto& t = r.t;
+  const auto step_start = Clock::now();
+  StepNumbers n;
+  n.lr = learning_rate(t, r.step);
+  std::optional<uint64_t> seed;
+  if (r.dist->world_size() > 1 || !r.device.is_cpu())
+    seed = dropout_seed(t.seed, r.step, r.dist->rank());
+  const auto& poison = r.options.nan_loss_steps;
+  const bool poisoned = std::count(poison.begin(), poison.end(), r.step);
+  Update u;
+  if (r.static_step) {
+    u = static_update(r, n.lr, poisoned, seed);
+  } else {
+    if (seed) torch::manual_seed(*seed);
+    u = eager_update(r, n.lr, poisoned);
+  }
+  r.samples_seen += t.batch_size;
+  n.train_bits = u.bits;
+  n.grad_norm = u.grad_norm;
+  if (u.ran) {
     r.nonfinite_in_a_row = 0;
   } else {
     ++r.result.skipped_steps;

@@ -20,6 +20,9 @@ struct RunOptions {
   LaunchEnvironment launch;  // this process's rank in the job (read_launch_environment())
   // Fault injection for tests: the loss of these (0-based) steps is made NaN.
   std::vector<int64_t> nan_loss_steps;
+  // For tests: the step a CUDA graph captures (train/captured_step.h), run uncaptured, on any
+  // device where train.cuda_graph auto would not capture it.
+  bool uncaptured_static_step = false;
 };
 
 struct RunResult {

@@ -37,11 +37,24 @@ CapturedWork::CapturedWork(const std::function<void()>& work, int warmup) {
   {
     const c10::cuda::CUDAStreamGuard on_side(side);
     for (int i = 0; i < warmup; ++i) work();
+    // What the warm-up runs left cached goes back too, so that it and the graph's pool are not
+    // both held: the captured run needs as much again.
+    side.synchronize();
+    c10::cuda::CUDACachingAllocator::emptyCache();
+    bool capturing = false;
     try {
       state_->graph.capture_begin();
+      capturing = true;
       work();
+      capturing = false;
       state_->graph.capture_end();
-    } catch (const c10::Error& e) {
+    } catch (const std::exception& e) {
+      if (capturing) {  // end the stream's capture, which the failure left open
+        try {
+          state_->graph.capture_end();
+        } catch (const std::exception&) {
+        }
+      }
       const std::string what = e.what();
       throw std::runtime_error("CUDA graph capture failed: " + what.substr(0, what.find('\n')));
     }

@@ -1,11 +1,13 @@
 // A piece of device work captured once as a CUDA graph and replayed (at::cuda::CUDAGraph): every
 // launch of the work in one call, for static shapes and addresses, where hundreds of small
 // kernels a step would otherwise each cost a launch. The work runs a few times on a side stream
-// first (cuBLAS workspaces, the caching allocator's blocks), then once under capture; tensors it
-// makes live in the graph's memory pool and are rewritten by every replay. Host code inside the
-// work runs at capture only: anything it decides (a learning rate, a step count, a skip) is
-// frozen into the graph unless it is a device tensor. Only builds against a CUDA LibTorch
-// capture; elsewhere available() is false and the constructor throws.
+// first (cuBLAS workspaces, lazy initialisations), the blocks those runs cached go back to the
+// device, then it runs once under capture; tensors it makes live in the graph's memory pool and
+// are rewritten by every replay. Host code inside the work runs at capture only: anything it
+// decides (a learning rate, a step count, a skip) is frozen into the graph unless it is a device
+// tensor. Dropout stays random: each replay draws from the CUDA generator's seed and offset at
+// the time of the replay. Only builds against a CUDA LibTorch capture; elsewhere available() is
+// false and the constructor throws.
 #pragma once
 
 #include <functional>

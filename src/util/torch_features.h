@@ -18,3 +18,12 @@
 #else
 #define COMBINER_TORCH2_1_PATHS 0
 #endif
+
+// at::_fused_adamw_ with the learning rate as a tensor and a skip flag (found_inf), on the CPU as
+// on CUDA (LibTorch >= 2.4): the update of a step captured as a CUDA graph, which the CPU runs
+// uncaptured in the tests (train/device_adamw.h).
+#if COMBINER_TORCH2_PATHS && (TORCH_VERSION_MAJOR > 2 || TORCH_VERSION_MINOR >= 4)
+#define COMBINER_TORCH2_4_PATHS 1
+#else
+#define COMBINER_TORCH2_4_PATHS 0
+#endif

@@ -54,6 +54,7 @@ void expect_equal(const Config& a, const Config& b) {
   EXPECT_EQ(s.recompute_mlp, t.recompute_mlp);
   EXPECT_EQ(s.precision, t.precision);
   EXPECT_EQ(s.attention_path, t.attention_path);
+  EXPECT_EQ(s.cuda_graph, t.cuda_graph);
   EXPECT_EQ(s.device, t.device);
   EXPECT_EQ(s.dist_timeout_s, t.dist_timeout_s);
   EXPECT_EQ(s.seed, t.seed);
@@ -106,6 +107,7 @@ Config unusual_config() {
   t.recompute_mlp = true;
   t.precision = "bfloat16";
   t.attention_path = "composed";
+  t.cuda_graph = "off";
   t.device = "cuda:1";
   t.dist_timeout_s = 60;
   t.seed = 42;
@@ -168,6 +170,7 @@ TEST(ConfigKeys, KeyPathsListEveryFieldOnceInFileOrder) {
                                              "train.recompute_mlp",
                                              "train.precision",
                                              "train.attention_path",
+                                             "train.cuda_graph",
                                              "train.device",
                                              "train.dist_timeout_s"};
   const std::vector<std::string> paths = key_paths();

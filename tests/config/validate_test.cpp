@@ -109,6 +109,7 @@ TEST(ConfigValidate, EveryRangeNamesKeyAllowedRangeAndValue) {
       {{"train.ema_decay=1"}, "train.ema_decay: must be in [0, 1), got 1.0"},
       {{"train.precision=fp16"}, "train.precision: "},
       {{"train.attention_path=kernels"}, "train.attention_path: "},
+      {{"train.cuda_graph=on"}, "train.cuda_graph: must be one of auto, off, got 'on'"},
       {{"train.device=gpu"}, "train.device: must be auto, cpu, cuda or cuda:N, got 'gpu'"},
       {{"train.device=cuda:x"}, "train.device: must be auto, cpu, cuda or cuda:N, got 'cuda:x'"},
       {{"train.dist_timeout_s=0"}, "train.dist_timeout_s: must be > 0, got 0"},

@@ -171,6 +171,32 @@ TEST(OptimizerState, ThisBuildsOwnArchiveRoundTrips) {
   expect_same_state(saved, restored);
 }
 
+// The bytes a checkpoint gets are capture_optimizer's, and the optimizer goes on holding its own
+// moment tensors (a captured step holds their addresses); the CPU ones are copies then put back.
+TEST(OptimizerState, CheckpointBytesLeaveTheOptimizersTensorsInPlace) {
+  const auto c = tiny_config();
+  auto run = make_run(c);
+  take_step(run, 100);
+  std::vector<torch::Tensor> before;
+  for (auto& entry : run.optimizer->state()) {
+    auto& s = static_cast<AdamWParamState&>(*entry.second);
+    before.push_back(s.exp_avg());
+    before.push_back(s.exp_avg_sq());
+  }
+  ASSERT_FALSE(before.empty());
+  const auto bytes = adamw_state_bytes(*run.optimizer);
+  EXPECT_EQ(bytes, capture_optimizer(*run.optimizer));
+  size_t i = 0;
+  for (auto& entry : run.optimizer->state()) {
+    auto& s = static_cast<AdamWParamState&>(*entry.second);
+    EXPECT_TRUE(s.exp_avg().is_same(before[i++]));
+    EXPECT_TRUE(s.exp_avg_sq().is_same(before[i++]));
+  }
+  auto restored = make_run(c);
+  restore_adamw_state(*restored.optimizer, bytes, "bytes");
+  expect_same_state(run, restored);
+}
+
 // The message restore_adamw_state throws into an optimizer of config c, which it must leave
 // unchanged.
 std::string refusal(const config::Config& c, const std::vector<char>& bytes) {
