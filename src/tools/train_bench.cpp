@@ -188,7 +188,7 @@ TrainBenchResult run_train_bench(const config::Config& config, const TrainBenchO
     r.checks = "could not run: " + what.substr(0, what.find('\n'));
     r.attention_check.tolerance = std::numeric_limits<double>::infinity();
   }
-  if (r.update_check.adamw > 1e-4 || r.update_check.clip > 1e-4 || !r.attention_check.ok())
+  if (!r.update_check.ok() || !r.attention_check.ok())
     throw std::runtime_error("train bench: not timing a step that disagrees with its reference: " +
                              r.checks);
   const int64_t micro = t.batch_size / t.grad_accum;

@@ -9,6 +9,7 @@
 #include "attention/attention.h"
 #include "attention/decode.h"
 #include "attention/reference.h"
+#include "train/device_adamw.h"
 #include "train/optimizer.h"
 
 namespace combiner::train {
@@ -70,7 +71,11 @@ UpdateCheck check_update(const torch::Device& device, int64_t steps) {
     std::vector<torch::Tensor> start;
     for (const auto& shape : std::vector<std::vector<int64_t>>{{96, 40}, {40}, {3, 5, 7}, {1}})
       start.push_back(torch::randn(shape, on));
-    auto ours = d::make_twin(start), theirs = d::make_twin(start);
+    auto ours = d::make_twin(start), theirs = d::make_twin(start),
+         device_twin = d::make_twin(start);
+    std::unique_ptr<DeviceAdamW> device_adamw;
+    if (DeviceAdamW::available())
+      device_adamw = std::make_unique<DeviceAdamW>(*device_twin.optimizer);
     UpdateCheck check;
     for (int64_t s = 0; s < steps; ++s) {
       // Gradient norms of about 40 (clipped to 1) on even steps, 0.04 (not clipped) on odd.
@@ -79,6 +84,7 @@ UpdateCheck check_update(const torch::Device& device, int64_t steps) {
         const auto grad = torch::randn_like(start[i]) * scale;
         ours.params[i].mutable_grad() = grad.clone();
         theirs.params[i].mutable_grad() = grad.clone();
+        device_twin.params[i].mutable_grad() = grad.clone();
       }
       const auto norm = clip_gradients(ours.params, 1.0);
       const double their_norm = torch::nn::utils::clip_grad_norm_(theirs.params, 1.0);
@@ -89,6 +95,12 @@ UpdateCheck check_update(const torch::Device& device, int64_t steps) {
             std::max(check.clip, d::max_abs_diff(ours.params[i].grad(), theirs.params[i].grad()));
       adamw_step(*ours.optimizer);
       theirs.optimizer->step();
+      if (device_adamw) {
+        clip_gradients(device_twin.params, 1.0);
+        device_adamw->prepare(1e-2);
+        device_adamw->update(torch::zeros({}, on));
+        device_adamw->count_update();
+      }
     }
     for (size_t i = 0; i < start.size(); ++i) {
       const auto& a = static_cast<torch::optim::AdamWParamState&>(
@@ -100,6 +112,27 @@ UpdateCheck check_update(const torch::Device& device, int64_t steps) {
                               d::max_abs_diff(a.exp_avg(), b.exp_avg()),
                               d::max_abs_diff(a.exp_avg_sq(), b.exp_avg_sq()),
                               double(std::abs(a.step() - b.step()))});
+      if (!device_adamw) continue;
+      const auto& c = static_cast<torch::optim::AdamWParamState&>(
+          *device_twin.optimizer->state().at(state_key(device_twin.params[i])));
+      check.device_adamw = std::max({check.device_adamw,
+                                     d::max_abs_diff(device_twin.params[i], theirs.params[i]),
+                                     d::max_abs_diff(c.exp_avg(), b.exp_avg()),
+                                     d::max_abs_diff(c.exp_avg_sq(), b.exp_avg_sq()),
+                                     double(std::abs(c.step() - b.step()))});
+    }
+    if (device_adamw) {  // an update the kernel skips changes nothing
+      std::vector<torch::Tensor> before;
+      for (auto& p : device_twin.params) {
+        before.push_back(p.detach().clone());
+        p.mutable_grad() = torch::randn_like(p);
+      }
+      device_adamw->prepare(1e-2);
+      device_adamw->update(torch::ones({}, on));
+      check.device_skip = 0;
+      for (size_t i = 0; i < before.size(); ++i)
+        check.device_skip =
+            std::max(check.device_skip, d::max_abs_diff(device_twin.params[i], before[i]));
     }
     return check;
   });
@@ -144,14 +177,22 @@ AttentionCheck check_attention(const attention::AttentionOptions& options,
 }
 
 std::string describe(const UpdateCheck& update, const AttentionCheck& attention) {
-  char line[320];
+  char device[96] = "";
+  if (update.device_adamw >= 0)
+    std::snprintf(device,
+                  sizeof device,
+                  ", %.2e (captured step's AdamW), %.0e (its skipped update)",
+                  update.device_adamw,
+                  update.device_skip);
+  char line[420];
   std::snprintf(line,
                 sizeof line,
                 "update vs torch::optim::AdamW::step + clip_grad_norm_: max abs diff %.2e "
-                "(AdamW), %.2e (clipping); attention vs float64 reference over %lld positions: "
+                "(AdamW), %.2e (clipping)%s; attention vs float64 reference over %lld positions: "
                 "%.2e, decode vs forward %.2e (tolerance %.0e)",
                 update.adamw,
                 update.clip,
+                device,
                 static_cast<long long>(attention.prefix),
                 attention.forward,
                 attention.decode,

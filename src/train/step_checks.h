@@ -16,11 +16,19 @@ namespace combiner::train {
 struct UpdateCheck {
   double adamw = 0;  // max abs difference of parameters and both moments after the steps
   double clip = 0;   // max abs difference of the clipped gradients, relative one of the norms
+  // The captured step's update (DeviceAdamW), where this LibTorch has it (else negative): max
+  // abs difference as `adamw`, and the largest change a skipped update made (must be 0).
+  double device_adamw = -1;
+  double device_skip = -1;
+  bool ok() const {
+    return adamw <= 1e-4 && clip <= 1e-4 && device_adamw <= 1e-4 && device_skip <= 0;
+  }
 };
 
 // `steps` updates from one random start (matrices, vectors, decay and no-decay groups, gradients
 // with norms above and below the clip) by adamw_step + clip_gradients and by
-// torch::optim::AdamW::step() + clip_grad_norm_, on `device`.
+// torch::optim::AdamW::step() + clip_grad_norm_, on `device`; and by DeviceAdamW with its rate and
+// step counts on the device, then one update it skips.
 UpdateCheck check_update(const torch::Device& device, int64_t steps = 3);
 
 struct AttentionCheck {
