@@ -28,9 +28,9 @@
 #   train     training steps, ours (combiner-axial-rowmajor and full) against the plain-PyTorch
 #             peer (scripts/peer_gpu.py, eager) and peer-flex: 6 x 512, 8 heads, MLP 4, bf16,
 #             CIFAR-10 (L 3072, batch 32) and ImageNet-64 (L 12288, batch 8) -> OUT/gpu-vs-peer.csv;
-#   deep      the 128-layer CIFAR-10 preset (bf16) with activation checkpointing, without (and
-#             that step captured as a CUDA graph: --cuda-graph), and with
-#             the MLP halves alone recomputed (train.recompute_mlp), and
+#   deep      the 128-layer CIFAR-10 preset (bf16) with activation checkpointing, without, and
+#             with the MLP halves alone recomputed (train.recompute_mlp); the last two also
+#             captured as a CUDA graph (--cuda-graph), and
 #             the eager peer at that shape (gpu-vs-peer.csv rows of shape cifar10-128x256);
 #   quick     the quick-start config (configs/fashion_mnist.yaml, dropout 0.1) trained with the
 #             fused kernels and with train.attention_path=composed: the final validation bits/dim
@@ -349,9 +349,10 @@ stage_deep() {
   for checkpointing in true false mlp; do
     local whole=$checkpointing mlp=false
     [ "$checkpointing" = mlp ] && whole=false mlp=true
-    # Nothing recomputed: the step captured as a CUDA graph too (its replays after the steps).
+    # Without whole blocks recomputed: the step captured as a CUDA graph too (its replays after
+    # the steps), as the trainer runs it.
     local graph=()
-    [ "$checkpointing" = false ] && [ "$device" = cuda ] && graph=(--cuda-graph)
+    [ "$whole" = false ] && [ "$device" = cuda ] && graph=(--cuda-graph)
     echo "-- activation checkpointing $whole, recompute_mlp $mlp ${graph[*]}"
     run_for 120 "$bench" train --config "$deep" --steps 3 --warmup 1 \
       --matmul-size $matmul --set train.device=$device --set train.precision=$precision \

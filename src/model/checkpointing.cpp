@@ -25,27 +25,16 @@ void set_generator_state(at::Generator& generator, const torch::Tensor& state) {
   generator.set_state(state);
 }
 
-// What is recomputed: the whole block, or its MLP half.
-enum Part : int64_t { kWholeBlock = 0, kMlpHalf = 1 };
-
-torch::Tensor run_part(BlockImpl& block, int64_t part, const torch::Tensor& x) {
-  return part == kMlpHalf ? block.mlp_half(x) : block.forward(x);
-}
-
 // Function::apply passes its non-tensor arguments through IValues, which cannot hold a module:
 // the block travels as its address and lives as long as the model that owns it.
 struct CheckpointedBlock : public torch::autograd::Function<CheckpointedBlock> {
-  static torch::Tensor forward(AutogradContext* ctx,
-                               const torch::Tensor& x,
-                               int64_t block,
-                               int64_t part) {
+  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& x, int64_t block) {
     ctx->saved_data["block"] = block;
-    ctx->saved_data["part"] = part;
     auto generator = dropout_generator(x.device());
     ctx->saved_data["rng"] = generator_state(generator);
     ctx->saved_data["autocast"] = autocast_enabled(x.device());
     ctx->save_for_backward({x});
-    return run_part(*as_block(block), part, x);  // autograd is off here: nothing else is kept
+    return as_block(block)->forward(x);  // autograd is off here: nothing else is kept
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grad_output) {
@@ -58,11 +47,11 @@ struct CheckpointedBlock : public torch::autograd::Function<CheckpointedBlock> {
       torch::AutoGradMode grad_on(true);
       AutocastGuard autocast(ctx->saved_data["autocast"].toBool(), x.device());
       auto& block = *as_block(ctx->saved_data["block"].toInt());
-      y = run_part(block, ctx->saved_data["part"].toInt(), x);
+      y = block.forward(x);
     }
     set_generator_state(generator, rng_now);
     torch::autograd::backward({y}, {grad_output[0]});  // parameter gradients accumulate here
-    return {x.grad(), torch::Tensor(), torch::Tensor()};
+    return {x.grad(), torch::Tensor()};
   }
 
   static BlockImpl* as_block(int64_t address) {
@@ -70,14 +59,46 @@ struct CheckpointedBlock : public torch::autograd::Function<CheckpointedBlock> {
   }
 };
 
+// The MLP half kept as its input and its dropout mask; the branch is recomputed in backward
+// and the kept mask applied by native_dropout's own backward kernel, as the plain block's
+// backward applies it.
+struct RecomputedMlp : public torch::autograd::Function<RecomputedMlp> {
+  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& h, int64_t block) {
+    ctx->saved_data["block"] = block;
+    ctx->saved_data["autocast"] = autocast_enabled(h.device());
+    auto& b = *CheckpointedBlock::as_block(block);
+    auto [out, mask] = b.mlp_dropout(b.mlp_branch(h));  // autograd is off here
+    ctx->save_for_backward({h, mask});
+    return h + out;
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grad_output) {
+    const auto saved = ctx->get_saved_variables();
+    auto h = saved[0].detach().requires_grad_(true);
+    const auto& mask = saved[1];
+    auto& block = *CheckpointedBlock::as_block(ctx->saved_data["block"].toInt());
+    torch::Tensor y;
+    {
+      torch::AutoGradMode grad_on(true);
+      AutocastGuard autocast(ctx->saved_data["autocast"].toBool(), h.device());
+      auto branch = block.mlp_branch(h);
+      if (mask.defined())
+        branch = at::native_dropout_backward(branch, mask, 1.0 / (1.0 - block.dropout_p()));
+      y = h + branch;
+    }
+    torch::autograd::backward({y}, {grad_output[0]});  // parameter gradients accumulate here
+    return {h.grad(), torch::Tensor()};
+  }
+};
+
 }  // namespace
 
 torch::Tensor checkpointed_forward(BlockImpl& block, const torch::Tensor& x) {
-  return CheckpointedBlock::apply(x, reinterpret_cast<int64_t>(&block), int64_t{kWholeBlock});
+  return CheckpointedBlock::apply(x, reinterpret_cast<int64_t>(&block));
 }
 
 torch::Tensor checkpointed_mlp(BlockImpl& block, const torch::Tensor& h) {
-  return CheckpointedBlock::apply(h, reinterpret_cast<int64_t>(&block), int64_t{kMlpHalf});
+  return RecomputedMlp::apply(h, reinterpret_cast<int64_t>(&block));
 }
 
 }  // namespace combiner::model

@@ -1,7 +1,9 @@
 // Activation checkpointing of one block (or of its MLP half): the forward pass keeps only the
 // input; the backward pass runs the block (or the half) again (same dropout masks, same autocast
 // state) and back-propagates through that recomputation. Memory per block drops from every
-// intermediate to one [B, L, width] tensor, for about one extra block forward in compute.
+// intermediate to one [B, L, width] tensor, for about one extra block forward in compute. A whole
+// block replays its masks by setting the generator back to its state before the forward; the MLP
+// half keeps its one mask instead.
 #pragma once
 
 #include <torch/torch.h>
@@ -15,7 +17,8 @@ torch::Tensor checkpointed_forward(BlockImpl& block, const torch::Tensor& x);
 
 // y = block.mlp_half(h), the same for the MLP half alone (selective recomputation): of the
 // attention half's activations nothing is recomputed, of the MLP's (h's LayerNorm, both linears'
-// inputs, GELU's input, the dropout mask) only h is kept.
+// inputs, GELU's input) only h is kept, with the dropout mask drawn in the forward (one byte an
+// element). Nothing sets a generator's state, so a CUDA graph can capture it.
 torch::Tensor checkpointed_mlp(BlockImpl& block, const torch::Tensor& h);
 
 }  // namespace combiner::model

@@ -50,7 +50,9 @@ BlockImpl::BlockImpl(const TransformerOptions& o) : heads_(o.heads) {
   dropout_ = register_module("dropout", torch::nn::Dropout(o.dropout));
 }
 
-torch::Tensor BlockImpl::forward(const torch::Tensor& x) { return mlp_half(attention_half(x)); }
+torch::Tensor BlockImpl::forward(const torch::Tensor& x) {
+  return mlp_half(attention_half(x));
+}
 
 torch::Tensor BlockImpl::attention_half(const torch::Tensor& x) {
   const int64_t B = x.size(0), L = x.size(1), W = x.size(2), H = heads_;
@@ -69,7 +71,19 @@ torch::Tensor BlockImpl::attention_half(const torch::Tensor& x) {
 }
 
 torch::Tensor BlockImpl::mlp_half(const torch::Tensor& h) {
-  return h + dropout_(linear(mlp_out_, torch::gelu(linear(mlp_in_, ln_mlp_(h)))));
+  return h + mlp_dropout(mlp_branch(h)).first;
+}
+
+torch::Tensor BlockImpl::mlp_branch(const torch::Tensor& h) {
+  return linear(mlp_out_, torch::gelu(linear(mlp_in_, ln_mlp_(h))));
+}
+
+// at::dropout itself runs native_dropout on CUDA but draws its CPU masks another way; calling
+// native_dropout on both keeps the MLP's masks one thing wherever recomputation keeps them.
+std::pair<torch::Tensor, torch::Tensor> BlockImpl::mlp_dropout(const torch::Tensor& branch) {
+  if (!is_training() || dropout_p() == 0) return {branch, torch::Tensor()};
+  auto [out, mask] = at::native_dropout(branch, dropout_p(), true);
+  return {out, mask};
 }
 
 torch::Tensor BlockImpl::step(const torch::Tensor& x, attention::DecodeState& state) {

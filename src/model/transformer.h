@@ -40,6 +40,13 @@ class BlockImpl : public torch::nn::Module {
   torch::Tensor attention_half(const torch::Tensor& x);
   torch::Tensor mlp_half(const torch::Tensor& h);
 
+  // The MLP half's parts, for its recomputation (model/checkpointing.h): the branch before its
+  // dropout, mlp_out(GELU(mlp_in(LayerNorm(h)))), and that dropout as at::native_dropout draws it
+  // on every device: the output and the mask (undefined when it is off: eval mode or p = 0).
+  torch::Tensor mlp_branch(const torch::Tensor& h);
+  std::pair<torch::Tensor, torch::Tensor> mlp_dropout(const torch::Tensor& branch);
+  double dropout_p() const { return dropout_->options.p(); }
+
   // The same block at one position: x [B, width] -> [B, width], attention through `state`.
   torch::Tensor step(const torch::Tensor& x, attention::DecodeState& state);
   std::unique_ptr<attention::DecodeState> start_decoding(int64_t length) const;

@@ -31,8 +31,9 @@ class StaticStep {
  public:
   // Why the step of `t` on `device` in a run of `world_size` processes cannot be captured, or ""
   // when it can: train.cuda_graph off, not CUDA, several processes (their all-reduce runs
-  // between backward and update), recomputation in backward (it sets the generator's state
-  // again), a LibTorch without DeviceAdamW or without CUDA.
+  // between backward and update), whole blocks recomputed in backward (that sets the generator's
+  // state again; the MLP halves alone keep their masks and can be captured), a LibTorch without
+  // DeviceAdamW or without CUDA.
   static std::string why_not_captured(const config::TrainConfig& t,
                                       const torch::Device& device,
                                       int64_t world_size);

@@ -119,7 +119,7 @@ TEST(TrainBench, CountsTensorBytesOnTheFusedPath) {
 
 // --cuda-graph: on the CPU, and with recomputation (whose generator state a capture cannot
 // hold), a one-line refusal before anything is built.
-TEST(TrainBench, CudaGraphRefusesTheCpuAndRecomputation) {
+TEST(TrainBench, CudaGraphRefusesTheCpuAndWholeBlockRecomputation) {
   auto options = one_counted_step();
   options.memory = "rss";
   options.cuda_graph = true;
@@ -135,9 +135,8 @@ TEST(TrainBench, CudaGraphRefusesTheCpuAndRecomputation) {
   config.train.device = "cpu";
   EXPECT_EQ(refusal(),
             "--cuda-graph: needs a CUDA device; the step runs on cpu (train.device cpu)");
-  config.train.recompute_mlp = true;
-  EXPECT_EQ(refusal().rfind("--cuda-graph: train.activation_checkpointing and train.recompute_mlp",
-                            0),
+  config.train.activation_checkpointing = true;
+  EXPECT_EQ(refusal().rfind("--cuda-graph: train.activation_checkpointing sets the generator's", 0),
             0u);
 }
 
