@@ -59,9 +59,9 @@ struct CheckpointedBlock : public torch::autograd::Function<CheckpointedBlock> {
   }
 };
 
-// The MLP half kept as its input and its dropout mask; the branch is recomputed in backward
-// and the kept mask applied by native_dropout's own backward kernel, as the plain block's
-// backward applies it.
+// The MLP half kept as its input and its dropout draw; the branch is recomputed in backward and
+// the kept draw applied as the plain block's dropout applies it (on CUDA by native_dropout's own
+// backward kernel).
 struct RecomputedMlp : public torch::autograd::Function<RecomputedMlp> {
   static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& h, int64_t block) {
     ctx->saved_data["block"] = block;
@@ -81,10 +81,7 @@ struct RecomputedMlp : public torch::autograd::Function<RecomputedMlp> {
     {
       torch::AutoGradMode grad_on(true);
       AutocastGuard autocast(ctx->saved_data["autocast"].toBool(), h.device());
-      auto branch = block.mlp_branch(h);
-      if (mask.defined())
-        branch = at::native_dropout_backward(branch, mask, 1.0 / (1.0 - block.dropout_p()));
-      y = h + branch;
+      y = h + block.replay_mlp_dropout(block.mlp_branch(h), mask);
     }
     torch::autograd::backward({y}, {grad_output[0]});  // parameter gradients accumulate here
     return {h.grad(), torch::Tensor()};

@@ -17,8 +17,8 @@ torch::Tensor checkpointed_forward(BlockImpl& block, const torch::Tensor& x);
 
 // y = block.mlp_half(h), the same for the MLP half alone (selective recomputation): of the
 // attention half's activations nothing is recomputed, of the MLP's (h's LayerNorm, both linears'
-// inputs, GELU's input) only h is kept, with the dropout mask drawn in the forward (one byte an
-// element). Nothing sets a generator's state, so a CUDA graph can capture it.
+// inputs, GELU's input) only h is kept, with the dropout draw made in the forward (on CUDA a
+// mask of one byte an element). Nothing sets a generator's state, so a CUDA graph can capture it.
 torch::Tensor checkpointed_mlp(BlockImpl& block, const torch::Tensor& h);
 
 }  // namespace combiner::model

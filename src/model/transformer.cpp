@@ -71,19 +71,33 @@ torch::Tensor BlockImpl::attention_half(const torch::Tensor& x) {
 }
 
 torch::Tensor BlockImpl::mlp_half(const torch::Tensor& h) {
-  return h + mlp_dropout(mlp_branch(h)).first;
+  return h + dropout_(mlp_branch(h));
 }
 
 torch::Tensor BlockImpl::mlp_branch(const torch::Tensor& h) {
   return linear(mlp_out_, torch::gelu(linear(mlp_in_, ln_mlp_(h))));
 }
 
-// at::dropout itself runs native_dropout on CUDA but draws its CPU masks another way; calling
-// native_dropout on both keeps the MLP's masks one thing wherever recomputation keeps them.
+// What dropout_(branch) computes, from the same draws, with what replays it: at::dropout runs
+// native_dropout on CUDA (a bool mask), and on the CPU multiplies by noise it draws with
+// bernoulli_ and scales by 1 / (1 - p).
 std::pair<torch::Tensor, torch::Tensor> BlockImpl::mlp_dropout(const torch::Tensor& branch) {
-  if (!is_training() || dropout_p() == 0) return {branch, torch::Tensor()};
-  auto [out, mask] = at::native_dropout(branch, dropout_p(), true);
-  return {out, mask};
+  const double p = dropout_p();
+  if (!is_training() || p == 0) return {branch, torch::Tensor()};
+  if (branch.is_cuda()) {
+    auto [out, mask] = at::native_dropout(branch, p, true);
+    return {out, mask};
+  }
+  auto noise = at::empty_like(branch, at::MemoryFormat::Contiguous).bernoulli_(1 - p).div_(1 - p);
+  return {branch * noise, noise};
+}
+
+torch::Tensor BlockImpl::replay_mlp_dropout(const torch::Tensor& branch,
+                                            const torch::Tensor& kept) {
+  if (!kept.defined()) return branch;
+  if (kept.scalar_type() == torch::kBool)
+    return at::native_dropout_backward(branch, kept, 1.0 / (1.0 - dropout_p()));
+  return branch * kept;
 }
 
 torch::Tensor BlockImpl::step(const torch::Tensor& x, attention::DecodeState& state) {

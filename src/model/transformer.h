@@ -41,10 +41,12 @@ class BlockImpl : public torch::nn::Module {
   torch::Tensor mlp_half(const torch::Tensor& h);
 
   // The MLP half's parts, for its recomputation (model/checkpointing.h): the branch before its
-  // dropout, mlp_out(GELU(mlp_in(LayerNorm(h)))), and that dropout as at::native_dropout draws it
-  // on every device: the output and the mask (undefined when it is off: eval mode or p = 0).
+  // dropout, mlp_out(GELU(mlp_in(LayerNorm(h)))); that dropout as the module draws it, with what
+  // replays it (a bool mask on CUDA, the scaled noise on the CPU; undefined when it is off: eval
+  // mode or p = 0); and the replay of that kept draw on a recomputed branch.
   torch::Tensor mlp_branch(const torch::Tensor& h);
   std::pair<torch::Tensor, torch::Tensor> mlp_dropout(const torch::Tensor& branch);
+  torch::Tensor replay_mlp_dropout(const torch::Tensor& branch, const torch::Tensor& kept);
   double dropout_p() const { return dropout_->options.p(); }
 
   // The same block at one position: x [B, width] -> [B, width], attention through `state`.

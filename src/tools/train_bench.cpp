@@ -268,16 +268,24 @@ TrainBenchResult run_train_bench(const config::Config& config, const TrainBenchO
   }
   if (options.cuda_graph) {  // the trainer's captured step, its replays timed after the eager steps
     // A capture that fails (an op that waits for the host, memory) is reported, not fatal: the
-    // eager steps' numbers stand. The update runs at the configured peak rate.
+    // eager steps' numbers stand.
     NamedTensors no_ema;
     StaticStep captured(model, *optimizer, no_ema, t, micro, L, /*capture=*/true);
+    // First, the captured step against the one launched op by op at learning rate 0 (the weights
+    // stay as they are): the same batches and dropout seed give the same loss and norm.
+    const uint64_t seed = 20211206;
+    const auto replayed = captured.run(batches, 0.0, /*poisoned=*/false, seed);
+    torch::manual_seed(seed);
+    const double eager_bits = forward_backward(nullptr).item<double>();
+    const double eager_norm = clip_gradients(model->parameters(), max_norm).item<double>();
+    r.captured_loss_diff = std::abs(replayed.bits - eager_bits) / std::abs(eager_bits);
+    r.captured_norm_diff = std::abs(replayed.grad_norm - eager_norm) / std::abs(eager_norm);
     std::vector<double> replays;
-    for (int64_t step = 0; step < options.warmup + options.steps; ++step) {
+    for (int64_t step = 0; captured.captured() && step < options.warmup + options.steps; ++step) {
       const auto start = train_bench_detail::Clock::now();
       captured.run(batches, t.lr, /*poisoned=*/false, std::nullopt);  // reads loss and norm back
       util::synchronize(device);
       if (step >= options.warmup) replays.push_back(1e3 * train_bench_detail::seconds_since(start));
-      if (!captured.captured()) break;
     }
     if (captured.captured())
       r.captured_ms_per_step = train_bench_detail::median(replays);
@@ -338,11 +346,15 @@ std::string summary_line(const TrainBenchResult& r) {
   std::string out = line;
   if (!r.captured_error.empty())
     out += "; captured as a CUDA graph: failed (" + r.captured_error + ")";
-  if (r.captured_ms_per_step > 0)  // the update's step count frozen at capture: a timing only
-    out += fmt::format("; captured as a CUDA graph: {:.1f} ms/step, {:.0f} tokens/s ({:.2f}x)",
-                       r.captured_ms_per_step,
-                       double(r.batch * r.length) / (r.captured_ms_per_step / 1e3),
-                       r.ms_per_step / r.captured_ms_per_step);
+  if (r.captured_ms_per_step > 0)
+    out += fmt::format(
+        "; captured as a CUDA graph: {:.1f} ms/step, {:.0f} tokens/s ({:.2f}x); its loss and "
+        "norm against the step launched op by op: {:.1e} and {:.1e} relative",
+        r.captured_ms_per_step,
+        double(r.batch * r.length) / (r.captured_ms_per_step / 1e3),
+        r.ms_per_step / r.captured_ms_per_step,
+        r.captured_loss_diff,
+        r.captured_norm_diff);
   return out;
 }
 

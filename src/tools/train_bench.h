@@ -77,6 +77,9 @@ struct TrainBenchResult {
   double ms_per_step = 0;         // median over the timed steps
   double captured_ms_per_step = 0;  // with cuda_graph: the median replay of the captured step
   std::string captured_error;       // with cuda_graph: why the capture failed, if it did
+  // with cuda_graph: the captured step's loss and gradient norm against the step launched op by
+  // op, relative, from the same weights, batches and dropout seed (learning rate 0)
+  double captured_loss_diff = 0, captured_norm_diff = 0;
   double tokens_per_s = 0;        // batch x L / median step time
   FlopCount flops;                // per step
   double matmul_gflops = 0;  // max of the two below: same device and dtype as the step's matmuls
