@@ -279,6 +279,140 @@ TEST(FusedJointTest, LocalStageInOneCallMatchesTwoCalls) {
   }
 }
 
+// Max pools made in the call (FusedPool: their backward adds into k's and q's gradients in place)
+// against the same pools as their own autograd ops, given as ks and qs: o and the projection's
+// gradient, float32, with q, k and v strided views of one [B, L, 3 x H x D] projection as the
+// model makes them. Per variant's pools: vertical's running max down the columns (both sides),
+// horizontal's prefix and suffix running maxes (two pools per slot, the suffix from row
+// spans x W), fixed's whole-block max (both sides) and rowmajor's whole-row max (k only).
+TEST(FusedJointTest, PoolsInTheCallMatchThePoolOps) {
+  const int64_t L = 150, W = 24, spans = (L + W - 1) / W - 1, rows = spans * W;
+  const double scale = score_scale(kD);
+  using Kind = FusedPool::Kind;
+  const auto pool = [](Kind kind,
+                       bool query_side,
+                       int64_t len,
+                       int64_t dim,
+                       bool reverse,
+                       int64_t first,
+                       int64_t segments) {
+    FusedPool p;
+    p.kind = kind;
+    p.query_side = query_side;
+    p.segments = segments;
+    p.len = len;
+    p.dim = dim;
+    p.reverse = reverse;
+    p.first = first;
+    return p;
+  };
+  // The slot a side's pools make, from the standalone ops.
+  const auto given =
+      [&](const std::vector<FusedPool>& pools, bool query_side, const torch::Tensor& x) {
+        std::vector<torch::Tensor> parts;
+        for (const auto& p : pools) {
+          if (p.query_side != query_side) continue;
+          if (p.kind == Kind::kSegmentMax) {
+            parts.push_back(fused_segment_max(x, p.segments, p.len));
+          } else {
+            const auto y = fused_running_max_of_segments(x, p.segments, p.len, p.dim, p.reverse);
+            parts.push_back(y.reshape({x.size(0), x.size(1), p.segments * p.len, x.size(3)}));
+          }
+        }
+        return parts.empty() ? torch::Tensor() : torch::cat(parts, 2);
+      };
+  FusedPass column;  // vertical's local pass
+  column.query = column.key = column.value = {W, spans, 1, W, rows};
+  FusedPass prefix, suffix;  // horizontal's
+  prefix.query = {spans, W, W, 1, 2 * rows};
+  prefix.key = prefix.value = {spans, W, W, 1, rows};
+  suffix.query = {spans, W, W, -1, 2 * rows, rows + W - 1};
+  suffix.key = suffix.value = {spans, W, W, -1, rows, W - 1};
+  FusedPass row;  // rowmajor's, over q
+  row.query = {spans, W, W, 1, L};
+  row.key = row.value = {spans, W, W, 1, rows};
+  row.mask = fused::Mask::kNone;
+  FusedPass block;  // fixed's (s = W)
+  block.query = {spans, 1, 1, 1, spans};
+  block.key = block.value = {spans, W, W, 1, rows};
+  block.mask = fused::Mask::kNone;
+  struct Plan {
+    std::string name;
+    std::vector<FusedPool> pools;
+    std::vector<FusedPass> local, joint;
+  };
+  const std::vector<Plan> plans = {{"vertical",
+                                    {pool(Kind::kRunningMax, false, W, 2, false, 0, spans),
+                                     pool(Kind::kRunningMax, true, W, 2, false, 0, spans)},
+                                    {column},
+                                    vertical_joint_passes(L, W)},
+                                   {"horizontal",
+                                    {pool(Kind::kRunningMax, false, W, 3, false, 0, spans),
+                                     pool(Kind::kRunningMax, false, W, 3, true, rows, spans),
+                                     pool(Kind::kRunningMax, true, W, 3, false, 0, spans),
+                                     pool(Kind::kRunningMax, true, W, 3, true, rows, spans)},
+                                    {prefix, suffix},
+                                    horizontal_joint_passes(L, W)},
+                                   {"fixed",
+                                    {pool(Kind::kSegmentMax, false, W, 2, false, 0, spans),
+                                     pool(Kind::kSegmentMax, true, W, 2, false, 0, spans)},
+                                    {block},
+                                    fixed_joint_passes(L, W)},
+                                   {"rowmajor",
+                                    {pool(Kind::kSegmentMax, false, W, 2, false, 0, spans)},
+                                    {row},
+                                    rowmajor_joint_passes(L, W)}};
+  for (const auto& plan : plans) {
+    torch::manual_seed(9);
+    auto projection = torch::randn({kB, L, 3 * kH * kD}).requires_grad_();
+    const auto g = torch::randn({kB, kH, L, kD});
+    const auto qkv = projection.view({kB, L, 3, kH, kD}).permute({2, 0, 3, 1, 4});
+    const auto q = qkv[0], k = qkv[1], v = qkv[2];
+    ASSERT_FALSE(k.is_contiguous());
+    const auto o =
+        fused_attention_with_local(q, k, v, {}, {}, plan.local, plan.joint, scale, plan.pools);
+    const auto d = torch::autograd::grad({o}, {projection}, {g})[0];
+    const auto ks = given(plan.pools, false, k), qs = given(plan.pools, true, q);
+    const auto ref = fused_attention_with_local(q, k, v, ks, qs, plan.local, plan.joint, scale);
+    const auto d_ref = torch::autograd::grad({ref}, {projection}, {g})[0];
+    EXPECT_LT(max_error(o, ref), 1e-6) << plan.name;
+    EXPECT_LT(max_error(d, d_ref), 1e-5) << plan.name;
+    EXPECT_GT(d.abs().sum().item<double>(), 0) << plan.name;
+  }
+}
+
+TEST(FusedJointTest, BadPoolsGiveOneLineErrors) {
+  auto q = torch::randn({1, 1, 8, 4});
+  FusedPass local;
+  local.query = {2, 1, 1, 1, 2};
+  local.key = local.value = {2, 4, 4, 1, 8};
+  local.mask = fused::Mask::kNone;
+  FusedPool pool;
+  pool.segments = 2;
+  pool.len = 4;
+  auto expect_error = [&](const torch::Tensor& ks,
+                          const std::vector<FusedPool>& pools,
+                          const std::string& what) {
+    try {
+      fused_attention_with_local(q, q, q, ks, {}, {local}, fixed_joint_passes(8, 4), 0.5, pools);
+      FAIL() << what << ": accepted";
+    } catch (const c10::Error& e) {
+      EXPECT_NE(std::string(e.what_without_backtrace()).find(what), std::string::npos)
+          << e.what_without_backtrace();
+    }
+  };
+  auto ks = torch::randn({1, 1, 2, 4});
+  expect_error(ks, {pool}, "ks is both given and pooled");
+  expect_error({}, {pool, pool}, "two pools write row 0 of ks");
+  FusedPool too_long = pool;
+  too_long.segments = 3;
+  expect_error({}, {too_long}, "a pool of 3 segments of 4 rows from row 0 does not fit 8 rows");
+  FusedPool sideways = pool;
+  sideways.kind = FusedPool::Kind::kRunningMax;
+  sideways.dim = 4;
+  expect_error({}, {sideways}, "a running max pool runs along dim 2 or 3, got 4");
+}
+
 TEST(FusedJointTest, BadLocalStagesGiveOneLineErrors) {
   auto q = torch::randn({1, 1, 8, 4});
   FusedPass local;

@@ -70,7 +70,7 @@ void fits(const fused::Geometry& g, int64_t rows, const char* what) {
 void check_operands(const torch::Tensor& q,
                     const torch::Tensor& k,
                     const torch::Tensor& v,
-                    const torch::Tensor& ks,
+                    int64_t ks_rows,
                     int64_t u_rows,
                     const std::vector<FusedPass>& passes) {
   const int64_t Lq = q.size(2);
@@ -78,7 +78,6 @@ void check_operands(const torch::Tensor& q,
               "fused attention: the first and last pass must cover every query row");
   check_frame(q, k, "k");
   check_frame(q, v, "v");
-  if (ks.defined()) check_frame(q, ks, "ks");
   for (const auto& p : passes) {
     fits(p.query, Lq, "query");
     TORCH_CHECK(p.query.limit == Lq,
@@ -88,18 +87,55 @@ void check_operands(const torch::Tensor& q,
                 Lq,
                 " rows (o, lse and dq are indexed by it)");
     const bool summaries = p.summaries || p.a_from_summaries;
-    TORCH_CHECK(!summaries || (ks.defined() && u_rows > 0),
+    TORCH_CHECK(!summaries || (ks_rows > 0 && u_rows > 0),
                 "fused attention: a pass reads summaries but ks or u is undefined");
-    fits(p.key, p.a_from_summaries ? ks.size(2) : k.size(2), "source A key");
+    fits(p.key, p.a_from_summaries ? ks_rows : k.size(2), "source A key");
     fits(p.value, p.a_from_summaries ? u_rows : v.size(2), "source A value");
     if (p.summaries)
-      TORCH_CHECK(u_rows >= ks.size(2),
+      TORCH_CHECK(u_rows >= ks_rows,
                   "fused attention: ",
-                  ks.size(2),
+                  ks_rows,
                   " summary keys but only ",
                   u_rows,
                   " summary values");
   }
+}
+
+// Each pool reads whole segments of k or q that exist and writes rows of its slot that no other
+// pool writes; a slot the pools make is not also given.
+int64_t check_pools(const torch::Tensor& x,
+                    const torch::Tensor& given,
+                    const std::vector<FusedPool>& pools,
+                    bool query_side) {
+  const char* slot = query_side ? "qs" : "ks";
+  std::vector<std::pair<int64_t, int64_t>> spans;  // [first, end) of each pool's rows
+  for (const auto& p : pools) {
+    if (p.query_side != query_side) continue;
+    TORCH_CHECK(p.segments >= 1 && p.len >= 1 && p.segments * p.len <= x.size(2) && p.first >= 0,
+                "fused attention: a pool of ",
+                p.segments,
+                " segments of ",
+                p.len,
+                " rows from row ",
+                p.first,
+                " does not fit ",
+                x.size(2),
+                " rows");
+    TORCH_CHECK(p.kind == FusedPool::Kind::kSegmentMax || p.dim == 2 || p.dim == 3,
+                "fused attention: a running max pool runs along dim 2 or 3, got ",
+                p.dim);
+    spans.emplace_back(p.first, p.first + p.rows());
+  }
+  if (spans.empty()) return given.defined() ? given.size(2) : 0;
+  TORCH_CHECK(!given.defined(), "fused attention: ", slot, " is both given and pooled");
+  std::sort(spans.begin(), spans.end());
+  for (size_t i = 1; i < spans.size(); ++i)
+    TORCH_CHECK(spans[i].first >= spans[i - 1].second,
+                "fused attention: two pools write row ",
+                spans[i].first,
+                " of ",
+                slot);
+  return spans.back().second;
 }
 
 // How many local queries write each row of u (Lu rows).
@@ -117,11 +153,10 @@ std::vector<int64_t> local_writes(const std::vector<FusedPass>& local, int64_t L
 // A local stage: its passes read their queries from `queries` (qs, or q itself) and keys and
 // values from k, v (no summaries), and store u's rows (u has the queries' rows), each row at most
 // once; rows no local query writes are zeros.
-void check_local(const torch::Tensor& queries,
+void check_local(int64_t Lu,
                  const torch::Tensor& k,
                  const torch::Tensor& v,
                  const std::vector<FusedPass>& local) {
-  const int64_t Lu = queries.size(2);
   for (const auto& p : local) {
     TORCH_CHECK(!p.summaries && !p.a_from_summaries,
                 "fused attention: a local pass reads no summaries");

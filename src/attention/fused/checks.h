@@ -19,18 +19,26 @@ void check_frame(const torch::Tensor& q, const torch::Tensor& x, const char* nam
 void fits(const fused::Geometry& g, int64_t rows, const char* what);
 
 // The joint passes: the first and last cover every query row, every query geometry ends at Lq
-// (o, lse and dq are indexed by it), sources fit their tensors. u_rows: the rows of u (given, or
-// made by a local stage); 0 when there is none.
+// (o, lse and dq are indexed by it), sources fit their tensors. ks_rows, u_rows: the rows of ks
+// and u (given, or made by pools or a local stage); 0 when there is none.
 void check_operands(const torch::Tensor& q,
                     const torch::Tensor& k,
                     const torch::Tensor& v,
-                    const torch::Tensor& ks,
+                    int64_t ks_rows,
                     int64_t u_rows,
                     const std::vector<FusedPass>& passes);
 
-// A local stage over `queries` (qs, or q): no summaries, queries ending at the queries' rows,
-// no row of u written twice.
-void check_local(const torch::Tensor& queries,
+// The pools of one side (x: k, or q when query_side) against its slot `given` (ks or qs, may be
+// undefined): they fit x, write disjoint rows, and the slot is not also given. Returns the slot's
+// rows (given or pooled; 0: none).
+int64_t check_pools(const torch::Tensor& x,
+                    const torch::Tensor& given,
+                    const std::vector<FusedPool>& pools,
+                    bool query_side);
+
+// A local stage over Lu query rows (qs, or q): no summaries, queries ending at Lu, no row of u
+// written twice.
+void check_local(int64_t Lu,
                  const torch::Tensor& k,
                  const torch::Tensor& v,
                  const std::vector<FusedPass>& local);

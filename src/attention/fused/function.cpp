@@ -8,10 +8,10 @@
 
 #include "attention/fused/checks.h"
 #include "attention/fused/launch.h"
+#include "attention/fused/pool_stage.h"
 
 #include <algorithm>
 #include <vector>
-
 
 namespace combiner::attention {
 
@@ -204,10 +204,11 @@ void forward_stage(const std::vector<FusedPass>& passes,
   }
 }
 
-// One call: optionally a local stage making the summary values u from the summary queries qs
-// (or q) and k, v; then the joint stage over (q, k, v, ks, u). Saved: q, k, v, ks, u, o, lse and,
-// with a local stage, qs and u's lse. The backward runs the joint passes, then the local ones
-// with u's gradient as their d_o; every pass adds its part of dk, dv (and dq) in place.
+// One call: optionally max pools making ks from k and qs from q, and a local stage making the
+// summary values u from the summary queries qs (or q) and k, v; then the joint stage over
+// (q, k, v, ks, u). Saved: q, k, v, ks, u, o, lse and, with a local stage, qs and u's lse. The
+// backward runs the joint passes, then the local ones with u's gradient as their d_o, then the
+// pools' backward; every pass and pool adds its part of dk, dv (and dq) in place.
 class FusedFunction : public torch::autograd::Function<FusedFunction> {
  public:
   static torch::Tensor forward(AutogradContext* ctx,
@@ -219,15 +220,19 @@ class FusedFunction : public torch::autograd::Function<FusedFunction> {
                                const c10::optional<torch::Tensor>& qs_opt,
                                const std::vector<int64_t>& plan,
                                const std::vector<int64_t>& local_plan,
+                               const std::vector<int64_t>& pool_plan,
                                double scale) {
     // Optional tensors travel as optionals: an undefined tensor is no autograd input.
     const auto ks_in = ks_opt.value_or(torch::Tensor()), u_in = u_opt.value_or(torch::Tensor()),
                qs_in = qs_opt.value_or(torch::Tensor());
     const auto passes = decode(plan), local = decode(local_plan);
+    const auto pools = fused_pools::decode(pool_plan);
     const auto dtype = q_in.scalar_type();
     auto q = kernel_ready(q_in, dtype), k = kernel_ready(k_in, dtype),
          v = kernel_ready(v_in, dtype), ks = kernel_ready(ks_in, dtype),
          qs = kernel_ready(qs_in, dtype);
+    if (!ks.defined()) ks = fused_pools::make(pools, /*query_side=*/false, k);
+    if (!qs.defined()) qs = fused_pools::make(pools, /*query_side=*/true, q);
     const int64_t B = q.size(0), H = q.size(1), Lq = q.size(2), D = q.size(3);
     const auto acc = q.options().dtype(acc_type(dtype));
     torch::Tensor u = kernel_ready(u_in, dtype), lse_u;
@@ -246,6 +251,7 @@ class FusedFunction : public torch::autograd::Function<FusedFunction> {
     ctx->save_for_backward({q, k, v, ks, u, o, lse, qs, lse_u});
     ctx->saved_data["plan"] = plan;
     ctx->saved_data["local"] = local_plan;
+    ctx->saved_data["pools"] = pool_plan;
     ctx->saved_data["scale"] = scale;
     auto type_of = [&](const torch::Tensor& x) {
       return int64_t(x.defined() ? x.scalar_type() : dtype);
@@ -261,9 +267,10 @@ class FusedFunction : public torch::autograd::Function<FusedFunction> {
                &o = saved[5], &lse = saved[6], &qs = saved[7], &lse_u = saved[8];
     const auto passes = decode(ctx->saved_data["plan"].toIntVector());
     const auto local = decode(ctx->saved_data["local"].toIntVector());
+    const auto pools = fused_pools::decode(ctx->saved_data["pools"].toIntVector());
     const double scale = ctx->saved_data["scale"].toDouble();
     const auto dtypes = ctx->saved_data["dtypes"].toIntVector();
-    if (!grads[0].defined()) return tensor_list(9);
+    if (!grads[0].defined()) return tensor_list(10);
     const auto dtype = q.scalar_type();
     const auto d_o = kernel_ready(grads[0], dtype);
     const int64_t B = q.size(0), H = q.size(1), D = q.size(3);
@@ -356,6 +363,17 @@ class FusedFunction : public torch::autograd::Function<FusedFunction> {
     } else if (du.buffer.defined()) {
       d_u = du.buffer.to(torch::ScalarType(dtypes[3]));
     }
+    // Pooled slots are no inputs: their gradients go through the pools into k's and q's.
+    for (const bool query_side : {false, true}) {
+      const bool pooled = std::any_of(pools.begin(), pools.end(), [&](const FusedPool& p) {
+        return p.query_side == query_side;
+      });
+      if (!pooled) continue;
+      Grad& slot = query_side ? dqs : dks;
+      Grad& into = query_side ? dq : dk;
+      fused_pools::add_backward(pools, query_side, query_side ? q : k, slot.buffer, into.buffer);
+      slot.buffer = torch::Tensor();
+    }
     auto as = [&](const Grad& g, int64_t type) {
       return g.buffer.defined() ? g.buffer.to(torch::ScalarType(type)) : torch::Tensor();
     };
@@ -365,6 +383,7 @@ class FusedFunction : public torch::autograd::Function<FusedFunction> {
             as(dks, dtypes[2]),
             d_u,
             as(dqs, dtypes[4]),
+            {},
             {},
             {},
             {}};
@@ -387,8 +406,10 @@ torch::Tensor fused_attention(const torch::Tensor& q,
                               const std::vector<FusedPass>& passes,
                               double scale) {
   fused_glue::check_qkv(q, k, v);
+  if (ks.defined()) fused_glue::check_frame(q, ks, "ks");
   if (u.defined()) fused_glue::check_frame(q, u, "u");
-  fused_glue::check_operands(q, k, v, ks, u.defined() ? u.size(2) : 0, passes);
+  fused_glue::check_operands(
+      q, k, v, ks.defined() ? ks.size(2) : 0, u.defined() ? u.size(2) : 0, passes);
   return fused_glue::FusedFunction::apply(q,
                                           k,
                                           v,
@@ -396,6 +417,7 @@ torch::Tensor fused_attention(const torch::Tensor& q,
                                           optional(u),
                                           c10::nullopt,
                                           fused_glue::encode(passes),
+                                          std::vector<int64_t>{},
                                           std::vector<int64_t>{},
                                           scale);
 }
@@ -407,13 +429,18 @@ torch::Tensor fused_attention_with_local(const torch::Tensor& q,
                                          const torch::Tensor& qs,
                                          const std::vector<FusedPass>& local,
                                          const std::vector<FusedPass>& passes,
-                                         double scale) {
+                                         double scale,
+                                         const std::vector<FusedPool>& pools) {
   fused_glue::check_qkv(q, k, v);
   TORCH_CHECK(!local.empty(), "fused attention: a local stage needs at least one pass");
+  if (ks.defined()) fused_glue::check_frame(q, ks, "ks");
   if (qs.defined()) fused_glue::check_frame(q, qs, "qs");
-  const auto& queries = qs.defined() ? qs : q;
-  fused_glue::check_local(queries, k, v, local);
-  fused_glue::check_operands(q, k, v, ks, queries.size(2), passes);
+  const int64_t ks_rows = fused_glue::check_pools(k, ks, pools, /*query_side=*/false);
+  const int64_t qs_rows = fused_glue::check_pools(q, qs, pools, /*query_side=*/true);
+  // The local stage's queries: qs (given or pooled), or q itself.
+  const int64_t query_rows = qs_rows > 0 ? qs_rows : q.size(2);
+  fused_glue::check_local(query_rows, k, v, local);
+  fused_glue::check_operands(q, k, v, ks_rows, query_rows, passes);
   return fused_glue::FusedFunction::apply(q,
                                           k,
                                           v,
@@ -422,6 +449,7 @@ torch::Tensor fused_attention_with_local(const torch::Tensor& q,
                                           optional(qs),
                                           fused_glue::encode(passes),
                                           fused_glue::encode(local),
+                                          fused_pools::encode(pools),
                                           scale);
 }
 

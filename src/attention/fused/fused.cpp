@@ -52,6 +52,23 @@ torch::Tensor span_pool(const torch::Tensor& x,
   return summary.pool(segments, 3).to(x.scalar_type());
 }
 
+torch::Tensor span_pool_in_call(const torch::Tensor& x,
+                                const SpanSummary& summary,
+                                bool query_side,
+                                int64_t spans,
+                                int64_t len,
+                                std::vector<FusedPool>& pools) {
+  if (!summary.exact_in_input_dtype(query_side))
+    return span_pool(x, summary, query_side, spans, len);
+  FusedPool pool;
+  pool.kind = FusedPool::Kind::kSegmentMax;
+  pool.query_side = query_side;
+  pool.segments = spans;
+  pool.len = len;
+  pools.push_back(pool);
+  return {};
+}
+
 std::vector<FusedPass> fixed_joint_passes(int64_t length, int64_t block) {
   const int64_t n = (length + block - 1) / block;
   FusedPass joint;
@@ -72,14 +89,15 @@ torch::Tensor fused_combiner_fixed(const torch::Tensor& q,
   const double scale = score_scale(D);
   const auto passes = fixed_joint_passes(L, s);
   if (spans == 0) return fused_attention(q, k, v, {}, {}, passes, scale);
-  const auto q_span = span_pool(q, summary, /*query_side=*/true, spans, s);
-  const auto ks = span_pool(k, summary, /*query_side=*/false, spans, s);
+  std::vector<FusedPool> pools;
+  const auto q_span = span_pool_in_call(q, summary, /*query_side=*/true, spans, s, pools);
+  const auto ks = span_pool_in_call(k, summary, /*query_side=*/false, spans, s, pools);
   // u: the pooled query's unmasked softmax over its own block.
   FusedPass local;
   local.query = {spans, 1, 1, 1, spans};
   local.key = local.value = {spans, s, s, 1, spans * s};
   local.mask = fused::Mask::kNone;
-  return fused_attention_with_local(q, k, v, ks, q_span, {local}, passes, scale);
+  return fused_attention_with_local(q, k, v, ks, q_span, {local}, passes, scale, pools);
 }
 
 bool AttentionImpl::use_fused(const std::string& variant,

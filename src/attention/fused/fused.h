@@ -1,10 +1,10 @@
 // The fused path of combiner-fixed and the axial Combiner variants (rowmajor, vertical,
-// horizontal; the mixture averages the last two): span summaries (DeepSets maps, whole-segment
-// pools, running means) stay LibTorch ops with their autograd, the running max is one kernel each
-// way (fused_running_max); every softmax over keys runs in the fused kernels of fused/kernel.h
-// through one autograd Function (forward saves o and the
-// per-query log-sum-exp; backward recomputes the weights). CUDA tensors run the CUDA kernels,
-// CPU tensors the CPU model of the same kernels (tests, kernel-check).
+// horizontal; the mixture averages the last two): plain max pools (whole segments, running maxes)
+// are made inside the fused call by their own kernels (FusedPool); DeepSets maps and means stay
+// LibTorch ops with their autograd; every softmax over keys runs in the fused kernels of
+// fused/kernel.h through one autograd Function (forward saves o and the per-query log-sum-exp;
+// backward recomputes the weights). CUDA tensors run the CUDA kernels, CPU tensors the CPU model
+// of the same kernels (tests, kernel-check).
 #pragma once
 
 #include <torch/torch.h>
@@ -27,6 +27,24 @@ struct FusedPass {
   bool a_from_summaries = false;  // source A = (ks, u) instead of (k, v)
 };
 
+// A max pool the fused call makes itself, from the first `segments` x `len` rows of k (into ks)
+// or of q (into qs), written from row `first` of its slot: a plain max over each segment
+// (SegmentMax: `segments` rows) or a running max (RunningMax: `segments` x `len` rows) along dim 2
+// of [B, H, segments, len, D] (down the segments) or 3 (along each), from the end when `reverse`.
+// Its backward adds into the gradient of k or q in place, after the passes: no gradient tensor
+// of its own, no sum of two, no zeroed tail.
+struct FusedPool {
+  enum class Kind : int { kSegmentMax, kRunningMax };
+  Kind kind = Kind::kSegmentMax;
+  bool query_side = false;
+  int64_t segments = 0, len = 1;
+  int64_t dim = 2;  // kRunningMax
+  bool reverse = false;
+  int64_t first = 0;
+
+  int64_t rows() const { return kind == Kind::kSegmentMax ? segments : segments * len; }
+};
+
 // o [B, H, Lq, D] = the passes run in order over q [B, H, Lq, D], k, v [B, H, Lk, D] and
 // optional ks [B, H, Ls, D], u [B, H, Lu, D] (undefined when no pass reads them); the first pass
 // writes every query row, later ones merge by log-sum-exp. Differentiable in every input. The
@@ -45,6 +63,8 @@ torch::Tensor fused_attention(const torch::Tensor& q,
 // summaries); then `passes` read that u. One autograd node: its backward runs the joint passes,
 // then the local ones with u's gradient, adding the local passes' parts of dk, dv (and dq) into the
 // joint ones in place, with no separate gradient tensors for the local stage's k and v.
+// `pools`: where ks (or qs) is undefined, the max pools that make it in the call (each row of the
+// slot written by one pool; the query-side pools make qs, the others ks).
 torch::Tensor fused_attention_with_local(const torch::Tensor& q,
                                          const torch::Tensor& k,
                                          const torch::Tensor& v,
@@ -52,7 +72,8 @@ torch::Tensor fused_attention_with_local(const torch::Tensor& q,
                                          const torch::Tensor& qs,
                                          const std::vector<FusedPass>& local,
                                          const std::vector<FusedPass>& passes,
-                                         double scale);
+                                         double scale,
+                                         const std::vector<FusedPool>& pools = {});
 
 // The joint passes of each variant over L = `length`, merged by log-sum-exp. n = ceil(L / W)
 // rows, spans = n - 1 (every block / row but the last).
@@ -91,6 +112,16 @@ torch::Tensor span_pool(const torch::Tensor& x,
                         bool query_side,
                         int64_t spans,
                         int64_t len);
+
+// The same for a fused call: a plain max pool is added to `pools` (the call makes it, and its
+// backward adds into k's or q's gradient in place) and the result is undefined; any other
+// summary is span_pool's tensor.
+torch::Tensor span_pool_in_call(const torch::Tensor& x,
+                                const SpanSummary& summary,
+                                bool query_side,
+                                int64_t spans,
+                                int64_t len,
+                                std::vector<FusedPool>& pools);
 
 // The variants through the fused core. q, k, v: [B, H, L, D] (any L; D = Dv) -> [B, H, L, D].
 torch::Tensor fused_combiner_fixed(const torch::Tensor& q,

@@ -2,8 +2,9 @@
 // averages the last two): each is one softmax per query over a row pass, a column pass and the
 // span passes, merged by log-sum-exp; the span passes read the summaries (pooled keys ks, local
 // expectations u) as source A, addressed by Geometry::first where a query's span sits one row
-// or one column away from it. Whole-row pools and running means stay LibTorch ops (autograd), the
-// running max is its own kernel (fused_running_max); every u is a fused pass too.
+// or one column away from it. Plain max pools (whole rows, running maxes) are made in the fused
+// call (FusedPool); DeepSets maps and running means stay LibTorch ops (autograd); every u is a
+// fused pass too.
 #include <torch/torch.h>
 
 #include "attention/fused/fused.h"
@@ -41,26 +42,24 @@ torch::Tensor cumulative(const SpanSummary& summary,
   return summary.is_max() ? fused_running_max(x, dim, reverse)
                           : summary.cumulative(x, dim, reverse, /*keep_indices=*/false);
 }
-// The running pool of the first `spans` whole rows of W of x [B, H, L, D] along `dim` of
-// [B, H, spans, W, D] (2: down each column; 3: along each row), from the end when `reverse`: a
-// plain max straight from x, whose backward writes x's whole gradient; any other summary pools
-// `segments`, x's rows through its maps (span_keys / span_queries), which the caller makes once.
-torch::Tensor running_pool(const SpanSummary& summary,
-                           const torch::Tensor& x,
-                           const torch::Tensor& segments,
-                           int64_t spans,
-                           int64_t W,
-                           int64_t dim,
-                           bool reverse) {
-  if (!segments.defined()) return fused_running_max_of_segments(x, spans, W, dim, reverse);
-  return cumulative(summary, segments, dim, reverse);
+// The running max of the first `spans` whole rows of W of q or k [B, H, L, D] along `dim` of
+// [B, H, spans, W, D] (2: down each column; 3: along each row), from the end when `reverse`,
+// made in the fused call from row `first` of its slot.
+FusedPool running_max_pool(
+    bool query_side, int64_t spans, int64_t W, int64_t dim, bool reverse, int64_t first) {
+  FusedPool p;
+  p.kind = FusedPool::Kind::kRunningMax;
+  p.query_side = query_side;
+  p.segments = spans;
+  p.len = W;
+  p.dim = dim;
+  p.reverse = reverse;
+  p.first = first;
+  return p;
 }
-// x's rows as the summary pools them (undefined where running_pool reads x itself).
-torch::Tensor pooled_rows(const SpanSummary& summary,
-                          const torch::Tensor& x,
-                          bool query_side,
-                          int64_t spans,
-                          int64_t W) {
+// x's rows as the summary pools them (undefined for a plain max of x itself: a pool in the call).
+torch::Tensor pooled_rows(
+    const SpanSummary& summary, const torch::Tensor& x, bool query_side, int64_t spans, int64_t W) {
   if (summary.is_max() && summary.exact_in_input_dtype(query_side)) return {};
   return query_side ? span_queries(x, summary, spans, W) : span_keys(x, summary, spans, W);
 }
@@ -146,14 +145,15 @@ torch::Tensor fused_combiner_rowmajor(const torch::Tensor& q,
   const double scale = score_scale(D);
   const auto passes = rowmajor_joint_passes(L, W);
   if (spans == 0) return fused_attention(q, k, v, {}, {}, passes, scale);
-  const auto ks = span_pool(k, summary, /*query_side=*/false, spans, W);
+  std::vector<FusedPool> pools;
+  const auto ks = span_pool_in_call(k, summary, /*query_side=*/false, spans, W, pools);
   // u[(r, c)]: q_(r, c)'s unmasked softmax over row r, for the rows before the last (read from
   // q itself: u has L rows, the last row's zeros unread).
   FusedPass local;
   local.query = {spans, W, W, 1, L};
   local.key = local.value = {spans, W, W, 1, spans * W};
   local.mask = fused::Mask::kNone;
-  return fused_attention_with_local(q, k, v, ks, {}, {local}, passes, scale);
+  return fused_attention_with_local(q, k, v, ks, {}, {local}, passes, scale, pools);
 }
 
 torch::Tensor fused_combiner_vertical(const torch::Tensor& q,
@@ -168,16 +168,21 @@ torch::Tensor fused_combiner_vertical(const torch::Tensor& q,
   const auto passes = vertical_joint_passes(L, W);
   if (spans == 0) return fused_attention(q, k, v, {}, {}, passes, scale);
   // Row r of the cumulative pools summarises column c's rows 0..r.
-  const auto down = [&](const torch::Tensor& x, bool query_side) {
+  std::vector<FusedPool> pools;
+  const auto down = [&](const torch::Tensor& x, bool query_side) -> torch::Tensor {
     const auto rows = pooled_rows(summary, x, query_side, spans, W);
-    return operand(flat(running_pool(summary, x, rows, spans, W, 2, false)), x);
+    if (!rows.defined()) {
+      pools.push_back(running_max_pool(query_side, spans, W, 2, false, 0));
+      return {};
+    }
+    return operand(flat(cumulative(summary, rows, 2, false)), x);
   };
   const auto ks = down(k, false), q_cum = down(q, true);
   // u[(r, c)]: q_cum[(r, c)]'s causal attention down column c (rows 0..r).
   FusedPass local;
   local.query = local.key = local.value = {W, spans, 1, W, spans * W};
   local.mask = fused::Mask::kCausal;
-  return fused_attention_with_local(q, k, v, ks, q_cum, {local}, passes, scale);
+  return fused_attention_with_local(q, k, v, ks, q_cum, {local}, passes, scale, pools);
 }
 
 torch::Tensor fused_combiner_horizontal(const torch::Tensor& q,
@@ -192,10 +197,16 @@ torch::Tensor fused_combiner_horizontal(const torch::Tensor& q,
   const auto passes = horizontal_joint_passes(L, W);
   if (spans == 0) return fused_attention(q, k, v, {}, {}, passes, scale);
   // ks, qs: rows 0..spans*W-1 the inclusive prefixes, the next spans*W the inclusive suffixes.
-  const auto both = [&](const torch::Tensor& x, bool query_side) {
+  std::vector<FusedPool> pools;
+  const auto both = [&](const torch::Tensor& x, bool query_side) -> torch::Tensor {
     const auto rows = pooled_rows(summary, x, query_side, spans, W);
-    return operand(torch::cat({flat(running_pool(summary, x, rows, spans, W, 3, false)),
-                               flat(running_pool(summary, x, rows, spans, W, 3, true))},
+    if (!rows.defined()) {
+      pools.push_back(running_max_pool(query_side, spans, W, 3, false, 0));
+      pools.push_back(running_max_pool(query_side, spans, W, 3, true, spans * W));
+      return {};
+    }
+    return operand(torch::cat({flat(cumulative(summary, rows, 3, false)),
+                               flat(cumulative(summary, rows, 3, true))},
                               2),
                    x);
   };
@@ -209,7 +220,7 @@ torch::Tensor fused_combiner_horizontal(const torch::Tensor& q,
   prefix.mask = suffix.mask = fused::Mask::kCausal;
   suffix.query = {spans, W, W, -1, 2 * n, /*first=*/n + W - 1};
   suffix.key = suffix.value = {spans, W, W, -1, n, /*first=*/W - 1};
-  return fused_attention_with_local(q, k, v, ks, qs, {prefix, suffix}, passes, scale);
+  return fused_attention_with_local(q, k, v, ks, qs, {prefix, suffix}, passes, scale, pools);
 }
 
 }  // namespace combiner::attention

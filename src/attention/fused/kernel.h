@@ -185,6 +185,9 @@ COMBINER_HD int64_t segments_per_part(const Pass& p) {
 // caller's layout and need no copy. `reverse` runs t from n - 1 down. Ties and NaN as
 // torch::cummax: a value >= the running max, or NaN, becomes it. Backward: dx[t] = the sum of dy
 // over the steps whose max is x[t] (Acc sums), found again by the same scan: no indices are kept.
+// With `accumulate`, the backward adds that sum into dx (each element is read and written by the
+// one thread that owns its line) and leaves the other elements as they are: the fused call adds a
+// pool's gradient into k's or q's in place.
 struct ScanLayout {  // line (a, b, c, i)'s step t at a*s[0] + b*s[1] + c*s[2] + t*step + i
   int64_t outer_stride[3] = {0, 0, 0};
   int64_t step_stride = 0;
@@ -199,6 +202,7 @@ struct RunningMax {
   void* y = nullptr;         // forward
   const void* dy = nullptr;  // backward
   void* dx = nullptr;        // backward
+  bool accumulate = false;   // backward: dx += (else every element of the lines is stored)
 };
 
 COMBINER_HD int64_t running_max_lines(const RunningMax& r) {
@@ -227,7 +231,8 @@ COMBINER_HD bool running_max_takes(int64_t k, T v, T best) {
 // y [B, H, segments, D] contiguous, y[g] = max over t < len of x[g * len + t]; ties go to the
 // first, NaN as torch::max (the first NaN). Backward: dx [B, H, rows, D] contiguous, every row
 // written: dy[g] at segment g's arg-max, zero elsewhere, rows past segments * len included (no
-// zero-filled gradient and copy into a slice of it, as the pool of a narrowed view needs).
+// zero-filled gradient and copy into a slice of it, as the pool of a narrowed view needs). With
+// `accumulate`, dy[g] is added at the arg-max and nothing else is written.
 struct SegmentMax {
   int64_t batch = 0, heads = 0, rows = 0, dim = 0, segments = 0, len = 1;
   int64_t stride[3] = {0, 0, 0};  // x's batch, head and row strides
@@ -236,6 +241,7 @@ struct SegmentMax {
   void* y = nullptr;         // forward
   const void* dy = nullptr;  // backward
   void* dx = nullptr;        // backward
+  bool accumulate = false;   // backward: dx[arg-max] += dy, other rows untouched
 };
 // Lines of the forward (b, h, g < segments, d) and of the backward (g < ceil(rows / len)).
 COMBINER_HD int64_t segment_max_lines(const SegmentMax& m, bool backward) {

@@ -370,22 +370,27 @@ void running_max_backward_all(const RunningMax& r) {
     const int64_t x0 = running_max_start(r, r.x_at, line);
     const int64_t y0 = running_max_start(r, r.y_at, line);
     const int64_t d0 = running_max_start(r, r.dx_at, line);
+    // Step t's gradient: `sum` stored, or added to what dx holds.
+    const auto put = [&](int64_t t, T sum) {
+      S& out = dx[d0 + t * r.dx_at.step_stride];
+      out = to_storage<S, T>(r.accumulate ? to_math<S, T>(out) + sum : sum);
+    };
     T best = 0, sum = 0;
     int64_t at = 0;  // the step holding the running max
     for (int64_t k = 0; k < r.n; ++k) {
       const int64_t t = running_max_step(r, k);
       const T v = to_math<S, T>(x[x0 + t * r.x_at.step_stride]);
       if (running_max_takes(k, v, best)) {
-        if (k > 0) dx[d0 + at * r.dx_at.step_stride] = to_storage<S, T>(sum);
+        if (k > 0) put(at, sum);
         best = v;
         at = t;
         sum = 0;
-      } else {
-        dx[d0 + t * r.dx_at.step_stride] = to_storage<S, T>(T(0));
+      } else if (!r.accumulate) {
+        put(t, T(0));
       }
       sum += to_math<S, T>(dy[y0 + t * r.y_at.step_stride]);
     }
-    if (r.n > 0) dx[d0 + at * r.dx_at.step_stride] = to_storage<S, T>(sum);
+    if (r.n > 0) put(at, sum);
   }
 }
 
@@ -430,6 +435,11 @@ void segment_max_backward_all(const SegmentMax& m) {
       }
     }
     const S grad = at >= 0 ? dy[(bh * m.segments + g) * m.dim + d] : to_storage<S, T>(T(0));
+    if (m.accumulate) {
+      if (at >= 0)
+        out[at * m.dim] = to_storage<S, T>(to_math<S, T>(out[at * m.dim]) + to_math<S, T>(grad));
+      continue;
+    }
     for (int64_t t = 0; t < count; ++t) out[t * m.dim] = t == at ? grad : to_storage<S, T>(T(0));
   }
 }

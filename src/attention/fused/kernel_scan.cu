@@ -56,22 +56,27 @@ __global__ void __launch_bounds__(128) running_max_backward_kernel(const Running
   T* dx = static_cast<T*>(r.dx);
   const int64_t x0 = running_max_start(r, r.x_at, line), y0 = running_max_start(r, r.y_at, line);
   const int64_t d0 = running_max_start(r, r.dx_at, line);
+  // Step t's gradient: `sum` stored, or added to what dx holds (this thread owns the line).
+  const auto put = [&](int64_t t, float sum) {
+    T& out = dx[d0 + t * r.dx_at.step_stride];
+    out = store_as<T>(r.accumulate ? load_float(out) + sum : sum);
+  };
   float best = 0.f, sum = 0.f;
   int64_t at = 0;
   for (int64_t k = 0; k < r.n; ++k) {
     const int64_t t = running_max_step(r, k);
     const float v = load_float(x[x0 + t * r.x_at.step_stride]);
     if (running_max_takes(k, v, best)) {
-      if (k > 0) dx[d0 + at * r.dx_at.step_stride] = store_as<T>(sum);
+      if (k > 0) put(at, sum);
       best = v;
       at = t;
       sum = 0.f;
-    } else {
-      dx[d0 + t * r.dx_at.step_stride] = store_as<T>(0.f);
+    } else if (!r.accumulate) {
+      put(t, 0.f);
     }
     sum += load_float(dy[y0 + t * r.y_at.step_stride]);
   }
-  if (r.n > 0) dx[d0 + at * r.dx_at.step_stride] = store_as<T>(sum);
+  if (r.n > 0) put(at, sum);
 }
 
 template <typename T>
@@ -114,6 +119,10 @@ __global__ void __launch_bounds__(128) segment_max_backward_kernel(const Segment
   }
   const T zero = store_as<T>(0.f);
   const T grad = at >= 0 ? static_cast<const T*>(m.dy)[(bh * m.segments + g) * m.dim + d] : zero;
+  if (m.accumulate) {
+    if (at >= 0) out[at * m.dim] = store_as<T>(load_float(out[at * m.dim]) + load_float(grad));
+    return;
+  }
   for (int64_t t = 0; t < count; ++t) out[t * m.dim] = t == at ? grad : zero;
 }
 

@@ -4,6 +4,9 @@
 // are found again by the same scan.
 #include "attention/fused/fused.h"
 #include "attention/fused/launch.h"
+#include "attention/fused/pool_stage.h"
+
+#include <algorithm>
 
 namespace combiner::attention {
 
@@ -95,8 +98,8 @@ class RunningMaxFunction : public torch::autograd::Function<RunningMaxFunction> 
     const auto scanned = segments_of(x_in, segments, len);
     auto x = scanned;
     const int64_t scan = scan_layout(x, dim, r);
-    auto y = torch::empty(scanned.sizes(),
-                          x.options().memory_format(torch::MemoryFormat::Contiguous));
+    auto y =
+        torch::empty(scanned.sizes(), x.options().memory_format(torch::MemoryFormat::Contiguous));
     r.y_at = layout_of(y, dim, scan);
     r.reverse = reverse;
     r.dtype = scan_dtype(x.scalar_type());
@@ -171,8 +174,7 @@ class SegmentMaxFunction : public torch::autograd::Function<SegmentMaxFunction> 
 
   static tensor_list backward(AutogradContext* ctx, tensor_list grads) {
     const auto x = ctx->get_saved_variables()[0];
-    auto m = segment_max_of(
-        x, ctx->saved_data["segments"].toInt(), ctx->saved_data["len"].toInt());
+    auto m = segment_max_of(x, ctx->saved_data["segments"].toInt(), ctx->saved_data["len"].toInt());
     const auto dy = grads[0].to(x.scalar_type()).contiguous();
     auto dx = torch::empty(x.sizes(), dy.options());
     m.dy = dy.data_ptr();
@@ -182,7 +184,130 @@ class SegmentMaxFunction : public torch::autograd::Function<SegmentMaxFunction> 
   }
 };
 
+// One pool of a fused call (pool_stage.h): forward into rows [first, first + rows) of `slot`;
+// backward (dy: those rows of the slot's gradient) adding into dx.
+void run_pool(const FusedPool& p,
+              const torch::Tensor& x_in,
+              const torch::Tensor& slot,
+              const torch::Tensor& dy_slot,
+              const torch::Tensor& dx) {
+  const bool backward = dy_slot.defined();
+  const auto dy = backward ? dy_slot.narrow(2, p.first, p.rows()) : torch::Tensor();
+  if (p.kind == FusedPool::Kind::kSegmentMax) {
+    auto m = segment_max_of(x_in, p.segments, p.len);
+    if (!backward) {
+      // The kernel writes [B, H, segments, D] contiguous: the slot's rows where they are.
+      const auto y = slot.narrow(2, p.first, p.segments);
+      const auto out =
+          y.is_contiguous() ? y : torch::empty_like(y, torch::MemoryFormat::Contiguous);
+      m.y = out.data_ptr();
+      fused_launch::segment_max(x_in, m);
+      if (!out.is_same(y)) y.copy_(out);
+      return;
+    }
+    const auto d = dy.contiguous();
+    m.dy = d.data_ptr();
+    m.dx = dx.data_ptr();
+    m.accumulate = true;
+    fused_launch::segment_max_backward(x_in, m);
+    return;
+  }
+  fused::RunningMax r;
+  auto x = segments_of(x_in, p.segments, p.len);
+  const int64_t scan = scan_layout(x, p.dim, r);
+  const auto lines = [&](const torch::Tensor& t) {
+    return t.view({t.size(0), t.size(1), p.segments, p.len, t.size(3)});
+  };
+  r.reverse = p.reverse;
+  r.dtype = scan_dtype(x.scalar_type());
+  r.x = x.data_ptr();
+  if (!backward) {
+    const auto y = lines(slot.narrow(2, p.first, p.rows()));
+    r.y_at = layout_of(y, p.dim, scan);
+    r.y = y.data_ptr();
+    fused_launch::running_max(x, r);
+    return;
+  }
+  const auto d = lines(dy);
+  r.y_at = layout_of(d, p.dim, scan);
+  r.dx_at = layout_of(segments_of(dx, p.segments, p.len), p.dim, scan);
+  r.dy = d.data_ptr();
+  r.dx = dx.data_ptr();
+  r.accumulate = true;
+  fused_launch::running_max_backward(x, r);
+}
+
 }  // namespace pools_detail
+
+namespace fused_pools {
+
+constexpr size_t kPoolInts = 7;
+
+std::vector<int64_t> encode(const std::vector<FusedPool>& pools) {
+  std::vector<int64_t> out;
+  for (const auto& p : pools)
+    out.insert(out.end(),
+               {int64_t(p.kind),
+                int64_t(p.query_side),
+                p.segments,
+                p.len,
+                p.dim,
+                int64_t(p.reverse),
+                p.first});
+  return out;
+}
+
+std::vector<FusedPool> decode(const std::vector<int64_t>& in) {
+  std::vector<FusedPool> out;
+  for (size_t i = 0; i + kPoolInts <= in.size(); i += kPoolInts) {
+    FusedPool p;
+    p.kind = FusedPool::Kind(in[i]);
+    p.query_side = in[i + 1] != 0;
+    p.segments = in[i + 2];
+    p.len = in[i + 3];
+    p.dim = in[i + 4];
+    p.reverse = in[i + 5] != 0;
+    p.first = in[i + 6];
+    out.push_back(p);
+  }
+  return out;
+}
+
+torch::Tensor make(const std::vector<FusedPool>& pools, bool query_side, const torch::Tensor& x) {
+  int64_t rows = 0, written = 0;
+  for (const auto& p : pools) {
+    if (p.query_side != query_side) continue;
+    rows = std::max(rows, p.first + p.rows());
+    written += p.rows();
+  }
+  if (rows == 0) return {};
+  const auto options = x.options().memory_format(torch::MemoryFormat::Contiguous);
+  const std::vector<int64_t> shape = {x.size(0), x.size(1), rows, x.size(3)};
+  // The pools write disjoint rows (checks.cpp), so `written` == rows means every row.
+  auto slot = written == rows ? torch::empty(shape, options) : torch::zeros(shape, options);
+  for (const auto& p : pools)
+    if (p.query_side == query_side) pools_detail::run_pool(p, x, slot, {}, {});
+  return slot;
+}
+
+void add_backward(const std::vector<FusedPool>& pools,
+                  bool query_side,
+                  const torch::Tensor& x,
+                  const torch::Tensor& d_slot,
+                  torch::Tensor& dx) {
+  if (!d_slot.defined()) return;
+  if (!dx.defined()) dx = torch::zeros_like(x, torch::MemoryFormat::Contiguous);
+  TORCH_CHECK(dx.scalar_type() == x.scalar_type() && dx.is_contiguous(),
+              "fused pools: the gradient they add into must be contiguous ",
+              x.scalar_type(),
+              ", got ",
+              dx.scalar_type());
+  const auto dy = d_slot.to(x.scalar_type());
+  for (const auto& p : pools)
+    if (p.query_side == query_side) pools_detail::run_pool(p, x, {}, dy, dx);
+}
+
+}  // namespace fused_pools
 
 namespace {
 bool scan_dtype_ok(const torch::Tensor& x) {
@@ -202,7 +327,11 @@ torch::Tensor fused_running_max_of_segments(
     const torch::Tensor& x, int64_t segments, int64_t len, int64_t dim, bool reverse) {
   TORCH_CHECK(x.dim() == 4, "running max of segments: x must be [B, H, rows, D], got ", x.sizes());
   TORCH_CHECK(len >= 1 && segments >= 1 && segments * len <= x.size(2),
-              "running max of segments: ", segments, " segments of ", len, " rows do not fit ",
+              "running max of segments: ",
+              segments,
+              " segments of ",
+              len,
+              " rows do not fit ",
               x.size(2));
   TORCH_CHECK(dim == 2 || dim == 3, "running max of segments: dim must be 2 or 3, got ", dim);
   if (!scan_dtype_ok(x) || x.numel() == 0)
@@ -213,12 +342,16 @@ torch::Tensor fused_running_max_of_segments(
 torch::Tensor fused_segment_max(const torch::Tensor& x, int64_t segments, int64_t len) {
   TORCH_CHECK(x.dim() == 4, "segment max: x must be [B, H, rows, D], got ", x.sizes());
   TORCH_CHECK(len >= 1 && segments >= 0 && segments * len <= x.size(2),
-              "segment max: ", segments, " segments of ", len, " rows do not fit ", x.size(2));
+              "segment max: ",
+              segments,
+              " segments of ",
+              len,
+              " rows do not fit ",
+              x.size(2));
   if (!scan_dtype_ok(x) || segments == 0 || x.size(3) == 0) {  // LibTorch's pool of the segments
-    return std::get<0>(
-        x.narrow(2, 0, segments * len)
-            .reshape({x.size(0), x.size(1), segments, len, x.size(3)})
-            .max(3));
+    return std::get<0>(x.narrow(2, 0, segments * len)
+                           .reshape({x.size(0), x.size(1), segments, len, x.size(3)})
+                           .max(3));
   }
   return pools_detail::SegmentMaxFunction::apply(x, segments, len);
 }
