@@ -198,6 +198,7 @@ void forward_stage(const std::vector<FusedPass>& passes,
     fused::Forward f;
     f.pass = make_pass(passes[i], queries, k, v, ks, u, scale);
     f.o = o.data_ptr();
+    for (int d = 0; d < 3; ++d) f.o_stride[d] = o.stride(d);
     f.lse = lse.data_ptr();
     f.merge = merge && i > 0;
     fused_launch::forward(queries, f);
@@ -245,7 +246,10 @@ class FusedFunction : public torch::autograd::Function<FusedFunction> {
       lse_u = torch::empty({B, H, queries.size(2)}, acc);
       forward_stage(local, queries, k, v, {}, {}, scale, /*merge=*/false, u, lse_u);
     }
-    auto o = torch::empty({B, H, Lq, D}, q.options());
+    // o [B, H, Lq, D] laid out as [B, Lq, H, D], as SDPA's: the model's merge of the heads,
+    // o.transpose(1, 2).reshape({B, Lq, H * D}), is then a view, and the output projection keeps
+    // the tensor this call keeps, not a copy of it.
+    auto o = torch::empty({B, Lq, H, D}, q.options()).transpose(1, 2);
     auto lse = torch::empty({B, H, Lq}, acc);
     forward_stage(passes, q, k, v, ks, u, scale, /*merge=*/true, o, lse);
     ctx->save_for_backward({q, k, v, ks, u, o, lse, qs, lse_u});

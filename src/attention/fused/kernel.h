@@ -87,13 +87,16 @@ struct Pass {
   Operand q, k, v, ks, u;
 };
 
-// Forward: o [B, H, query.limit, D] (pass dtype) and lse [B, H, query.limit] (Acc, natural
-// log; -inf for a query with no term), both contiguous. With `merge`, o and lse already hold
-// another pass's result for the same queries: the two are combined by log-sum-exp (rows where this
-// pass has no term keep theirs).
+// Forward: o [B, H, query.limit, D] (pass dtype; row r of (b, h) at element
+// b * o_stride[0] + h * o_stride[1] + r * o_stride[2], the last axis contiguous: [B, L, H, D] in
+// memory, say, which the output projection reads as [B, L, H x D] with no copy) and lse
+// [B, H, query.limit] (Acc, natural log; -inf for a query with no term, contiguous). With `merge`,
+// o and lse already hold another pass's result for the same queries: the two are combined by
+// log-sum-exp (rows where this pass has no term keep theirs).
 struct Forward {
   Pass pass;
   void* o = nullptr;
+  int64_t o_stride[3] = {0, 0, 0};
   void* lse = nullptr;
   bool merge = false;
 };
@@ -119,6 +122,11 @@ struct Backward {
 };
 
 // ---- index rules (CPU model and CUDA kernels) ----
+
+// Where row r of (b, h) of a forward's o starts, in elements.
+COMBINER_HD int64_t output_at(const Forward& f, int64_t b, int64_t h, int64_t r) {
+  return b * f.o_stride[0] + h * f.o_stride[1] + r * f.o_stride[2];
+}
 
 COMBINER_HD int64_t row_of(const Geometry& g, int64_t segment, int64_t t) {
   return g.first + segment * g.seg_stride + t * g.row_stride;

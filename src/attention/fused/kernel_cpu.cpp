@@ -187,7 +187,7 @@ void forward_tile(const Forward& f, int64_t b, int64_t h, int64_t g, int64_t chu
   const int64_t rows = p.query.limit;
   for (int64_t r = 0; r < n.rows; ++r) {
     const int64_t row = row_of(p.query, g, t0 + r), at = (b * p.heads + h) * rows + row;
-    S* o_out = static_cast<S*>(f.o) + at * D;
+    S* o_out = static_cast<S*>(f.o) + output_at(f, b, h, row);
     T* lse = static_cast<T*>(f.lse) + at;
     const T lse2 = l[r] > 0 ? m[r] + std::log2(l[r]) : -inf;
     const T inv = l[r] > 0 ? T(1) / l[r] : T(0);

@@ -175,10 +175,10 @@ __global__ void __launch_bounds__(kThreads) forward_kernel(const Forward f) {
   for (int r = 0; r < 2; ++r) {
     const int t = tw + gq + 8 * r;
     if (t >= q_count) continue;
-    const int64_t row = base + row_of(p.query, g, t);
+    const int64_t query_row = row_of(p.query, g, t), row = base + query_row;
     const float lse2 = l[r] > 0.f ? m[r] + log2f(l[r]) : -INFINITY;
     const float inv = l[r] > 0.f ? 1.f / l[r] : 0.f;
-    T* out = o_out + row * D + 2 * qq;
+    T* out = o_out + output_at(f, b, h, query_row) + 2 * qq;
     if (!f.merge) {
 #pragma unroll
       for (int dt = 0; dt < D / 8; ++dt)
