@@ -121,8 +121,9 @@ class FusedModelTest : public ::testing::TestWithParam<FusedCase> {
     ASSERT_EQ(fused.out.sizes(), composed.out.sizes());
     ASSERT_EQ(fused.out.scalar_type(), dtype);
     // Laid out as [B, L, H, D], as SDPA's output: merging the heads is a view.
-    if (GetParam().type != "combiner-mixture")
+    if (GetParam().type != "combiner-mixture") {
       EXPECT_TRUE(fused.out.transpose(1, 2).is_contiguous()) << fused.out.strides();
+    }
     EXPECT_LT(max_error(fused.out, composed.out), out_tol);
     EXPECT_LT(max_error(fused.dq, composed.dq), grad_tol);
     EXPECT_LT(max_error(fused.dk, composed.dk), grad_tol);
@@ -217,6 +218,30 @@ TEST(FusedJointTest, SummaryGradientsMatchComposition) {
   }
 }
 
+// The local passes of the axial variants over L = spans x W + a last row (fused_axial.cpp), and
+// combiner-fixed's with s = W: vertical's causal pass down the columns, horizontal's prefix pass
+// and right-to-left suffix pass into the two halves of u, rowmajor's over q itself (unmasked),
+// fixed's pooled query per block (unmasked).
+struct LocalPasses {
+  FusedPass column, prefix, suffix, row, block;
+};
+LocalPasses local_passes(int64_t L, int64_t W) {
+  const int64_t spans = (L + W - 1) / W - 1, rows = spans * W;
+  LocalPasses p;
+  p.column.query = p.column.key = p.column.value = {W, spans, 1, W, rows};
+  p.prefix.query = {spans, W, W, 1, 2 * rows};
+  p.prefix.key = p.prefix.value = {spans, W, W, 1, rows};
+  p.suffix.query = {spans, W, W, -1, 2 * rows, rows + W - 1};
+  p.suffix.key = p.suffix.value = {spans, W, W, -1, rows, W - 1};
+  p.row.query = {spans, W, W, 1, L};
+  p.row.key = p.row.value = {spans, W, W, 1, rows};
+  p.row.mask = fused::Mask::kNone;
+  p.block.query = {spans, 1, 1, 1, spans};
+  p.block.key = p.block.value = {spans, W, W, 1, rows};
+  p.block.mask = fused::Mask::kNone;
+  return p;
+}
+
 // fused_attention_with_local against the two calls it replaces (u made by its own
 // fused_attention, then the joint passes reading it): o and the gradients of q, k, v and qs, in
 // float64. A local stage over qs (vertical: one causal pass down the columns; horizontal: a
@@ -236,23 +261,11 @@ TEST(FusedJointTest, LocalStageInOneCallMatchesTwoCalls) {
     int64_t u_rows;  // 0: the local queries are q itself
     int64_t ks_rows;
   };
-  FusedPass column;  // vertical's local pass
-  column.query = column.key = column.value = {W, spans, 1, W, rows};
-  column.mask = fused::Mask::kCausal;
-  FusedPass prefix, suffix;  // horizontal's
-  prefix.query = {spans, W, W, 1, 2 * rows};
-  prefix.key = prefix.value = {spans, W, W, 1, rows};
-  prefix.mask = suffix.mask = fused::Mask::kCausal;
-  suffix.query = {spans, W, W, -1, 2 * rows, rows + W - 1};
-  suffix.key = suffix.value = {spans, W, W, -1, rows, W - 1};
-  FusedPass row;  // rowmajor's, over q
-  row.query = {spans, W, W, 1, L};
-  row.key = row.value = {spans, W, W, 1, rows};
-  row.mask = fused::Mask::kNone;
+  const auto passes = local_passes(L, W);
   const std::vector<Plan> plans = {
-      {{column}, vertical_joint_passes(L, W), rows, rows},
-      {{prefix, suffix}, horizontal_joint_passes(L, W), 2 * rows, 2 * rows},
-      {{row}, rowmajor_joint_passes(L, W), 0, spans}};
+      {{passes.column}, vertical_joint_passes(L, W), rows, rows},
+      {{passes.prefix, passes.suffix}, horizontal_joint_passes(L, W), 2 * rows, 2 * rows},
+      {{passes.row}, rowmajor_joint_passes(L, W), 0, spans}};
   for (const auto& plan : plans) {
     const bool own_queries = plan.u_rows > 0;
     auto qs = own_queries ? draw(plan.u_rows) : torch::Tensor();
@@ -292,23 +305,6 @@ TEST(FusedJointTest, PoolsInTheCallMatchThePoolOps) {
   const int64_t L = 150, W = 24, spans = (L + W - 1) / W - 1, rows = spans * W;
   const double scale = score_scale(kD);
   using Kind = FusedPool::Kind;
-  const auto pool = [](Kind kind,
-                       bool query_side,
-                       int64_t len,
-                       int64_t dim,
-                       bool reverse,
-                       int64_t first,
-                       int64_t segments) {
-    FusedPool p;
-    p.kind = kind;
-    p.query_side = query_side;
-    p.segments = segments;
-    p.len = len;
-    p.dim = dim;
-    p.reverse = reverse;
-    p.first = first;
-    return p;
-  };
   // The slot a side's pools make, from the standalone ops.
   const auto given =
       [&](const std::vector<FusedPool>& pools, bool query_side, const torch::Tensor& x) {
@@ -324,47 +320,33 @@ TEST(FusedJointTest, PoolsInTheCallMatchThePoolOps) {
         }
         return parts.empty() ? torch::Tensor() : torch::cat(parts, 2);
       };
-  FusedPass column;  // vertical's local pass
-  column.query = column.key = column.value = {W, spans, 1, W, rows};
-  FusedPass prefix, suffix;  // horizontal's
-  prefix.query = {spans, W, W, 1, 2 * rows};
-  prefix.key = prefix.value = {spans, W, W, 1, rows};
-  suffix.query = {spans, W, W, -1, 2 * rows, rows + W - 1};
-  suffix.key = suffix.value = {spans, W, W, -1, rows, W - 1};
-  FusedPass row;  // rowmajor's, over q
-  row.query = {spans, W, W, 1, L};
-  row.key = row.value = {spans, W, W, 1, rows};
-  row.mask = fused::Mask::kNone;
-  FusedPass block;  // fixed's (s = W)
-  block.query = {spans, 1, 1, 1, spans};
-  block.key = block.value = {spans, W, W, 1, rows};
-  block.mask = fused::Mask::kNone;
+  const auto passes = local_passes(L, W);
   struct Plan {
     std::string name;
     std::vector<FusedPool> pools;
     std::vector<FusedPass> local, joint;
   };
-  const std::vector<Plan> plans = {{"vertical",
-                                    {pool(Kind::kRunningMax, false, W, 2, false, 0, spans),
-                                     pool(Kind::kRunningMax, true, W, 2, false, 0, spans)},
-                                    {column},
-                                    vertical_joint_passes(L, W)},
-                                   {"horizontal",
-                                    {pool(Kind::kRunningMax, false, W, 3, false, 0, spans),
-                                     pool(Kind::kRunningMax, false, W, 3, true, rows, spans),
-                                     pool(Kind::kRunningMax, true, W, 3, false, 0, spans),
-                                     pool(Kind::kRunningMax, true, W, 3, true, rows, spans)},
-                                    {prefix, suffix},
-                                    horizontal_joint_passes(L, W)},
-                                   {"fixed",
-                                    {pool(Kind::kSegmentMax, false, W, 2, false, 0, spans),
-                                     pool(Kind::kSegmentMax, true, W, 2, false, 0, spans)},
-                                    {block},
-                                    fixed_joint_passes(L, W)},
-                                   {"rowmajor",
-                                    {pool(Kind::kSegmentMax, false, W, 2, false, 0, spans)},
-                                    {row},
-                                    rowmajor_joint_passes(L, W)}};
+  const std::vector<Plan> plans = {
+      {"vertical",
+       {FusedPool::running_max(false, spans, W, 2, false, 0),
+        FusedPool::running_max(true, spans, W, 2, false, 0)},
+       {passes.column},
+       vertical_joint_passes(L, W)},
+      {"horizontal",
+       {FusedPool::running_max(false, spans, W, 3, false, 0),
+        FusedPool::running_max(false, spans, W, 3, true, rows),
+        FusedPool::running_max(true, spans, W, 3, false, 0),
+        FusedPool::running_max(true, spans, W, 3, true, rows)},
+       {passes.prefix, passes.suffix},
+       horizontal_joint_passes(L, W)},
+      {"fixed",
+       {FusedPool::segment_max(false, spans, W), FusedPool::segment_max(true, spans, W)},
+       {passes.block},
+       fixed_joint_passes(L, W)},
+      {"rowmajor",
+       {FusedPool::segment_max(false, spans, W)},
+       {passes.row},
+       rowmajor_joint_passes(L, W)}};
   for (const auto& plan : plans) {
     torch::manual_seed(9);
     auto projection = torch::randn({kB, L, 3 * kH * kD}).requires_grad_();

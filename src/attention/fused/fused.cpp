@@ -60,12 +60,7 @@ torch::Tensor span_pool_in_call(const torch::Tensor& x,
                                 std::vector<FusedPool>& pools) {
   if (!summary.exact_in_input_dtype(query_side))
     return span_pool(x, summary, query_side, spans, len);
-  FusedPool pool;
-  pool.kind = FusedPool::Kind::kSegmentMax;
-  pool.query_side = query_side;
-  pool.segments = spans;
-  pool.len = len;
-  pools.push_back(pool);
+  pools.push_back(FusedPool::segment_max(query_side, spans, len));
   return {};
 }
 

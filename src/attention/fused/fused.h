@@ -43,6 +43,23 @@ struct FusedPool {
   int64_t first = 0;
 
   int64_t rows() const { return kind == Kind::kSegmentMax ? segments : segments * len; }
+
+  static FusedPool segment_max(bool query_side, int64_t segments, int64_t len) {
+    FusedPool p;
+    p.query_side = query_side;
+    p.segments = segments;
+    p.len = len;
+    return p;
+  }
+  static FusedPool running_max(
+      bool query_side, int64_t segments, int64_t len, int64_t dim, bool reverse, int64_t first) {
+    FusedPool p = segment_max(query_side, segments, len);
+    p.kind = Kind::kRunningMax;
+    p.dim = dim;
+    p.reverse = reverse;
+    p.first = first;
+    return p;
+  }
 };
 
 // o [B, H, Lq, D] = the passes run in order over q [B, H, Lq, D], k, v [B, H, Lk, D] and

@@ -42,21 +42,6 @@ torch::Tensor cumulative(const SpanSummary& summary,
   return summary.is_max() ? fused_running_max(x, dim, reverse)
                           : summary.cumulative(x, dim, reverse, /*keep_indices=*/false);
 }
-// The running max of the first `spans` whole rows of W of q or k [B, H, L, D] along `dim` of
-// [B, H, spans, W, D] (2: down each column; 3: along each row), from the end when `reverse`,
-// made in the fused call from row `first` of its slot.
-FusedPool running_max_pool(
-    bool query_side, int64_t spans, int64_t W, int64_t dim, bool reverse, int64_t first) {
-  FusedPool p;
-  p.kind = FusedPool::Kind::kRunningMax;
-  p.query_side = query_side;
-  p.segments = spans;
-  p.len = W;
-  p.dim = dim;
-  p.reverse = reverse;
-  p.first = first;
-  return p;
-}
 // x's rows as the summary pools them (undefined for a plain max of x itself: a pool in the call).
 torch::Tensor pooled_rows(
     const SpanSummary& summary, const torch::Tensor& x, bool query_side, int64_t spans, int64_t W) {
@@ -172,7 +157,7 @@ torch::Tensor fused_combiner_vertical(const torch::Tensor& q,
   const auto down = [&](const torch::Tensor& x, bool query_side) -> torch::Tensor {
     const auto rows = pooled_rows(summary, x, query_side, spans, W);
     if (!rows.defined()) {
-      pools.push_back(running_max_pool(query_side, spans, W, 2, false, 0));
+      pools.push_back(FusedPool::running_max(query_side, spans, W, 2, false, 0));
       return {};
     }
     return operand(flat(cumulative(summary, rows, 2, false)), x);
@@ -201,8 +186,8 @@ torch::Tensor fused_combiner_horizontal(const torch::Tensor& q,
   const auto both = [&](const torch::Tensor& x, bool query_side) -> torch::Tensor {
     const auto rows = pooled_rows(summary, x, query_side, spans, W);
     if (!rows.defined()) {
-      pools.push_back(running_max_pool(query_side, spans, W, 3, false, 0));
-      pools.push_back(running_max_pool(query_side, spans, W, 3, true, spans * W));
+      pools.push_back(FusedPool::running_max(query_side, spans, W, 3, false, 0));
+      pools.push_back(FusedPool::running_max(query_side, spans, W, 3, true, spans * W));
       return {};
     }
     return operand(torch::cat({flat(cumulative(summary, rows, 3, false)),
