@@ -1,7 +1,7 @@
 """Times the operator as a Python model calls it, in the rows of docs/perf/attention-vs-flash.csv
 (variant `py:<name>`), as combiner-bench attention times the trainer's modules: random q, k, v
-[B, H, L, D], forward (+ backward with --backward: the operator's backward recomputes the
-forward), the median of --repeats runs after one warm-up, and the peak memory above the inputs
+[B, H, L, D], forward (+ backward with --backward, from the graph the eager forward kept), the
+median of --repeats runs after one warm-up, and the peak memory above the inputs
 (the CUDA caching allocator's peak on a GPU, VmHWM on the CPU). Each variant is first checked
 against the dense float64 reference on a small input of the same dtype and device, and is not
 timed when it disagrees (status `wrong`).

@@ -1,10 +1,16 @@
 // combiner::attention as a PyTorch operator. TORCH_LIBRARY states the schemas; the CPU and CUDA
 // kernels build the attention library's module for the variant (make_attention, the trainer's
 // own code: fused kernels on CUDA where they apply, the LibTorch composition elsewhere) with the
-// DeepSets maps passed in; Meta kernels give torch.compile the output's shape; the Autograd kernel
-// is a torch::autograd::Function whose backward is the second operator, attention_backward. That
-// one runs the forward again with LibTorch's autograd on and differentiates it (the fused backward
-// kernels on CUDA): the forward keeps only its inputs, as activation checkpointing does.
+// DeepSets maps passed in; Meta kernels give torch.compile the output's shape. The Autograd kernel
+// is a torch::autograd::Function with two ways to differentiate:
+// - called on plain CPU / CUDA tensors (eager PyTorch, no tracing mode), it runs the module's
+//   forward with LibTorch's autograd on, as the trainer does, and keeps that graph (the fused
+//   call's own saved o and log-sum-exps on CUDA) until its backward, which differentiates it: one
+//   forward and one backward, as in the C++ library;
+// - traced (torch.compile, opcheck's fake tensors, functorch) or asked for a graph of the
+//   backward (create_graph=True), its backward is the second operator, attention_backward, which
+//   runs the forward again with autograd on and differentiates it: the forward keeps only its
+//   inputs, as activation checkpointing does.
 #include <torch/library.h>
 #include <torch/torch.h>
 
@@ -169,6 +175,32 @@ using BackwardSignature = std::vector<Tensor>(const Tensor&,
                                               const MaybeTensor&,
                                               const MaybeTensor&);
 
+// Whether every tensor is a plain strided CPU or CUDA one, with no tracing mode or functorch
+// transform on: only then may the forward keep LibTorch's graph (a tracer must see the two
+// operators, which that graph would hide from it).
+bool plain_tensors(std::initializer_list<const Tensor*> tensors) {
+  const c10::DispatchKeySet traced{c10::DispatchKey::Python,
+                                   c10::DispatchKey::PythonTLSSnapshot,
+                                   c10::DispatchKey::PythonDispatcher,
+                                   c10::DispatchKey::Functionalize,
+                                   c10::DispatchKey::FuncTorchDynamicLayerFrontMode,
+                                   c10::DispatchKey::FuncTorchDynamicLayerBackMode,
+                                   c10::DispatchKey::FuncTorchGradWrapper,
+                                   c10::DispatchKey::FuncTorchBatched,
+                                   c10::DispatchKey::Batched};
+  const auto tls = c10::impl::tls_local_dispatch_key_set();
+  if (tls.included_.has_any(traced)) return false;
+  for (const Tensor* t : tensors) {
+    if (!t->defined()) continue;
+    if (t->key_set().has_any(traced) || t->layout() != c10::kStrided) return false;
+    if (!t->device().is_cpu() && !t->device().is_cuda()) return false;
+  }
+  return true;
+}
+
+// Saved for backward, in this order: q, k, v, phi_query, phi_key (undefined where not given);
+// then, when the forward kept its graph, that graph's five leaves (the same tensors' data,
+// detached; the maps where the variant learns them) and its output.
 class AttentionFunction : public torch::autograd::Function<AttentionFunction> {
  public:
   static Tensor forward(AutogradContext* ctx,
@@ -180,12 +212,38 @@ class AttentionFunction : public torch::autograd::Function<AttentionFunction> {
                         int64_t row_len,
                         c10::string_view abstraction,
                         const MaybeTensor& phi_query,
-                        const MaybeTensor& phi_key) {
-    ctx->save_for_backward({q, k, v, phi_query.value_or(Tensor()), phi_key.value_or(Tensor())});
+                        const MaybeTensor& phi_key,
+                        bool keep_graph) {
     ctx->saved_data["variant"] = text(variant);
     ctx->saved_data["block"] = block;
     ctx->saved_data["row_len"] = row_len;
     ctx->saved_data["abstraction"] = text(abstraction);
+    const Tensor phi[2] = {phi_query.value_or(Tensor()), phi_key.value_or(Tensor())};
+    std::vector<Tensor> saved = {q, k, v, phi[0], phi[1]};
+    if (keep_graph) {
+      const auto call = checked(q, k, v, variant, block, row_len, abstraction, phi_query, phi_key);
+      if (!call.empty) {
+        std::vector<Tensor> leaves = {q.detach().requires_grad_(),
+                                      k.detach().requires_grad_(),
+                                      v.detach().requires_grad_(),
+                                      Tensor(),
+                                      Tensor()};
+        bind_maps(call);
+        const auto params = call.module->named_parameters(/*recurse=*/false);
+        for (int m = 0; m < 2; ++m)
+          if (params.contains(kMapNames[m])) leaves[3 + m] = params[kMapNames[m]];
+        Tensor out;
+        {
+          torch::AutoGradMode grad_mode(true);
+          out = call.module->forward(leaves[0], leaves[1], leaves[2]);
+        }
+        saved.insert(saved.end(), leaves.begin(), leaves.end());
+        saved.push_back(out);
+        ctx->save_for_backward(saved);
+        return out.detach().contiguous();
+      }
+    }
+    ctx->save_for_backward(saved);
     static const auto op = c10::Dispatcher::singleton()
                                .findSchemaOrThrow("combiner::attention", "")
                                .typed<AttentionSignature>();
@@ -194,10 +252,33 @@ class AttentionFunction : public torch::autograd::Function<AttentionFunction> {
   }
 
   static tensor_list backward(AutogradContext* ctx, tensor_list grad_outputs) {
+    const auto saved = ctx->get_saved_variables();
+    // One entry per forward argument: q, k, v, four non-tensors, phi_query, phi_key, keep_graph.
+    tensor_list out(10);
+    if (saved.size() == 11 && !torch::GradMode::is_enabled()) {
+      // The forward's graph: its leaves are saved[5..9], its output saved[10].
+      std::vector<Tensor> leaves;
+      for (int i = 5; i < 10; ++i)
+        if (saved[i].defined()) leaves.push_back(saved[i]);
+      // retain_graph: the engine frees the graph with this node's saved tensors after this call
+      // (or keeps it, for a second backward, when the caller retains the outer graph).
+      const auto grads = torch::autograd::grad({saved[10]},
+                                               leaves,
+                                               {grad_outputs[0].contiguous()},
+                                               /*retain_graph=*/true,
+                                               /*create_graph=*/false,
+                                               /*allow_unused=*/true);
+      size_t next = 0;
+      for (int i = 0; i < 5; ++i) {
+        if (!saved[5 + i].defined()) continue;
+        const Tensor& g = grads[next++];
+        out[i < 3 ? i : 4 + i] = g.defined() ? g : torch::zeros_like(saved[5 + i]);
+      }
+      return out;
+    }
     static const auto op = c10::Dispatcher::singleton()
                                .findSchemaOrThrow("combiner::attention_backward", "")
                                .typed<BackwardSignature>();
-    const auto saved = ctx->get_saved_variables();
     const auto maybe = [](const Tensor& t) { return t.defined() ? MaybeTensor(t) : std::nullopt; };
     const auto variant = ctx->saved_data["variant"].toStringRef();
     const auto abstraction = ctx->saved_data["abstraction"].toStringRef();
@@ -211,8 +292,9 @@ class AttentionFunction : public torch::autograd::Function<AttentionFunction> {
                                abstraction,
                                maybe(saved[3]),
                                maybe(saved[4]));
-    // One entry per forward argument: q, k, v, four non-tensors, phi_query, phi_key.
-    tensor_list out = {grads[0], grads[1], grads[2], {}, {}, {}, {}, {}, {}};
+    out[0] = grads[0];
+    out[1] = grads[1];
+    out[2] = grads[2];
     size_t next = 3;
     for (int m = 0; m < 2; ++m)
       if (saved[3 + m].defined()) out[7 + m] = grads[next++];
@@ -229,8 +311,14 @@ Tensor attention_autograd(const Tensor& q,
                           c10::string_view abstraction,
                           const MaybeTensor& phi_query,
                           const MaybeTensor& phi_key) {
+  const Tensor phi[2] = {phi_query.value_or(Tensor()), phi_key.value_or(Tensor())};
+  bool wants_grad = false;
+  for (const Tensor& t : {q, k, v, phi[0], phi[1]})
+    wants_grad = wants_grad || (t.defined() && t.requires_grad());
+  const bool keep_graph =
+      torch::GradMode::is_enabled() && wants_grad && plain_tensors({&q, &k, &v, &phi[0], &phi[1]});
   return AttentionFunction::apply(
-      q, k, v, variant, block, row_len, abstraction, phi_query, phi_key);
+      q, k, v, variant, block, row_len, abstraction, phi_query, phi_key, keep_graph);
 }
 
 // ---- what the Python side asks -----------------------------------------------------------------

@@ -55,6 +55,28 @@ class CudaTest(unittest.TestCase):
                         for got, want in zip(grads, expected_grads):
                             self.assertLessEqual(relative(got, want), grad_tol)
 
+    def test_backward_reruns_no_forward_kernel(self):
+        # Eager calls keep the fused call's own saved tensors: backward launches no forward
+        # kernel, and its gradients are those of the recomputing operator, attention_backward.
+        for variant in FUSED:
+            args = layout(variant, 32)
+            q, k, v = (t.cuda().requires_grad_() for t in qkv(2, 2, 512, 64, seed=3,
+                                                               dtype=torch.bfloat16))
+            g = torch.randn_like(q)
+            out = ca.attention(q, k, v, variant, **args)
+            with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as p:
+                out.backward(g)
+                torch.cuda.synchronize()
+            kernels = [e.name for e in p.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+            expected = torch.ops.combiner.attention_backward(
+                g, q, k, v, variant, args.get("block", 0), args.get("row_len", 0), "max", None,
+                None)
+            with self.subTest(variant=variant):
+                self.assertTrue(any("backward" in name for name in kernels), kernels)
+                self.assertFalse(any("forward_kernel" in name for name in kernels), kernels)
+                for x, want in zip((q, k, v), expected):
+                    self.assertLessEqual(relative(x.grad, want.double().cpu()), 1e-2)
+
     def test_opcheck_on_cuda(self):
         for variant in ("combiner-fixed", "combiner-axial-vertical"):
             args = layout(variant, 8)

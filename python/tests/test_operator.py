@@ -153,6 +153,43 @@ class GradientTest(unittest.TestCase):
             self.assertTrue(torch.equal(p.grad, torch.zeros(4, 4, dtype=torch.float64)), name)
 
 
+    def test_backward_differentiates_the_kept_forward(self):
+        # Eager calls keep the forward's graph: backward runs no forward op again (the recomputing
+        # operator, attention_backward, does: the control), and gives that operator's gradients
+        # bit for bit.
+        def ops(fn):
+            with torch.profiler.profile() as prof:
+                fn()
+            return {e.name for e in prof.events()}
+        for n, variant in enumerate(ca.variants()):
+            abstraction = abstraction_for(variant, n)
+            L, args = grad_shape(variant)
+            q, k, v = qkv(1, 2, L, 3, seed=80 + n, requires_grad=True)
+            phi = maps(variant, abstraction, 3, seed=n, requires_grad=True, **args)
+            g = torch.randn(1, 2, L, 3, dtype=torch.float64)
+            inputs = [q, k, v] + [phi[m] for m in ("phi_query", "phi_key") if m in phi]
+            out = ca.attention(q, k, v, variant, abstraction=abstraction, **args, **phi)
+            backward_ops = ops(lambda: out.backward(g))
+            expected = torch.ops.combiner.attention_backward(
+                g, q, k, v, variant, args.get("block", 0), args.get("row_len", 0), abstraction,
+                phi.get("phi_query"), phi.get("phi_key"))
+            recompute_ops = ops(lambda: torch.ops.combiner.attention_backward(
+                g, q, k, v, variant, args.get("block", 0), args.get("row_len", 0), abstraction,
+                phi.get("phi_query"), phi.get("phi_key")))
+            with self.subTest(variant=variant, abstraction=abstraction):
+                self.assertIn("aten::_softmax", recompute_ops)
+                self.assertNotIn("aten::_softmax", backward_ops)
+                for x, want in zip(inputs, expected):
+                    self.assertTrue(torch.equal(x.grad, want))
+
+    def test_kept_graph_allows_a_retained_second_backward(self):
+        q, k, v = qkv(1, 2, 12, 4, seed=6, requires_grad=True)
+        out = ca.attention(q, k, v, "combiner-axial-vertical", row_len=4)
+        out.sum().backward(retain_graph=True)
+        first = q.grad.clone()
+        out.sum().backward()
+        self.assertTrue(torch.equal(q.grad, 2 * first))
+
     def test_no_second_derivative(self):
         q, k, v = qkv(1, 1, 8, 4, seed=4, requires_grad=True)
         out = ca.attention(q, k, v, "combiner-fixed", block=4)
