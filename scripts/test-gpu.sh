@@ -12,7 +12,9 @@
 #             and 12288), then one training step of ours (CIFAR-10 6 x 512 rowmajor, batch 32;
 #             the 128-layer preset) and of the eager peer on the same shapes (torch.profiler):
 #             their largest GPU kernels and launches per step, in test-gpu.log, with --count's
-#             launches by the CPU's rule beside them (scripts/count_vs_peer.py's count);
+#             launches by the CPU's rule beside them (scripts/count_vs_peer.py's count); then
+#             Nsight Compute (ncu, where it runs) over the fused kernels at the two shapes where
+#             they lose to flash: occupancy, throughput against the peaks, warp stalls;
 #   check     combiner-bench kernel-check --device cuda, every case; then a reduced one (--dims 64
 #             --sizes small) under compute-sanitizer --tool memcheck and --tool racecheck with
 #             CUDA_LAUNCH_BLOCKING=1 (one line and on where the tool is missing or refused, as
@@ -246,6 +248,39 @@ stage_profile() {
     peer_shape=("${peer_shape_saved[@]}")
   fi
   rm -f "$work/peer.csv"  # profiled runs are no table rows
+  kernel_metrics
+}
+
+# kernel_metrics: Nsight Compute over the fused kernels of one forward + backward, at the shapes
+# where they lose to flash: combiner-axial-rowmajor at L 3072 (B 8 x 8 heads x D 64) and the
+# 128-layer preset's vertical attention (B 16 x 2 heads x D 128): per kernel its duration,
+# achieved occupancy and what limits it, memory and compute throughput against the peak, and
+# where its warps stall (one line and on where ncu is missing or refused, as under gVisor).
+kernel_metrics() {
+  local ncu_bin
+  ncu_bin=$(command -v ncu)
+  for candidate in /usr/local/cuda*/bin/ncu; do
+    [ -z "$ncu_bin" ] && [ -x "$candidate" ] && ncu_bin=$candidate
+  done
+  if [ "$device" != cuda ] || [ -z "$ncu_bin" ]; then
+    echo "-- ncu: no CUDA device or no ncu (PATH, /usr/local/cuda*/bin); skipped"
+    return
+  fi
+  local case
+  for case in "combiner-axial-rowmajor 8 8 64" "combiner-axial-vertical 16 2 128"; do
+    # shellcheck disable=SC2086  # variant, batch, heads, D
+    set -- $case
+    echo "-- ncu: $1 L 3072, B $2 x $3 heads x D $4, bf16, the fused kernels of one run"
+    run_for 60 "$ncu_bin" --target-processes all --kernel-name regex:combiner --launch-count 12 \
+      --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats \
+      "$bench" attention --device cuda --dtype bfloat16 --backward --batch "$2" --heads "$3" \
+      --dim "$4" --lengths 3072 --repeats 1 --timeout 60 --max-mib 0 --variants "$1" \
+      --out "$work/ncu.csv" >"$work/ncu.log" 2>&1
+    echo "ncu: exit status $?"
+    # Per kernel: its name line and the metrics that say where the time goes.
+    grep -E "combiner::attention|Duration|Registers Per Thread|Achieved Occupancy|Theoretical Occupancy|Block Limit|Memory Throughput|Compute \(SM\) Throughput|DRAM Throughput|Warp Cycles Per Issued|Stall|==ERR|==PROF==|ERROR" \
+      "$work/ncu.log" | cut -c1-160 | head -n 220
+  done
 }
 
 # sanitized TOOL: the reduced kernel-check under compute-sanitizer --tool TOOL; status 2 when
