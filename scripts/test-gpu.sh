@@ -39,7 +39,8 @@
 #             must agree within 0.01; on CUDA also with train.cuda_graph=off, and killed (-9) after
 #             its first checkpoint then resumed: each within 0.002 of the captured run ->
 #             OUT/fused-vs-libtorch.csv;
-#   sample    cached sampling of 16 CIFAR-10 images from a fresh 6 x 512 model -> OUT/sampling-cuda.csv;
+#   sample    cached sampling of 16 CIFAR-10 images from a fresh 6 x 512 model, then of 64 from a
+#             fresh 128-layer preset (configs/cifar_axial.yaml) -> OUT/sampling-cuda.csv;
 #   compiled  the peer under torch.compile, both 6 x 512 shapes (appended to gpu-vs-peer.csv);
 #   python    (last: where the others leave it budget, or alone: COMBINER_GPU_STAGES=python) the
 #             combiner_attention package from the wheel carried in .cache/gpu-wheel
@@ -70,7 +71,7 @@ device=cuda precision=bfloat16 steps=6 warmup=2 matmul=8192
 stages=${COMBINER_GPU_STAGES:-all}
 all_stages=(profile check attention flex train deep quick sample compiled python)
 flex_pass=(--backward --dtype bfloat16)  # peer_flex.py attention: what the flex stage times
-quick_shrink=() sample_shrink=() sample_count=16
+quick_shrink=() sample_shrink=() sample_count=16 deep_sample_count=64
 shapes=("cifar10 3072 32" "imagenet64 12288 8")  # dataset, L, batch
 attention_shapes=("3072 8" "12288 8" "49152 2")  # L, batch: one run each, so a hang loses one
 ours_shrink=() ours_128=() peer_shape=(--layers 6 --width 512 --heads 8 --mlp 4)
@@ -94,7 +95,7 @@ if [ "${COMBINER_GPU_REHEARSAL:-0}" = 1 ]; then
   quick_shrink=(--set train.steps=4 --set train.warmup_steps=1 --set train.eval_every=4
     --set train.checkpoint_every=0 --set data.val_size=100 --set model.layers=1)
   sample_shrink=(--set model.layers=1 --set model.width=16 --set model.heads=2)
-  sample_count=2
+  sample_count=2 deep_sample_count=1
 fi
 if [ "$stages" != all ]; then
   for s in ${stages//,/ }; do
@@ -485,21 +486,29 @@ stage_quick() {
 }
 
 stage_sample() {
-  local config=configs/cifar10_ablation_combiner_axial_rowmajor.yaml log="$work/sample.log"
-  local code rate L seconds status
+  local log="$work/sample.log" run config count code rate L seconds status
   if [ ! -x "$sample" ]; then
     echo "sampling: no $sample; skipped"
     return
   fi
-  run_for 120 "$sample" --config "$config" --num "$sample_count" --seed 0 \
-    --set train.device=$device "${sample_shrink[@]}" --out "$work/samples.png" 2>&1 | tee "$log"
-  code=${PIPESTATUS[0]}
-  rate=$(sed -n 's/.*: \([0-9.]*\) images\/s$/\1/p' "$log")
-  L=$(sed -n 's/.* of L = \([0-9]*\) .*/\1/p' "$log")
-  seconds=$(sed -n 's/.* in \([0-9.]*\)s (.*/\1/p' "$log")
-  status=ok
-  [ "$code" -eq 0 ] && [ -n "$rate" ] || status=$(status_of "$code" "$log")
-  echo "$gpu,$(basename "$config" .yaml),$L,$sample_count,$seconds,$rate,$status" >>"$out/sampling-cuda.csv"
+  # A fresh 6 x 512 model, then the target's: 64 images of the 128-layer preset.
+  for run in "configs/cifar10_ablation_combiner_axial_rowmajor.yaml $sample_count" \
+    "$deep $deep_sample_count"; do
+    # shellcheck disable=SC2086  # config, images
+    set -- $run
+    config=$1 count=$2
+    [ -n "$count" ] || continue  # no 128-layer preset in configs/
+    echo "-- sampling: $count images, $config"
+    run_for 150 "$sample" --config "$config" --num "$count" --seed 0 \
+      --set train.device=$device "${sample_shrink[@]}" --out "$work/samples.png" 2>&1 | tee "$log"
+    code=${PIPESTATUS[0]}
+    rate=$(sed -n 's/.*: \([0-9.]*\) images\/s$/\1/p' "$log")
+    L=$(sed -n 's/.* of L = \([0-9]*\) .*/\1/p' "$log")
+    seconds=$(sed -n 's/.* in \([0-9.]*\)s (.*/\1/p' "$log")
+    status=ok
+    [ "$code" -eq 0 ] && [ -n "$rate" ] || status=$(status_of "$code" "$log")
+    echo "$gpu,$(basename "$config" .yaml),$L,$count,$seconds,$rate,$status" >>"$out/sampling-cuda.csv"
+  done
 }
 
 stage_compiled() {
