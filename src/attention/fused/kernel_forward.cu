@@ -14,12 +14,14 @@
 // query tile of each 96-row block (+201 MB); summaries (16 KB per head) from L2. The forward's
 // floor is memory: ~0.6 GB / ~3.35 TB/s (H100) = 0.2 ms, against 23 GFLOP at ~400 TFLOP/s =
 // 0.06 ms. The backward reads q, k, v, o, dO and writes dq, dk, dv (+ the same re-reads): ~1.1 GB,
-// 0.33 ms. Forward + backward floor ~0.55 ms; measured on an H100 5.29 ms
-// (docs/perf/attention-vs-flash.csv): 9.6x the floor.
+// 0.33 ms. Forward + backward floor ~0.55 ms on an H100 (~0.35 ms at an H200's ~4.8 TB/s);
+// measured (docs/perf/attention-vs-flash.csv) on an H100 5.29 ms, 9.6x the floor, and with the
+// pools in the call on an H200 4.25 ms, 12x its floor.
 // rowmajor: the local pass (96 keys per query, unmasked: 25 kFLOP/query, reads q, k, v, writes u)
 // + the row pass (as fixed's direct part) + the column pass (n queries per column against r < R
 // summaries: ~64 terms/query; reads q and u, rewrites o and lse): ~1.6 GB forward, ~0.5 ms; with
-// the backward ~1.4 ms; measured 7.10 ms: 5.1x the floor.
+// the backward ~1.4 ms (~1.0 ms on an H200); measured 7.10 ms on an H100 (5.1x the floor), 6.46 ms
+// on an H200 (6.5x its floor). On both the backward kernels take about three quarters of it.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
