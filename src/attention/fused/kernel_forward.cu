@@ -21,7 +21,7 @@
 // + the row pass (as fixed's direct part) + the column pass (n queries per column against r < R
 // summaries: ~64 terms/query; reads q and u, rewrites o and lse): ~1.6 GB forward, ~0.5 ms; with
 // the backward ~1.4 ms (~1.0 ms on an H200); measured 7.10 ms on an H100 (5.1x the floor), 6.46 ms
-// on an H200 (6.5x its floor). On both the backward kernels take about three quarters of it.
+// on an H200 (6.5x its floor), three quarters of it in the backward kernels.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
