@@ -240,7 +240,9 @@ class AttentionFunction : public torch::autograd::Function<AttentionFunction> {
         saved.insert(saved.end(), leaves.begin(), leaves.end());
         saved.push_back(out);
         ctx->save_for_backward(saved);
-        return out.detach().contiguous();
+        // A tensor of its own (contiguous, as the operator's kernels return it): the caller may
+        // change it in place, as it could before, without touching what the graph saved.
+        return out.detach().clone(at::MemoryFormat::Contiguous);
       }
     }
     ctx->save_for_backward(saved);

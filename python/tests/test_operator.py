@@ -182,6 +182,19 @@ class GradientTest(unittest.TestCase):
                 for x, want in zip(inputs, expected):
                     self.assertTrue(torch.equal(x.grad, want))
 
+    def test_output_changed_in_place_keeps_its_gradients(self):
+        # The output is the caller's own tensor: changing it in place (a residual added, say)
+        # leaves the kept graph alone.
+        q, k, v = qkv(1, 2, 12, 4, seed=8, requires_grad=True)
+        for variant, args in (("combiner-fixed", {"block": 4}), ("full", {})):
+            expected = torch.autograd.grad(
+                (2 * ca.attention(q, k, v, variant, **args)).sum(), (q, k, v))
+            out = ca.attention(q, k, v, variant, **args)
+            out.mul_(2)
+            with self.subTest(variant=variant):
+                for got, want in zip(torch.autograd.grad(out.sum(), (q, k, v)), expected):
+                    self.assertTrue(torch.allclose(got, want, rtol=0, atol=1e-12))
+
     def test_kept_graph_allows_a_retained_second_backward(self):
         q, k, v = qkv(1, 2, 12, 4, seed=6, requires_grad=True)
         out = ca.attention(q, k, v, "combiner-axial-vertical", row_len=4)
