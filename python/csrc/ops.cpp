@@ -266,7 +266,7 @@ class AttentionFunction : public torch::autograd::Function<AttentionFunction> {
       // (or keeps it, for a second backward, when the caller retains the outer graph).
       const auto grads = torch::autograd::grad({saved[10]},
                                                leaves,
-                                               {grad_outputs[0].contiguous()},
+                                               {grad_outputs[0]},
                                                /*retain_graph=*/true,
                                                /*create_graph=*/false,
                                                /*allow_unused=*/true);

@@ -168,14 +168,14 @@ class GradientTest(unittest.TestCase):
             phi = maps(variant, abstraction, 3, seed=n, requires_grad=True, **args)
             g = torch.randn(1, 2, L, 3, dtype=torch.float64)
             inputs = [q, k, v] + [phi[m] for m in ("phi_query", "phi_key") if m in phi]
+            def recomputing_backward():
+                return torch.ops.combiner.attention_backward(
+                    g, q, k, v, variant, args.get("block", 0), args.get("row_len", 0),
+                    abstraction, phi.get("phi_query"), phi.get("phi_key"))
             out = ca.attention(q, k, v, variant, abstraction=abstraction, **args, **phi)
             backward_ops = ops(lambda: out.backward(g))
-            expected = torch.ops.combiner.attention_backward(
-                g, q, k, v, variant, args.get("block", 0), args.get("row_len", 0), abstraction,
-                phi.get("phi_query"), phi.get("phi_key"))
-            recompute_ops = ops(lambda: torch.ops.combiner.attention_backward(
-                g, q, k, v, variant, args.get("block", 0), args.get("row_len", 0), abstraction,
-                phi.get("phi_query"), phi.get("phi_key")))
+            expected = recomputing_backward()
+            recompute_ops = ops(recomputing_backward)
             with self.subTest(variant=variant, abstraction=abstraction):
                 self.assertIn("aten::_softmax", recompute_ops)
                 self.assertNotIn("aten::_softmax", backward_ops)
