@@ -15,6 +15,7 @@
 namespace combiner::attention {
 
 class DecodeState;  // attention/decode.h
+class SpanSummary;  // attention/summary.h
 
 // Every variant name the factory accepts, in documentation order.
 const std::vector<std::string>& variant_names();
@@ -42,6 +43,10 @@ class AttentionImpl : public torch::nn::Module {
   // equals forward()'s output at i. It reads this module's learned maps, so it must not
   // outlive the module.
   virtual std::unique_ptr<DecodeState> start_decoding(int64_t length) const = 0;
+
+  // The Combiner variants' span summaries (pooling and DeepSets maps), for decoders built from
+  // the plan (attention/static_decode.h); null for variants without spans.
+  virtual const SpanSummary* span_summary() const { return nullptr; }
 
   // Which implementation forward() runs, for the variants with fused kernels (attention/fused/fused.h,
   // has_fused_kernel()): kAuto takes them for CUDA inputs they support and the LibTorch

@@ -15,6 +15,7 @@ class CombinerFixedAttentionImpl : public AttentionImpl {
                         const torch::Tensor& k,
                         const torch::Tensor& v) override;
   std::unique_ptr<DecodeState> start_decoding(int64_t length) const override;
+  const SpanSummary* span_summary() const override { return &summary_; }
   bool has_fused_kernel() const override { return true; }
 
  private:

@@ -15,6 +15,7 @@ class CombinerLogSparseAttentionImpl : public AttentionImpl {
                         const torch::Tensor& k,
                         const torch::Tensor& v) override;
   std::unique_ptr<DecodeState> start_decoding(int64_t length) const override;
+  const SpanSummary* span_summary() const override { return &summary_; }
 
  private:
   SpanSummary summary_;

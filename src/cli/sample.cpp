@@ -46,6 +46,7 @@ int main(int argc, char** argv) {
     cb::sample::SampleOptions options;
     int64_t scale = 2, threads = 0;
     bool no_cache = false, ema = false;
+    std::string decoder = "auto", decoder_used;
     auto* from_checkpoint = app.add_option(
         "--checkpoint", checkpoint, "checkpoint (.ckpt) or exported .safetensors file");
     auto* from_config = app.add_option(
@@ -63,6 +64,10 @@ int main(int argc, char** argv) {
     app.add_option("--npy", npy, "also write the uint8 [N, H, W, C] samples as .npy");
     app.add_option("--scale", scale, "pixel scale of the PNG grid");
     app.add_flag("--no-cache", no_cache, "re-run the network on the prefix at every subpixel");
+    app.add_option("--decoder",
+                   decoder,
+                   "cached decoder: dynamic (per variant, fewest terms), static (fixed shapes, "
+                   "captured as a CUDA graph on a GPU) or auto (static on CUDA)");
     app.add_flag("--ema", ema, "use the checkpoint's moving average of the weights");
     app.add_option("--threads", threads, "LibTorch threads (default: every core)");
     try {
@@ -77,6 +82,11 @@ int main(int argc, char** argv) {
       throw std::invalid_argument("--scale must be > 0, got " + std::to_string(scale));
     if (ema && checkpoint.empty()) throw std::invalid_argument("--ema needs --checkpoint");
     options.cache = !no_cache;
+    options.decoder = cb::sample::parse_decoder(decoder, "--decoder");
+    options.on_decoder = [&](const std::string& used) {
+      if (decoder_used.empty()) spdlog::info("decoder: {}", used);
+      decoder_used = used;
+    };
     cb::util::set_threads(threads);
     auto loaded = checkpoint.empty() ? untrained_model(config, overrides)
                                      : cb::train::load_model(checkpoint, overrides, ema);
@@ -101,7 +111,7 @@ int main(int argc, char** argv) {
                  options.count,
                  model->options().length(),
                  seconds,
-                 options.cache ? "cached" : "uncached",
+                 options.cache ? "cached, " + decoder_used.substr(0, decoder_used.find(',')) : "uncached",
                  loaded.weights,
                  device.str(),
                  double(options.count) / seconds);

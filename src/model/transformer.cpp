@@ -101,9 +101,15 @@ torch::Tensor BlockImpl::replay_mlp_dropout(const torch::Tensor& branch,
 }
 
 torch::Tensor BlockImpl::step(const torch::Tensor& x, attention::DecodeState& state) {
+  return step(x, [&](const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v) {
+    return state.step(q, k, v);
+  });
+}
+
+torch::Tensor BlockImpl::step(const torch::Tensor& x, const Attend& attend) {
   const int64_t B = x.size(0), W = x.size(1), H = heads_;
   auto qkv = linear(qkv_, ln_attn_(x)).view({B, 3, H, W / H});
-  auto heads_out = state.step(qkv.select(1, 0), qkv.select(1, 1), qkv.select(1, 2));
+  auto heads_out = attend(qkv.select(1, 0), qkv.select(1, 1), qkv.select(1, 2));
   auto h = x + dropout_(linear(attn_out_, heads_out.reshape({B, W})));
   return mlp_half(h);
 }
@@ -148,15 +154,27 @@ torch::Tensor input_tokens(const torch::Tensor& x, int64_t start_token) {
   return torch::cat({start, tokens.narrow(1, 0, x.size(1) - 1)}, 1);
 }
 
-torch::Tensor ImageTransformerImpl::embed(const torch::Tensor& tokens, int64_t first) {
+void ImageTransformerImpl::make_position_tables(const torch::Device& device) {
   // Position p = (row, column, channel) in raster order with channels innermost.
-  if (!rows_.defined() || rows_.device() != tokens.device()) {
-    auto p = torch::arange(options_.length(), tokens.options().dtype(torch::kLong));
-    const auto& img = options_.image;
-    rows_ = p.div(img.width * img.channels, "floor");
-    columns_ = p.div(img.channels, "floor").remainder(img.width);
-    channels_ = p.remainder(img.channels);
-  }
+  if (rows_.defined() && rows_.device() == device) return;
+  auto p = torch::arange(options_.length(), torch::dtype(torch::kLong).device(device));
+  const auto& img = options_.image;
+  rows_ = p.div(img.width * img.channels, "floor");
+  columns_ = p.div(img.channels, "floor").remainder(img.width);
+  channels_ = p.remainder(img.channels);
+}
+
+torch::Tensor ImageTransformerImpl::embed_at(const torch::Tensor& tokens,
+                                             const torch::Tensor& position) {
+  make_position_tables(tokens.device());
+  auto pos = row_embed_(rows_.index_select(0, position)) +
+             col_embed_(columns_.index_select(0, position)) +
+             channel_embed_(channels_.index_select(0, position));
+  return embed_dropout_(token_embed_(tokens) + pos);
+}
+
+torch::Tensor ImageTransformerImpl::embed(const torch::Tensor& tokens, int64_t first) {
+  make_position_tables(tokens.device());
   const int64_t n = tokens.size(1);
   auto pos = row_embed_(rows_.narrow(0, first, n)) + col_embed_(columns_.narrow(0, first, n)) +
              channel_embed_(channels_.narrow(0, first, n));

@@ -5,6 +5,8 @@
 
 #include <torch/torch.h>
 
+#include <functional>
+
 #include "attention/attention.h"
 #include "config/config.h"
 #include "data/image_set.h"
@@ -49,9 +51,14 @@ class BlockImpl : public torch::nn::Module {
   torch::Tensor replay_mlp_dropout(const torch::Tensor& branch, const torch::Tensor& kept);
   double dropout_p() const { return dropout_->options.p(); }
 
-  // The same block at one position: x [B, width] -> [B, width], attention through `state`.
+  // The same block at one position: x [B, width] -> [B, width], attention through `state`, or
+  // through `attend` (q, k: [B, H, D], v: [B, H, Dv] -> [B, H, Dv]).
+  using Attend = std::function<torch::Tensor(
+      const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v)>;
   torch::Tensor step(const torch::Tensor& x, attention::DecodeState& state);
+  torch::Tensor step(const torch::Tensor& x, const Attend& attend);
   std::unique_ptr<attention::DecodeState> start_decoding(int64_t length) const;
+  const attention::AttentionImpl& attention() const { return *attention_; }
 
  private:
   int64_t heads_;
@@ -73,10 +80,14 @@ class ImageTransformerImpl : public torch::nn::Module {
   const TransformerOptions& options() const { return options_; }
 
  private:
-  friend class Decoder;  // model/decoder.h: the same network, one position at a time
+  friend class Decoder;        // model/decoder.h: the same network, one position at a time
+  friend class StaticDecoder;  // model/static_decoder.h: likewise, in shapes fixed for capture
 
   // Token plus (row, column, channel) embeddings of tokens [B, n] at positions first.. first+n-1.
   torch::Tensor embed(const torch::Tensor& tokens, int64_t first);
+  // The same for tokens [B, 1] at the position held in `position` ([1] int64 on their device).
+  torch::Tensor embed_at(const torch::Tensor& tokens, const torch::Tensor& position);
+  void make_position_tables(const torch::Device& device);
 
   TransformerOptions options_;
   torch::nn::Embedding token_embed_{nullptr}, row_embed_{nullptr}, col_embed_{nullptr},

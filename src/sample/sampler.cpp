@@ -1,8 +1,10 @@
 #include "sample/sampler.h"
 
+#include <algorithm>
 #include <stdexcept>
 
 #include "model/decoder.h"
+#include "model/static_decoder.h"
 
 namespace combiner::sample {
 
@@ -26,18 +28,45 @@ torch::Device device_of(model::ImageTransformer& model) {
 // Called after position i of x is drawn.
 using StepDone = std::function<void(int64_t i)>;
 
-void sample_cached(model::ImageTransformer& model,
+template <typename Decoder>
+void sample_cached(Decoder& decoder,
+                   model::ImageTransformer& model,
                    torch::Tensor& x,
                    double temperature,
                    at::Generator& generator,
                    const StepDone& step_done) {
-  model::Decoder decoder(model);
   auto token = torch::full({x.size(0)}, model->options().vocab, torch::kLong);  // start token
   for (int64_t i = 0; i < x.size(1); ++i) {
     token = draw(decoder.step(token.to(device_of(model))), temperature, generator);
     x.select(1, i).copy_(token);
     step_done(i);
   }
+}
+
+// The cached decoder options.decoder asks for, on x's images; tells on_decoder which ran.
+void sample_with_cache(model::ImageTransformer& model,
+                       torch::Tensor& x,
+                       const SampleOptions& options,
+                       at::Generator& generator,
+                       const StepDone& step_done) {
+  using Choice = SampleOptions::Decoder;
+  const bool fixed_shapes = options.decoder == Choice::kStatic ||
+                            (options.decoder == Choice::kAuto && device_of(model).is_cuda());
+  if (!fixed_shapes) {
+    if (options.on_decoder) options.on_decoder("dynamic");
+    model::Decoder decoder(model);
+    sample_cached(decoder, model, x, options.temperature, generator, step_done);
+    return;
+  }
+  model::StaticDecoder decoder(model, x.size(0), /*capture=*/true);
+  sample_cached(decoder, model, x, options.temperature, generator, [&](int64_t i) {
+    if (i == std::min<int64_t>(1, x.size(1) - 1) && options.on_decoder)  // captured at step 1
+      options.on_decoder(decoder.captured()               ? "static, captured as a CUDA graph"
+                         : decoder.capture_error().empty() ? "static"
+                                                           : "static, op by op (" +
+                                                                 decoder.capture_error() + ")");
+    step_done(i);
+  });
 }
 
 void sample_plain(model::ImageTransformer& model,
@@ -82,7 +111,7 @@ torch::Tensor sample_images(model::ImageTransformer& model, const SampleOptions&
       if (options.progress) options.progress(before + i + 1, batches * L);
     };
     if (options.cache) {
-      sample_cached(model, x, options.temperature, generator, step_done);
+      sample_with_cache(model, x, options, generator, step_done);
     } else {
       sample_plain(model, x, options.temperature, generator, step_done);
     }
@@ -92,6 +121,13 @@ torch::Tensor sample_images(model::ImageTransformer& model, const SampleOptions&
   return torch::cat(chunks, 0)
       .to(torch::kUInt8)
       .view({options.count, shape.height, shape.width, shape.channels});
+}
+
+SampleOptions::Decoder parse_decoder(const std::string& text, const std::string& key) {
+  if (text == "auto") return SampleOptions::Decoder::kAuto;
+  if (text == "dynamic") return SampleOptions::Decoder::kDynamic;
+  if (text == "static") return SampleOptions::Decoder::kStatic;
+  throw std::invalid_argument(key + ": expected auto, dynamic or static, got '" + text + "'");
 }
 
 torch::Tensor for_display(const torch::Tensor& images, int64_t vocab) {

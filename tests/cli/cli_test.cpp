@@ -106,13 +106,16 @@ TEST_F(Cli, SampleWritesGridAndArray) {
 
 TEST_F(Cli, CachedAndUncachedSamplingAgree) {
   std::vector<torch::Tensor> drawn;
-  for (const std::string flag : {"", " --no-cache"}) {
+  for (const std::string flag : {"", " --no-cache", " --decoder static"}) {
     const auto npy = dir_->file("draw" + std::to_string(drawn.size()) + ".npy");
     auto r = run_binary("combiner-sample",
                         "--checkpoint " + checkpoint_ + " --num 2 --seed 3 --out " +
                             dir_->file("g.png") + " --npy " + npy + flag);
     ASSERT_EQ(r.status, 0) << r.output;
-    EXPECT_NE(r.output.find(flag.empty() ? "cached" : "uncached"), std::string::npos) << r.output;
+    const std::string path = flag.empty()             ? "(cached, dynamic"
+                             : flag == " --no-cache" ? "(uncached"
+                                                     : "(cached, static";
+    EXPECT_NE(r.output.find(path), std::string::npos) << r.output;
     EXPECT_NE(r.output.find("images/s"), std::string::npos) << r.output;
     // The progress line, here once at the end (not a terminal, and under the 5 s between lines).
     EXPECT_NE(r.output.find("sample (2 images, 2 at a time): 784/784 steps | "), std::string::npos)
@@ -120,6 +123,18 @@ TEST_F(Cli, CachedAndUncachedSamplingAgree) {
     drawn.push_back(util::load_npy(npy));
   }
   EXPECT_TRUE(torch::equal(drawn[0], drawn[1]));
+  EXPECT_TRUE(torch::equal(drawn[0], drawn[2]));
+}
+
+TEST_F(Cli, SamplingRefusesAnUnknownDecoder) {
+  const auto png = dir_->file("never.png");
+  auto r = run_binary("combiner-sample",
+                      "--checkpoint " + checkpoint_ + " --num 1 --decoder graph --out " + png);
+  EXPECT_NE(r.status, 0);
+  EXPECT_NE(r.output.find("--decoder: expected auto, dynamic or static, got 'graph'"),
+            std::string::npos)
+      << r.output;
+  EXPECT_FALSE(std::filesystem::exists(png));
 }
 
 TEST_F(Cli, EmaWeightsAreSavedAndUsedWhenAsked) {

@@ -6,6 +6,7 @@
 #include "attention/attention.h"
 #include "attention/plan.h"
 #include "model/decoder.h"
+#include "model/static_decoder.h"
 
 namespace combiner::model {
 namespace {
@@ -69,6 +70,33 @@ TEST_P(DecoderTest, StepLogitsEqualForwardLogits) {
   EXPECT_LT(worst, 1e-4);
   EXPECT_GT(expected.std().item<double>(), 1.0);  // the comparison is not between near-zeros
   EXPECT_THROW(decoder.step(tokens.select(1, 0)), c10::Error);
+}
+
+// The decoder of fixed shapes (what a GPU captures), run op by op here: the same logits.
+TEST_P(DecoderTest, StaticStepLogitsEqualForwardLogits) {
+  auto model = random_model(GetParam());
+  torch::NoGradGuard no_grad;
+  auto x = torch::randint(0, 256, {3, 48}, torch::kLong);
+  auto expected = model->forward(x);
+
+  StaticDecoder decoder(model, 3, /*capture=*/true);  // no CUDA here: nothing to capture
+  auto tokens = input_tokens(x);
+  double worst = 0;
+  for (int64_t i = 0; i < 48; ++i) {
+    auto logits = decoder.step(tokens.select(1, i));
+    worst = std::max(worst, (logits - expected.select(1, i)).abs().max().item<double>());
+  }
+  EXPECT_LT(worst, 1e-4);
+  EXPECT_FALSE(decoder.captured());
+  EXPECT_TRUE(decoder.capture_error().empty());
+  EXPECT_THROW(decoder.step(tokens.select(1, 0)), c10::Error);
+}
+
+TEST(StaticDecoderTest, RefusesTokensOfAnotherBatch) {
+  auto model = random_model({"combiner-axial-vertical", "max", 12, 12});
+  torch::NoGradGuard no_grad;
+  StaticDecoder decoder(model, 3, /*capture=*/false);
+  EXPECT_THROW(decoder.step(torch::zeros({2}, torch::kLong)), c10::Error);
 }
 
 INSTANTIATE_TEST_SUITE_P(AllVariants,

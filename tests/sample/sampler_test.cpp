@@ -40,6 +40,34 @@ TEST_P(SamplerTest, CachedAndPlainDrawTheSameImages) {
   EXPECT_GT(cached.to(torch::kFloat).std().item<double>(), 1.0);  // not a constant image
 }
 
+TEST_P(SamplerTest, BothCachedDecodersDrawTheSameImages) {
+  auto model = tiny_model(GetParam());
+  SampleOptions options;
+  options.count = 3;
+  options.seed = 11;
+  std::vector<std::string> used;
+  options.on_decoder = [&](const std::string& decoder) { used.push_back(decoder); };
+  auto automatic = sample_images(model, options);  // the CPU's default: dynamic
+  options.decoder = SampleOptions::Decoder::kStatic;
+  auto fixed_shapes = sample_images(model, options);
+  options.decoder = SampleOptions::Decoder::kDynamic;
+  auto dynamic = sample_images(model, options);
+  EXPECT_TRUE(torch::equal(fixed_shapes, dynamic));
+  EXPECT_TRUE(torch::equal(automatic, dynamic));
+  EXPECT_EQ(used, (std::vector<std::string>{"dynamic", "static", "dynamic"}));
+}
+
+TEST(SamplerOptionsTest, ParsesTheDecoderOrNamesTheKey) {
+  EXPECT_EQ(parse_decoder("static", "--decoder"), SampleOptions::Decoder::kStatic);
+  EXPECT_EQ(parse_decoder("auto", "--decoder"), SampleOptions::Decoder::kAuto);
+  try {
+    parse_decoder("graph", "--decoder");
+    FAIL() << "no throw";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_STREQ(e.what(), "--decoder: expected auto, dynamic or static, got 'graph'");
+  }
+}
+
 TEST_P(SamplerTest, ArgmaxIsDeterministicAndIgnoresTheSeed) {
   auto model = tiny_model(GetParam());
   SampleOptions options;

@@ -1,0 +1,228 @@
+#include "attention/static_decode.h"
+
+#include "attention/plan.h"
+#include "attention/span_ops.h"
+#include "attention/summary.h"
+
+#include <algorithm>
+#include <limits>
+
+namespace combiner::attention {
+
+namespace {
+std::tuple<int64_t, int64_t, int64_t, int64_t> key_of(const Span& span) {
+  // A plan's span is a run of positions at one stride (a block, a row part, a column prefix), so
+  // its ends and its count name it; the query position tells rowmajor's W readings apart.
+  return {span.positions.front(), span.positions.back(), int64_t(span.positions.size()),
+          span.query_position};
+}
+
+torch::Tensor int64_tensor(const std::vector<int64_t>& values, int64_t rows, const torch::Device& d) {
+  auto out = torch::tensor(values, torch::kLong);
+  return out.view({rows, int64_t(values.size()) / rows}).to(d);
+}
+}  // namespace
+
+DecodeSchedule::DecodeSchedule(const std::string& plan_name,
+                               int64_t length,
+                               int64_t block,
+                               int64_t row_len)
+    : plan_name_(plan_name), length_(length), block_(block), row_len_(row_len) {
+  // One pass over the steps: the widths, each span's last reader, and the most spans alive at
+  // once under the slot reuse advance() does.
+  std::map<Key, int64_t> first_read;
+  for (int64_t i = 0; i < length; ++i) {
+    const auto plan = plan_position(plan_name, i, length, block, row_len);
+    direct_width_ = std::max(direct_width_, int64_t(plan.direct.size()));
+    span_width_ = std::max(span_width_, int64_t(plan.spans.size()));
+    for (const auto& span : plan.spans) {
+      const auto key = key_of(span);
+      first_read.emplace(key, i);
+      last_read_[key] = i;
+    }
+  }
+  std::vector<int64_t> change(length + 1, 0);  // spans alive from first to last read
+  for (const auto& [key, first] : first_read) {
+    ++change[first];
+    --change[last_read_[key] + 1];
+  }
+  int64_t alive = 0;
+  for (int64_t i = 0; i < length; ++i) span_slots_ = std::max(span_slots_, alive += change[i]);
+  for (int64_t s = span_slots_ - 1; s >= 0; --s) free_slots_.push_back(s);
+}
+
+std::vector<SpanJob> DecodeSchedule::advance(
+    int64_t i, int64_t* direct, int64_t* slots, float* bias, const torch::Device& device) {
+  TORCH_CHECK(i == next_step_, "decode schedule: expected step ", next_step_, ", got ", i);
+  ++next_step_;
+  const auto plan = plan_position(plan_name_, i, length_, block_, row_len_);
+  const float masked = -std::numeric_limits<float>::infinity();
+  // Padding reads position i (in the cache by then) and slot 0, both finite, under -inf.
+  for (int64_t t = 0; t < direct_width_; ++t) {
+    const bool real = t < int64_t(plan.direct.size());
+    direct[t] = real ? plan.direct[t] : i;
+    bias[t] = real ? 0.0f : masked;
+  }
+  // New spans, grouped by length and kind of local query: (n, rowmajor) -> slots, positions.
+  std::map<std::pair<int64_t, bool>, std::vector<std::vector<int64_t>>> groups;
+  for (int64_t t = 0; t < span_width_; ++t) {
+    bias[direct_width_ + t] = t < int64_t(plan.spans.size()) ? 0.0f : masked;
+    if (t >= int64_t(plan.spans.size())) {
+      slots[t] = 0;
+      continue;
+    }
+    const auto& span = plan.spans[t];
+    const auto key = key_of(span);
+    auto found = slot_.find(key);
+    if (found == slot_.end()) {
+      TORCH_CHECK(!free_slots_.empty(), "decode schedule: no free span slot at step ", i);
+      found = slot_.emplace(key, free_slots_.back()).first;
+      free_slots_.pop_back();
+      auto& group = groups[{int64_t(span.positions.size()), span.query_position >= 0}];
+      group.resize(3);  // slots, positions, query positions
+      group[0].push_back(found->second);
+      group[1].insert(group[1].end(), span.positions.begin(), span.positions.end());
+      group[2].push_back(span.query_position);
+    }
+    slots[t] = found->second;
+  }
+  // Slots of spans no later step reads are free for the next step's new ones: their summaries
+  // are written after this step's work, in stream order.
+  for (const auto& span : plan.spans) {
+    const auto key = key_of(span);
+    if (last_read_.at(key) == i) {
+      free_slots_.push_back(slot_.at(key));
+      slot_.erase(key);
+    }
+  }
+  std::vector<SpanJob> jobs;
+  for (const auto& [shape, group] : groups) {
+    const int64_t count = int64_t(group[0].size());
+    SpanJob job;
+    job.slots = int64_tensor(group[0], 1, device).view({count});
+    job.positions = int64_tensor(group[1], count, device);
+    if (shape.second) job.query_positions = int64_tensor(group[2], 1, device).view({count});
+    jobs.push_back(std::move(job));
+  }
+  return jobs;
+}
+
+StaticDecodeInputs::StaticDecodeInputs(const AttentionOptions& options,
+                                       int64_t length,
+                                       const torch::Device& device)
+    : length_(length) {
+  int64_t ints = 1, floats = 0;
+  for (const auto& name : plan_names(options.type)) {
+    schedules_.emplace_back(name, length, options.block, options.row_len);
+    const auto& s = schedules_.back();
+    ints += s.direct_width() + s.span_width();
+    floats += s.direct_width() + s.span_width();
+  }
+  const auto pinned = torch::TensorOptions().pinned_memory(device.is_cuda());
+  host_ints_ = torch::zeros({ints}, pinned.dtype(torch::kLong));
+  host_bias_ = torch::zeros({floats}, pinned.dtype(torch::kFloat));
+  device_ints_ = torch::zeros({ints}, torch::dtype(torch::kLong).device(device));
+  device_bias_ = torch::zeros({floats}, torch::dtype(torch::kFloat).device(device));
+  position_ = device_ints_.narrow(0, 0, 1);
+  int64_t at = 1, at_bias = 0;
+  for (const auto& s : schedules_) {
+    direct_.push_back(device_ints_.narrow(0, at, s.direct_width()));
+    slots_.push_back(device_ints_.narrow(0, at + s.direct_width(), s.span_width()));
+    bias_.push_back(device_bias_.narrow(0, at_bias, s.direct_width() + s.span_width()));
+    at += s.direct_width() + s.span_width();
+    at_bias += s.direct_width() + s.span_width();
+  }
+}
+
+std::vector<std::vector<SpanJob>> StaticDecodeInputs::prepare(int64_t i) {
+  auto* ints = host_ints_.data_ptr<int64_t>();
+  auto* bias = host_bias_.data_ptr<float>();
+  ints[0] = i;
+  int64_t at = 1, at_bias = 0;
+  std::vector<std::vector<SpanJob>> jobs;
+  for (auto& s : schedules_) {
+    jobs.push_back(
+        s.advance(i, ints + at, ints + at + s.direct_width(), bias + at_bias, device_ints_.device()));
+    at += s.direct_width() + s.span_width();
+    at_bias += s.direct_width() + s.span_width();
+  }
+  // Blocking copies: the next step's host writes must not race a copy still queued.
+  device_ints_.copy_(host_ints_);
+  device_bias_.copy_(host_bias_);
+  return jobs;
+}
+
+void StaticDecodeLayer::summarize(const std::vector<std::vector<SpanJob>>& jobs) {
+  for (size_t p = 0; p < jobs.size(); ++p)
+    for (const auto& job : jobs[p]) {
+      TORCH_CHECK(summary_ != nullptr && k_.defined(),
+                  "static decode: span summaries asked of a layer without them or before its first step");
+      const int64_t B = k_.size(0), H = k_.size(1), G = job.positions.size(0),
+                    n = job.positions.size(1);
+      auto gather = [&](const torch::Tensor& x) {
+        return x.index_select(2, job.positions.flatten()).view({B, H, G, n, x.size(3)});
+      };
+      auto k = gather(k_), v = gather(v_);
+      auto key = summary_->pool(summary_->phi_key(k), 3);  // [B, H, G, D]
+      auto query = job.query_positions.defined()
+                       ? q_.index_select(2, job.query_positions)
+                       : summary_->pool(summary_->phi_query(gather(q_)), 3);
+      auto local = torch::softmax(
+          torch::matmul(query.unsqueeze(3), k.transpose(-2, -1)) * score_scale(k.size(-1)), -1);
+      span_keys_[p].index_copy_(2, job.slots, key);
+      span_values_[p].index_copy_(2, job.slots, torch::matmul(local, v).squeeze(3));
+    }
+}
+
+torch::Tensor StaticDecodeLayer::step(const torch::Tensor& q,
+                                      const torch::Tensor& k,
+                                      const torch::Tensor& v,
+                                      const StaticDecodeInputs& inputs) {
+  TORCH_CHECK(q.dim() == 3 && k.sizes() == q.sizes() && v.dim() == 3 &&
+                  v.sizes().slice(0, 2) == q.sizes().slice(0, 2),
+              "static decode: expected q, k [B, H, D] and v [B, H, Dv], got q ",
+              q.sizes(),
+              ", k ",
+              k.sizes(),
+              ", v ",
+              v.sizes());
+  const auto dtype = compute_dtype(q);
+  if (!k_.defined()) {
+    const int64_t B = q.size(0), H = q.size(1), L = inputs.length();
+    auto zeros = [&](int64_t n, int64_t d) {
+      return torch::zeros({B, H, n, d}, q.options().dtype(dtype));
+    };
+    bool spans = false;
+    for (size_t p = 0; p < inputs.plans(); ++p) {
+      const int64_t slots = inputs.schedule(p).span_slots();
+      spans = spans || slots > 0;
+      // Zeros, not garbage: padding reads slot 0 under a -inf bias, and 0 x NaN would not vanish.
+      span_keys_.push_back(zeros(std::max<int64_t>(slots, 1), q.size(2)));
+      span_values_.push_back(zeros(std::max<int64_t>(slots, 1), v.size(2)));
+    }
+    if (spans) q_ = zeros(L, q.size(2));
+    k_ = zeros(L, k.size(2));
+    v_ = zeros(L, v.size(2));
+  }
+  const auto& at = inputs.position();
+  if (q_.defined()) q_.index_copy_(2, at, q.unsqueeze(2).to(dtype));
+  k_.index_copy_(2, at, k.unsqueeze(2).to(dtype));
+  v_.index_copy_(2, at, v.unsqueeze(2).to(dtype));
+
+  const auto query = q.to(dtype).unsqueeze(-1);  // [B, H, D, 1]
+  torch::Tensor out;
+  for (size_t p = 0; p < inputs.plans(); ++p) {
+    auto keys = k_.index_select(2, inputs.direct(p)), values = v_.index_select(2, inputs.direct(p));
+    if (inputs.schedule(p).span_width() > 0) {
+      keys = torch::cat({keys, span_keys_[p].index_select(2, inputs.slots(p))}, 2);
+      values = torch::cat({values, span_values_[p].index_select(2, inputs.slots(p))}, 2);
+    }
+    auto scores = torch::matmul(keys, query).squeeze(-1) * score_scale(q.size(-1)) + inputs.bias(p);
+    auto o = torch::matmul(torch::softmax(scores, -1).unsqueeze(2), values).squeeze(2);
+    out = out.defined() ? out + o : o;
+  }
+  if (inputs.plans() > 1) out = out / double(inputs.plans());
+  return out.to(v.scalar_type());
+}
+
+}  // namespace combiner::attention

@@ -1,0 +1,113 @@
+// Incremental decoding with the same tensor shapes and addresses at every step, so that a whole
+// model's step can be captured once as a CUDA graph and replayed (model/static_decoder.h). The
+// per-variant decoders of decode.h read exactly the terms of step i, whose count changes with i;
+// here the variant's plan (plan.h) is turned, on the host, into fixed-width lists: the cache
+// positions step i attends directly and the span-table slots of the spans it reads, padded to the
+// plan's widest step, with a -inf bias on the padding. The device work of a step then only
+// gathers by those lists (index_select), so nothing in it depends on i but buffer contents.
+//
+// A span's summary (pooled key, local expectation) is made once, eagerly and outside the
+// captured step, before the first step that reads it; its slot is reused once the last step
+// reading it is done. Spans first read at the same step with the same length are summarised in
+// one batched call (a row's W column spans, say). So per step the host writes a few hundred
+// integers, and the summaries cost what the per-variant decoders' do.
+#pragma once
+
+#include <torch/torch.h>
+
+#include "attention/options.h"
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <tuple>
+#include <vector>
+
+namespace combiner::attention {
+
+class SpanSummary;
+
+// Spans first read at one step, of one length and one kind of local query, summarised together.
+struct SpanJob {
+  torch::Tensor slots;            // [G] int64: where each summary goes in the span table
+  torch::Tensor positions;        // [G, n] int64: each span's positions
+  torch::Tensor query_positions;  // [G] int64 where the local query is q at a position
+                                  // (rowmajor), undefined where it is the pooled query
+};
+
+// One plan of a variant (plan_names()) over `length` positions, stepped on the host.
+class DecodeSchedule {
+ public:
+  DecodeSchedule(const std::string& plan_name, int64_t length, int64_t block, int64_t row_len);
+
+  int64_t direct_width() const { return direct_width_; }  // widest direct set of any step
+  int64_t span_width() const { return span_width_; }      // most spans read by any step
+  int64_t span_slots() const { return span_slots_; }      // most spans alive at once
+
+  // Step i (0, 1, ... in order): writes its direct positions into direct[0, direct_width), its
+  // span slots into slots[0, span_width) and 0 or -inf into bias[0, direct_width + span_width);
+  // returns the summaries to make before the step (on `device`).
+  std::vector<SpanJob> advance(
+      int64_t i, int64_t* direct, int64_t* slots, float* bias, const torch::Device& device);
+
+ private:
+  using Key = std::tuple<int64_t, int64_t, int64_t, int64_t>;  // first, last, count, query
+  std::string plan_name_;
+  int64_t length_, block_, row_len_;
+  int64_t direct_width_ = 0, span_width_ = 0, span_slots_ = 0;
+  int64_t next_step_ = 0;
+  std::map<Key, int64_t> last_read_;  // the last step reading each span
+  std::map<Key, int64_t> slot_;       // the slot of each span alive now
+  std::vector<int64_t> free_slots_;
+};
+
+// Every plan of a variant and the device buffers one step reads, shared by a model's layers.
+// The buffers keep their addresses for the decoder's life; prepare(i) rewrites their contents.
+class StaticDecodeInputs {
+ public:
+  StaticDecodeInputs(const AttentionOptions& options, int64_t length, const torch::Device& device);
+
+  // Writes step i's position, lists and biases to the device (one copy each); returns, per
+  // plan, the span summaries every layer makes before the step.
+  std::vector<std::vector<SpanJob>> prepare(int64_t i);
+
+  int64_t length() const { return length_; }
+  size_t plans() const { return schedules_.size(); }
+  const DecodeSchedule& schedule(size_t p) const { return schedules_[p]; }
+  const torch::Tensor& position() const { return position_; }  // [1] int64
+  const torch::Tensor& direct(size_t p) const { return direct_[p]; }  // [direct_width] int64
+  const torch::Tensor& slots(size_t p) const { return slots_[p]; }    // [span_width] int64
+  const torch::Tensor& bias(size_t p) const { return bias_[p]; }  // [direct + span width] float
+
+ private:
+  int64_t length_;
+  std::vector<DecodeSchedule> schedules_;
+  torch::Tensor host_ints_, host_bias_;      // staging on the host (pinned for a GPU)
+  torch::Tensor device_ints_, device_bias_;  // position, then each plan's direct and slots
+  torch::Tensor position_;
+  std::vector<torch::Tensor> direct_, slots_, bias_;
+};
+
+// One layer's cache and span tables. `summary` is the module's (null for variants without
+// spans) and must outlive this.
+class StaticDecodeLayer {
+ public:
+  explicit StaticDecodeLayer(const SpanSummary* summary) : summary_(summary) {}
+
+  // Makes the summaries prepare() asked for, from what the cache holds (eager work).
+  void summarize(const std::vector<std::vector<SpanJob>>& jobs);
+
+  // q, k: [B, H, D], v: [B, H, Dv] of position inputs.position() -> [B, H, Dv] in v's dtype:
+  // device work of the same shapes at every step. The first call allocates the cache.
+  torch::Tensor step(const torch::Tensor& q,
+                     const torch::Tensor& k,
+                     const torch::Tensor& v,
+                     const StaticDecodeInputs& inputs);
+
+ private:
+  const SpanSummary* summary_;
+  torch::Tensor q_, k_, v_;                        // [B, H, L, *] in the compute dtype
+  std::vector<torch::Tensor> span_keys_, span_values_;  // per plan: [B, H, slots, *]
+};
+
+}  // namespace combiner::attention

@@ -1,0 +1,72 @@
+#include "model/static_decoder.h"
+
+#include "util/cuda_graph.h"
+
+namespace combiner::model {
+
+namespace {
+torch::Device device_of(const ImageTransformer& model) {
+  return model->parameters().front().device();
+}
+}  // namespace
+
+StaticDecoder::StaticDecoder(ImageTransformer model, int64_t batch, bool capture)
+    : model_(std::move(model)),
+      batch_(batch),
+      capture_(capture && device_of(model_).is_cuda() && util::CapturedWork::available()),
+      inputs_(model_->options().attention, model_->options().length(), device_of(model_)) {
+  TORCH_CHECK(batch > 0, "static decoder: batch must be > 0, got ", batch);
+  for (const auto& block : *model_->blocks_)
+    layers_.emplace_back(block->as<Block>()->attention().span_summary());
+  const auto device = device_of(model_);
+  token_ = torch::zeros({batch, 1}, torch::dtype(torch::kLong).device(device));
+  logits_ = torch::zeros({batch, model_->options().vocab}, torch::dtype(torch::kFloat).device(device));
+}
+
+StaticDecoder::~StaticDecoder() = default;
+
+void StaticDecoder::work() {
+  auto h = model_->embed_at(token_, inputs_.position()).squeeze(1);
+  size_t layer = 0;
+  for (const auto& block : *model_->blocks_) {
+    auto& state = layers_[layer++];
+    h = block->as<Block>()->step(
+        h, [&](const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v) {
+          return state.step(q, k, v, inputs_);
+        });
+  }
+  logits_.copy_(model_->head_(model_->ln_final_(h)));
+}
+
+torch::Tensor StaticDecoder::step(const torch::Tensor& token) {
+  TORCH_CHECK(token.dim() == 1 && token.size(0) == batch_,
+              "static decoder: expected tokens [",
+              batch_,
+              "], got ",
+              token.sizes());
+  TORCH_CHECK(position_ < inputs_.length(),
+              "static decoder: all ",
+              inputs_.length(),
+              " positions already decoded");
+  token_.copy_(token.view({batch_, 1}));
+  const auto jobs = inputs_.prepare(position_);
+  for (auto& layer : layers_) layer.summarize(jobs);
+  // Step 0 runs op by op and allocates the caches; step 1 captures (its warm-up runs rewrite
+  // the same cache entries with the same values) and every later step replays.
+  if (capture_ && !graph_ && capture_error_.empty() && position_ == 1) {
+    try {
+      graph_ = std::make_unique<util::CapturedWork>([this] { work(); });
+    } catch (const std::exception& e) {
+      capture_error_ = e.what();
+    }
+  }
+  if (graph_) {
+    graph_->replay();
+  } else {
+    work();
+  }
+  ++position_;
+  return logits_.clone();
+}
+
+}  // namespace combiner::model

@@ -1,0 +1,93 @@
+// Decoding in fixed shapes (attention/static_decode.h) against forward(): for every variant x
+// abstraction x layout, the same output at every position; and the schedule's host side: its
+// widths, slot reuse and summaries asked once per span.
+#include <gtest/gtest.h>
+
+#include "attention/attention.h"
+#include "attention/plan.h"
+#include "attention/static_decode.h"
+#include "attention_cases.h"
+
+#include <set>
+
+namespace combiner::attention {
+namespace {
+
+using testing::Case;
+
+class StaticDecodeTest : public ::testing::TestWithParam<Case> {};
+
+TEST_P(StaticDecodeTest, StepsEqualForward) {
+  const Case& c = GetParam();
+  torch::manual_seed(7);  // DeepSets maps
+  auto module = make_attention(c.options(), c.length, testing::kDim);
+  auto in = testing::random_inputs(c.length, torch::kFloat, 21);
+  in.q = in.q * 3;  // peaked attention, so a misplaced term shows
+  torch::NoGradGuard no_grad;
+  auto expected = module->forward(in.q, in.k, in.v);
+
+  StaticDecodeInputs inputs(c.options(), c.length, torch::kCPU);
+  StaticDecodeLayer layer(module->span_summary());
+  std::vector<torch::Tensor> outputs;
+  for (int64_t i = 0; i < c.length; ++i) {
+    layer.summarize(inputs.prepare(i));
+    outputs.push_back(layer.step(in.q.select(2, i), in.k.select(2, i), in.v.select(2, i), inputs));
+  }
+  auto decoded = torch::stack(outputs, 2);
+  ASSERT_EQ(decoded.sizes(), expected.sizes());
+  EXPECT_LT((decoded - expected).abs().max().item<double>(), 1e-5);
+}
+
+INSTANTIATE_TEST_SUITE_P(AllVariants,
+                         StaticDecodeTest,
+                         ::testing::ValuesIn(testing::all_cases()),
+                         [](const auto& info) { return testing::case_name(info.param); });
+
+// The host side at a CIFAR-10-like layout: widths are the plan's largest sets, every span is
+// summarised exactly once (at the first step that reads it), and slots are reused.
+TEST(DecodeScheduleTest, SummarisesEachSpanOnceInFewSlots) {
+  const int64_t L = 96 * 8, W = 96;
+  for (const std::string name :
+       {"combiner-axial-vertical", "combiner-axial-rowmajor", "combiner-fixed"}) {
+    SCOPED_TRACE(name);
+    DecodeSchedule schedule(name, L, /*block=*/32, W);
+    std::vector<int64_t> direct(schedule.direct_width()), slots(schedule.span_width());
+    std::vector<float> bias(schedule.direct_width() + schedule.span_width());
+    int64_t widest_direct = 0, widest_spans = 0, summaries = 0;
+    std::set<std::vector<int64_t>> distinct;
+    for (int64_t i = 0; i < L; ++i) {
+      const auto plan = plan_position(name, i, L, 32, W);
+      widest_direct = std::max(widest_direct, int64_t(plan.direct.size()));
+      widest_spans = std::max(widest_spans, int64_t(plan.spans.size()));
+      for (const auto& span : plan.spans) {
+        auto key = span.positions;
+        key.push_back(span.query_position);
+        distinct.insert(key);
+      }
+      for (const auto& job : schedule.advance(i, direct.data(), slots.data(), bias.data(), torch::kCPU))
+        summaries += job.slots.size(0);
+      for (size_t t = 0; t < plan.direct.size(); ++t) EXPECT_EQ(direct[t], plan.direct[t]);
+      for (size_t t = plan.direct.size(); t < direct.size(); ++t) EXPECT_TRUE(std::isinf(bias[t]));
+      for (int64_t s : slots) EXPECT_TRUE(s >= 0 && s < schedule.span_slots());
+    }
+    EXPECT_EQ(schedule.direct_width(), widest_direct);
+    EXPECT_EQ(schedule.span_width(), widest_spans);
+    EXPECT_EQ(summaries, int64_t(distinct.size()));
+    EXPECT_LE(schedule.span_slots(), int64_t(distinct.size()));
+    if (name == "combiner-axial-vertical")  // a row's W column spans die with the row
+      EXPECT_EQ(schedule.span_slots(), W);
+    if (name == "combiner-fixed")  // every block is read to the end
+      EXPECT_EQ(schedule.span_slots(), int64_t(distinct.size()));
+  }
+}
+
+TEST(DecodeScheduleTest, RefusesStepsOutOfOrder) {
+  DecodeSchedule schedule("combiner-fixed", 16, 4, 4);
+  std::vector<int64_t> direct(schedule.direct_width()), slots(schedule.span_width());
+  std::vector<float> bias(schedule.direct_width() + schedule.span_width());
+  EXPECT_THROW(schedule.advance(1, direct.data(), slots.data(), bias.data(), torch::kCPU),
+               c10::Error);
+}
+
+}  // namespace
+}  // namespace combiner::attention
