@@ -39,8 +39,9 @@
 #             must agree within 0.01; on CUDA also with train.cuda_graph=off, and killed (-9) after
 #             its first checkpoint then resumed: each within 0.002 of the captured run ->
 #             OUT/fused-vs-libtorch.csv;
-#   sample    cached sampling of 16 CIFAR-10 images from a fresh 6 x 512 model, then of 64 from a
-#             fresh 128-layer preset (configs/cifar_axial.yaml) -> OUT/sampling-cuda.csv;
+#   sample    cached sampling of 16 CIFAR-10 images from a fresh 6 x 512 model with each cached
+#             decoder (dynamic; static, captured as a CUDA graph: the same images), then of 64
+#             from a fresh 128-layer preset (configs/cifar_axial.yaml) -> OUT/sampling-cuda.csv;
 #   compiled  the peer under torch.compile, both 6 x 512 shapes (appended to gpu-vs-peer.csv);
 #   python    (last: where the others leave it budget, or alone: COMBINER_GPU_STAGES=python) the
 #             combiner_attention package from the wheel carried in .cache/gpu-wheel
@@ -486,28 +487,46 @@ stage_quick() {
 }
 
 stage_sample() {
-  local log="$work/sample.log" run config count code rate L seconds status
+  local log="$work/sample.log" run config count decoder batch batch_args used code rate L seconds status
   if [ ! -x "$sample" ]; then
     echo "sampling: no $sample; skipped"
     return
   fi
-  # A fresh 6 x 512 model, then the target's: 64 images of the 128-layer preset.
-  for run in "configs/cifar10_ablation_combiner_axial_rowmajor.yaml $sample_count" \
-    "$deep $deep_sample_count"; do
-    # shellcheck disable=SC2086  # config, images
+  # A fresh 6 x 512 model with each cached decoder (the images must be the same), then the
+  # target's: 64 images of the 128-layer preset with the default one (static, captured), in two
+  # batches where 64 at once would not fit (their q, k, v caches: 77 GB in float32).
+  batch=0
+  [[ "$gpu" == *H100* ]] && batch=32
+  for run in "configs/cifar10_ablation_combiner_axial_rowmajor.yaml $sample_count dynamic" \
+    "configs/cifar10_ablation_combiner_axial_rowmajor.yaml $sample_count static" \
+    "$deep $deep_sample_count auto"; do
+    # shellcheck disable=SC2086  # config, images, decoder
     set -- $run
-    config=$1 count=$2
-    [ -n "$count" ] || continue  # no 128-layer preset in configs/
-    echo "-- sampling: $count images, $config"
-    run_for 150 "$sample" --config "$config" --num "$count" --seed 0 \
-      --set train.device=$device "${sample_shrink[@]}" --out "$work/samples.png" 2>&1 | tee "$log"
+    config=$1 count=$2 decoder=$3
+    [ -n "$decoder" ] || continue  # no 128-layer preset in configs/
+    echo "-- sampling: $count images, $config, --decoder $decoder"
+    batch_args=()
+    [ "$decoder" = auto ] && [ "$batch" -gt 0 ] && batch_args=(--batch "$batch")
+    run_for 150 "$sample" --config "$config" --num "$count" --seed 0 --decoder "$decoder" \
+      "${batch_args[@]}" \
+      --set train.device=$device "${sample_shrink[@]}" --out "$work/samples.png" \
+      --npy "$work/samples-$decoder.npy" 2>&1 | tee "$log"
     code=${PIPESTATUS[0]}
     rate=$(sed -n 's/.*: \([0-9.]*\) images\/s$/\1/p' "$log")
     L=$(sed -n 's/.* of L = \([0-9]*\) .*/\1/p' "$log")
     seconds=$(sed -n 's/.* in \([0-9.]*\)s (.*/\1/p' "$log")
+    used=$(sed -n 's/.*decoder: \(.*\)$/\1/p' "$log" | head -1)
     status=ok
     [ "$code" -eq 0 ] && [ -n "$rate" ] || status=$(status_of "$code" "$log")
-    echo "$gpu,$(basename "$config" .yaml),$L,$count,$seconds,$rate,$status" >>"$out/sampling-cuda.csv"
+    echo "$gpu,$(basename "$config" .yaml),$L,$count,${used//,/;},$seconds,$rate,$status" \
+      >>"$out/sampling-cuda.csv"
+    if [ "$decoder" = static ] && [ -s "$work/samples-dynamic.npy" ]; then
+      if cmp -s "$work/samples-dynamic.npy" "$work/samples-static.npy"; then
+        echo "sampling: the static and dynamic decoders drew the same images"
+      else
+        echo "sampling: the static and dynamic decoders drew different images"
+      fi
+    fi
   done
 }
 
@@ -545,7 +564,7 @@ python3 scripts/perf_csv.py header peer >"$out/gpu-vs-peer.csv"
 python3 scripts/perf_csv.py header attention >"$out/attention-vs-flash.csv"
 echo "dataset,attention,L,batch,layers,width,heads,parameters,device,precision,threads,steps,ms_per_step,tokens_per_s,gflop_per_step,dense_gflop,attention_gflop,matmul_gflops,mfu,peak_mib" >"$out/train-cuda.csv"
 echo "run,val_bpd,seconds,status" >"$out/fused-vs-libtorch.csv"
-echo "gpu,config,L,images,seconds,images_per_s,status" >"$out/sampling-cuda.csv"
+echo "gpu,config,L,images,decoder,seconds,images_per_s,status" >"$out/sampling-cuda.csv"
 for stage in "${all_stages[@]}"; do
   wanted "$stage" || continue
   section "$stage"

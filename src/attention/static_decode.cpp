@@ -5,6 +5,7 @@
 #include "attention/summary.h"
 
 #include <algorithm>
+#include <cmath>
 #include <limits>
 
 namespace combiner::attention {
@@ -28,27 +29,56 @@ DecodeSchedule::DecodeSchedule(const std::string& plan_name,
                                int64_t block,
                                int64_t row_len)
     : plan_name_(plan_name), length_(length), block_(block), row_len_(row_len) {
-  // One pass over the steps: the widths, each span's last reader, and the most spans alive at
-  // once under the slot reuse advance() does.
-  std::map<Key, int64_t> first_read;
+  // Each span's readers: the first and last step, and the span itself.
+  struct Reads {
+    int64_t first = 0, last = 0;
+    Span span;
+  };
+  std::map<Key, Reads> reads;
+  std::vector<std::vector<Key>> first_read(length);
   for (int64_t i = 0; i < length; ++i) {
     const auto plan = plan_position(plan_name, i, length, block, row_len);
     direct_width_ = std::max(direct_width_, int64_t(plan.direct.size()));
     span_width_ = std::max(span_width_, int64_t(plan.spans.size()));
     for (const auto& span : plan.spans) {
       const auto key = key_of(span);
-      first_read.emplace(key, i);
-      last_read_[key] = i;
+      auto [at, fresh] = reads.try_emplace(key, Reads{i, i, span});
+      at->second.last = i;
+      if (fresh) first_read[i].push_back(key);
     }
   }
-  std::vector<int64_t> change(length + 1, 0);  // spans alive from first to last read
-  for (const auto& [key, first] : first_read) {
-    ++change[first];
-    --change[last_read_[key] + 1];
+  // When each is made: at its first reader, or with an earlier batch of the same query kind
+  // when it is complete by then and first read within one period of it.
+  const int64_t period = std::max<int64_t>(
+      1, plan_name.find("axial") != std::string::npos ? row_len
+         : plan_name.find("fixed") != std::string::npos ? block
+                                                         : 1);
+  made_before_.assign(length, {});
+  std::map<Key, int64_t> made_at;
+  for (int64_t i = 0; i < length; ++i) {
+    if (first_read[i].empty()) continue;
+    for (const auto& key : first_read[i]) made_at.try_emplace(key, i);
+    for (int64_t j = i + 1; j < std::min(length, i + period); ++j)
+      for (const auto& key : first_read[j])
+        if (reads.at(key).span.positions.back() < i) made_at.try_emplace(key, i);
   }
-  int64_t alive = 0;
-  for (int64_t i = 0; i < length; ++i) span_slots_ = std::max(span_slots_, alive += change[i]);
-  for (int64_t s = span_slots_ - 1; s >= 0; --s) free_slots_.push_back(s);
+  // Slots: taken when made, free after the last read (its summary is then overwritten only by
+  // work queued after that step's).
+  std::vector<std::vector<Key>> made(length), done(length);
+  for (const auto& [key, step] : made_at) {
+    made[step].push_back(key);
+    done[reads.at(key).last].push_back(key);
+  }
+  std::vector<int64_t> free_slots;
+  for (int64_t i = 0; i < length; ++i) {
+    for (const auto& key : made[i]) {
+      if (free_slots.empty()) free_slots.push_back(span_slots_++);
+      slot_[key] = free_slots.back();
+      free_slots.pop_back();
+      made_before_[i].push_back(reads.at(key).span);
+    }
+    for (const auto& key : done[i]) free_slots.push_back(slot_.at(key));
+  }
 }
 
 std::vector<SpanJob> DecodeSchedule::advance(
@@ -63,45 +93,42 @@ std::vector<SpanJob> DecodeSchedule::advance(
     direct[t] = real ? plan.direct[t] : i;
     bias[t] = real ? 0.0f : masked;
   }
-  // New spans, grouped by length and kind of local query: (n, rowmajor) -> slots, positions.
-  std::map<std::pair<int64_t, bool>, std::vector<std::vector<int64_t>>> groups;
   for (int64_t t = 0; t < span_width_; ++t) {
-    bias[direct_width_ + t] = t < int64_t(plan.spans.size()) ? 0.0f : masked;
-    if (t >= int64_t(plan.spans.size())) {
-      slots[t] = 0;
-      continue;
-    }
-    const auto& span = plan.spans[t];
-    const auto key = key_of(span);
-    auto found = slot_.find(key);
-    if (found == slot_.end()) {
-      TORCH_CHECK(!free_slots_.empty(), "decode schedule: no free span slot at step ", i);
-      found = slot_.emplace(key, free_slots_.back()).first;
-      free_slots_.pop_back();
-      auto& group = groups[{int64_t(span.positions.size()), span.query_position >= 0}];
-      group.resize(3);  // slots, positions, query positions
-      group[0].push_back(found->second);
-      group[1].insert(group[1].end(), span.positions.begin(), span.positions.end());
-      group[2].push_back(span.query_position);
-    }
-    slots[t] = found->second;
+    const bool real = t < int64_t(plan.spans.size());
+    slots[t] = real ? slot_.at(key_of(plan.spans[t])) : 0;
+    bias[direct_width_ + t] = real ? 0.0f : masked;
   }
-  // Slots of spans no later step reads are free for the next step's new ones: their summaries
-  // are written after this step's work, in stream order.
-  for (const auto& span : plan.spans) {
-    const auto key = key_of(span);
-    if (last_read_.at(key) == i) {
-      free_slots_.push_back(slot_.at(key));
-      slot_.erase(key);
-    }
-  }
+  // The summaries to make first, one job per kind of local query.
   std::vector<SpanJob> jobs;
-  for (const auto& [shape, group] : groups) {
-    const int64_t count = int64_t(group[0].size());
+  for (const bool at_position : {false, true}) {
+    std::vector<const Span*> spans;
+    size_t n = 0;
+    bool ragged = false;
+    for (const auto& span : made_before_[i])
+      if ((span.query_position >= 0) == at_position) {
+        if (!spans.empty() && span.positions.size() != n) ragged = true;
+        n = std::max(n, span.positions.size());
+        spans.push_back(&span);
+      }
+    if (spans.empty()) continue;
+    const int64_t count = int64_t(spans.size());
+    std::vector<int64_t> slot, positions, queries;
+    std::vector<int64_t> valid;
+    for (const auto* span : spans) {
+      slot.push_back(slot_.at(key_of(*span)));
+      queries.push_back(span->query_position);
+      for (size_t t = 0; t < n; ++t) {
+        const bool real = t < span->positions.size();
+        positions.push_back(real ? span->positions[t] : span->positions.front());
+        valid.push_back(real);
+      }
+    }
     SpanJob job;
-    job.slots = int64_tensor(group[0], 1, device).view({count});
-    job.positions = int64_tensor(group[1], count, device);
-    if (shape.second) job.query_positions = int64_tensor(group[2], 1, device).view({count});
+    job.slots = int64_tensor(slot, 1, device).view({count});
+    job.positions = int64_tensor(positions, count, device);
+    if (ragged)
+      job.valid = torch::tensor(valid, torch::kLong).to(torch::kBool).view({count, int64_t(n)}).to(device);
+    if (at_position) job.query_positions = int64_tensor(queries, 1, device).view({count});
     jobs.push_back(std::move(job));
   }
   return jobs;
@@ -156,19 +183,30 @@ void StaticDecodeLayer::summarize(const std::vector<std::vector<SpanJob>>& jobs)
   for (size_t p = 0; p < jobs.size(); ++p)
     for (const auto& job : jobs[p]) {
       TORCH_CHECK(summary_ != nullptr && k_.defined(),
-                  "static decode: span summaries asked of a layer without them or before its first step");
+                  "static decode: span summaries asked of a layer without them or before its "
+                  "first step");
       const int64_t B = k_.size(0), H = k_.size(1), G = job.positions.size(0),
                     n = job.positions.size(1);
       auto gather = [&](const torch::Tensor& x) {
         return x.index_select(2, job.positions.flatten()).view({B, H, G, n, x.size(3)});
       };
+      // Pools over each span's own positions: padding out of the max, or out of the mean's sum
+      // and count.
+      const auto valid = job.valid.defined() ? job.valid.unsqueeze(-1) : torch::Tensor();
+      auto pool = [&](const torch::Tensor& x) {
+        if (!valid.defined()) return summary_->pool(x, 3);
+        if (summary_->is_max())
+          return summary_->pool(x.masked_fill(valid.logical_not(), -INFINITY), 3);
+        return (x * valid).sum(3) / valid.sum(1).to(x.scalar_type());
+      };
       auto k = gather(k_), v = gather(v_);
-      auto key = summary_->pool(summary_->phi_key(k), 3);  // [B, H, G, D]
-      auto query = job.query_positions.defined()
-                       ? q_.index_select(2, job.query_positions)
-                       : summary_->pool(summary_->phi_query(gather(q_)), 3);
-      auto local = torch::softmax(
-          torch::matmul(query.unsqueeze(3), k.transpose(-2, -1)) * score_scale(k.size(-1)), -1);
+      auto key = pool(summary_->phi_key(k));  // [B, H, G, D]
+      auto query = job.query_positions.defined() ? q_.index_select(2, job.query_positions)
+                                                 : pool(summary_->phi_query(gather(q_)));
+      auto scores =
+          torch::matmul(query.unsqueeze(3), k.transpose(-2, -1)) * score_scale(k.size(-1));
+      if (job.valid.defined()) scores = scores.masked_fill(job.valid.logical_not().unsqueeze(1), -INFINITY);
+      auto local = torch::softmax(scores, -1);  // [B, H, G, 1, n]
       span_keys_[p].index_copy_(2, job.slots, key);
       span_values_[p].index_copy_(2, job.slots, torch::matmul(local, v).squeeze(3));
     }

@@ -16,6 +16,7 @@
 #include <torch/torch.h>
 
 #include "attention/options.h"
+#include "attention/plan.h"
 
 #include <cstdint>
 #include <map>
@@ -27,15 +28,20 @@ namespace combiner::attention {
 
 class SpanSummary;
 
-// Spans first read at one step, of one length and one kind of local query, summarised together.
+// Spans summarised together before one step, padded to the longest with a mask.
 struct SpanJob {
   torch::Tensor slots;            // [G] int64: where each summary goes in the span table
-  torch::Tensor positions;        // [G, n] int64: each span's positions
+  torch::Tensor positions;        // [G, n] int64: each span's positions, padded with its first
+  torch::Tensor valid;            // [G, n] bool, undefined when every span has n positions
   torch::Tensor query_positions;  // [G] int64 where the local query is q at a position
                                   // (rowmajor), undefined where it is the pooled query
 };
 
-// One plan of a variant (plan_names()) over `length` positions, stepped on the host.
+// One plan of a variant (plan_names()) over `length` positions, stepped on the host. Made once
+// from the whole plan: each span's slot, and the step before which its summary is made: its
+// first reader's, or earlier, with others of the same kind of query, when its positions are all
+// there already and its first reader comes within the plan's period (a block, a row): so a
+// row's W spans are made in one call, not one each step.
 class DecodeSchedule {
  public:
   DecodeSchedule(const std::string& plan_name, int64_t length, int64_t block, int64_t row_len);
@@ -56,9 +62,8 @@ class DecodeSchedule {
   int64_t length_, block_, row_len_;
   int64_t direct_width_ = 0, span_width_ = 0, span_slots_ = 0;
   int64_t next_step_ = 0;
-  std::map<Key, int64_t> last_read_;  // the last step reading each span
-  std::map<Key, int64_t> slot_;       // the slot of each span alive now
-  std::vector<int64_t> free_slots_;
+  std::map<Key, int64_t> slot_;                    // every span's slot
+  std::vector<std::vector<Span>> made_before_;     // per step: the spans to summarise first
 };
 
 // Every plan of a variant and the device buffers one step reads, shared by a model's layers.

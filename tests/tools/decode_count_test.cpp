@@ -1,0 +1,86 @@
+// What one cached decode step launches, counted as a GPU would launch it (tools/launch_count.h):
+// the static decoder's step, which a GPU replays as one CUDA graph, stays within the bound stated
+// here per layer, and does so at every step (the same work whatever the position).
+#include <gtest/gtest.h>
+
+#include <torch/torch.h>
+
+#include "model/decoder.h"
+#include "model/static_decoder.h"
+#include "tools/launch_count.h"
+
+namespace combiner::tools {
+namespace {
+
+model::ImageTransformer vertical_model(int64_t layers) {
+  model::TransformerOptions o;
+  o.layers = layers;
+  o.width = 16;
+  o.heads = 2;
+  o.mlp_ratio = 2;
+  o.image = {4, 4, 3};  // L = 48, rows of 12
+  o.attention = {"combiner-axial-vertical", 12, 12, "max"};
+  torch::manual_seed(3);
+  model::ImageTransformer model(o);
+  model->eval();
+  return model;
+}
+
+std::string listing(const LaunchCounter& counter) {
+  std::string out;
+  for (const auto& [name, calls] : counter.ops()) out += " " + name + " x" + std::to_string(calls);
+  return out;
+}
+
+// The launches of each step of a whole sequence, for either decoder.
+template <typename Decoder>
+std::vector<int64_t> launches_per_step(Decoder& decoder, int64_t batch, std::string* seen) {
+  std::vector<int64_t> out;
+  auto token = torch::zeros({batch}, torch::kLong);
+  for (int64_t i = 0; i < 48; ++i) {
+    const LaunchCounter counter;
+    decoder.step(token);
+    out.push_back(counter.launches());
+    if (i == 20) *seen = listing(counter);
+  }
+  return out;
+}
+
+TEST(DecodeCount, StaticStepLaunchesTheSameWorkAtEveryPosition) {
+  torch::NoGradGuard no_grad;
+  // The bounds, what a step launches today: per layer (LayerNorms, projections, the cache
+  // writes, gathers, scores, softmax, MLP; eval-mode dropout counted though it launches nothing
+  // on a GPU) and once per step (the token and index buffers copied in, the embeddings, the
+  // final LayerNorm and head, the logits out).
+  constexpr int64_t kPerLayer = 26, kPerStep = 18;
+  std::vector<int64_t> steady;
+  for (const int64_t layers : {1, 3}) {
+    auto model = vertical_model(layers);
+    model::StaticDecoder decoder(model, 2, /*capture=*/false);
+    std::string seen;
+    const auto counts = launches_per_step(decoder, 2, &seen);
+    // Step 0 allocates (zero-fills) the caches; row starts (12, 24, 36) make the rows' column
+    // summaries first, in one call each.
+    for (int64_t i = 1; i < 48; ++i)
+      if (i % 12 != 0) EXPECT_EQ(counts[i], counts[1]) << layers << " layers, step " << i;
+    for (int64_t i : {12, 24, 36}) EXPECT_GT(counts[i], counts[1]) << "step " << i;
+    steady.push_back(counts[1]);
+    if (layers == 3) std::cout << "launches of step 20, 3 layers:" << seen << "\n";
+  }
+  const int64_t per_layer = (steady[1] - steady[0]) / 2, per_step = steady[0] - per_layer;
+  std::cout << "per layer " << per_layer << ", per step " << per_step << "\n";
+  EXPECT_LE(per_layer, kPerLayer);
+  EXPECT_LE(per_step, kPerStep);
+}
+
+TEST(DecodeCount, DynamicStepLaunchesGrowWithThePrefix) {
+  torch::NoGradGuard no_grad;
+  auto model = vertical_model(3);
+  model::Decoder decoder(model);
+  std::string seen;
+  const auto counts = launches_per_step(decoder, 2, &seen);
+  EXPECT_GT(counts[13], counts[1]) << "a step past row 0 reads its column above and the spans";
+}
+
+}  // namespace
+}  // namespace combiner::tools
