@@ -182,10 +182,10 @@ std::vector<std::vector<SpanJob>> StaticDecodeInputs::prepare(int64_t i) {
 void StaticDecodeLayer::summarize(const std::vector<std::vector<SpanJob>>& jobs) {
   for (size_t p = 0; p < jobs.size(); ++p)
     for (const auto& job : jobs[p]) {
-      TORCH_CHECK(summary_ != nullptr && k_.defined(),
+      TORCH_CHECK(summary_ != nullptr && kv_.defined(),
                   "static decode: span summaries asked of a layer without them or before its "
                   "first step");
-      const int64_t B = k_.size(0), H = k_.size(1), G = job.positions.size(0),
+      const int64_t B = kv_.size(0), H = kv_.size(1), G = job.positions.size(0),
                     n = job.positions.size(1);
       auto gather = [&](const torch::Tensor& x) {
         return x.index_select(2, job.positions.flatten()).view({B, H, G, n, x.size(3)});
@@ -199,16 +199,18 @@ void StaticDecodeLayer::summarize(const std::vector<std::vector<SpanJob>>& jobs)
           return summary_->pool(x.masked_fill(valid.logical_not(), -INFINITY), 3);
         return (x * valid).sum(3) / valid.sum(1).to(x.scalar_type());
       };
-      auto k = gather(k_), v = gather(v_);
+      const auto kv = gather(kv_);
+      const auto k = keys(kv);
       auto key = pool(summary_->phi_key(k));  // [B, H, G, D]
       auto query = job.query_positions.defined() ? q_.index_select(2, job.query_positions)
                                                  : pool(summary_->phi_query(gather(q_)));
       auto scores =
           torch::matmul(query.unsqueeze(3), k.transpose(-2, -1)) * score_scale(k.size(-1));
-      if (job.valid.defined()) scores = scores.masked_fill(job.valid.logical_not().unsqueeze(1), -INFINITY);
+      if (job.valid.defined())
+        scores = scores.masked_fill(job.valid.logical_not().unsqueeze(1), -INFINITY);
       auto local = torch::softmax(scores, -1);  // [B, H, G, 1, n]
-      span_keys_[p].index_copy_(2, job.slots, key);
-      span_values_[p].index_copy_(2, job.slots, torch::matmul(local, v).squeeze(3));
+      auto value = torch::matmul(local, values(kv)).squeeze(3);
+      spans_[p].index_copy_(2, job.slots, torch::cat({key, value}, -1));
     }
 }
 
@@ -225,8 +227,9 @@ torch::Tensor StaticDecodeLayer::step(const torch::Tensor& q,
               ", v ",
               v.sizes());
   const auto dtype = compute_dtype(q);
-  if (!k_.defined()) {
+  if (!kv_.defined()) {
     const int64_t B = q.size(0), H = q.size(1), L = inputs.length();
+    key_dim_ = k.size(2);
     auto zeros = [&](int64_t n, int64_t d) {
       return torch::zeros({B, H, n, d}, q.options().dtype(dtype));
     };
@@ -235,28 +238,24 @@ torch::Tensor StaticDecodeLayer::step(const torch::Tensor& q,
       const int64_t slots = inputs.schedule(p).span_slots();
       spans = spans || slots > 0;
       // Zeros, not garbage: padding reads slot 0 under a -inf bias, and 0 x NaN would not vanish.
-      span_keys_.push_back(zeros(std::max<int64_t>(slots, 1), q.size(2)));
-      span_values_.push_back(zeros(std::max<int64_t>(slots, 1), v.size(2)));
+      spans_.push_back(zeros(std::max<int64_t>(slots, 1), k.size(2) + v.size(2)));
     }
     if (spans) q_ = zeros(L, q.size(2));
-    k_ = zeros(L, k.size(2));
-    v_ = zeros(L, v.size(2));
+    kv_ = zeros(L, k.size(2) + v.size(2));
   }
   const auto& at = inputs.position();
   if (q_.defined()) q_.index_copy_(2, at, q.unsqueeze(2).to(dtype));
-  k_.index_copy_(2, at, k.unsqueeze(2).to(dtype));
-  v_.index_copy_(2, at, v.unsqueeze(2).to(dtype));
+  kv_.index_copy_(2, at, torch::cat({k, v}, -1).unsqueeze(2).to(dtype));
 
   const auto query = q.to(dtype).unsqueeze(-1);  // [B, H, D, 1]
   torch::Tensor out;
   for (size_t p = 0; p < inputs.plans(); ++p) {
-    auto keys = k_.index_select(2, inputs.direct(p)), values = v_.index_select(2, inputs.direct(p));
-    if (inputs.schedule(p).span_width() > 0) {
-      keys = torch::cat({keys, span_keys_[p].index_select(2, inputs.slots(p))}, 2);
-      values = torch::cat({values, span_values_[p].index_select(2, inputs.slots(p))}, 2);
-    }
-    auto scores = torch::matmul(keys, query).squeeze(-1) * score_scale(q.size(-1)) + inputs.bias(p);
-    auto o = torch::matmul(torch::softmax(scores, -1).unsqueeze(2), values).squeeze(2);
+    auto terms = kv_.index_select(2, inputs.direct(p));  // [B, H, n, D + Dv]
+    if (inputs.schedule(p).span_width() > 0)
+      terms = torch::cat({terms, spans_[p].index_select(2, inputs.slots(p))}, 2);
+    auto scores =
+        torch::matmul(keys(terms), query).squeeze(-1) * score_scale(q.size(-1)) + inputs.bias(p);
+    auto o = torch::matmul(torch::softmax(scores, -1).unsqueeze(2), values(terms)).squeeze(2);
     out = out.defined() ? out + o : o;
   }
   if (inputs.plans() > 1) out = out / double(inputs.plans());

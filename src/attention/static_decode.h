@@ -110,9 +110,15 @@ class StaticDecodeLayer {
                      const StaticDecodeInputs& inputs);
 
  private:
+  // Keys and values side by side in one row, [.., D + Dv], so that one gather reads both.
+  torch::Tensor keys(const torch::Tensor& kv) const { return kv.narrow(-1, 0, key_dim_); }
+  torch::Tensor values(const torch::Tensor& kv) const { return kv.narrow(-1, key_dim_, kv.size(-1) - key_dim_); }
+
   const SpanSummary* summary_;
-  torch::Tensor q_, k_, v_;                        // [B, H, L, *] in the compute dtype
-  std::vector<torch::Tensor> span_keys_, span_values_;  // per plan: [B, H, slots, *]
+  int64_t key_dim_ = 0;
+  torch::Tensor q_;                 // [B, H, L, D] in the compute dtype, for the span summaries
+  torch::Tensor kv_;                // [B, H, L, D + Dv]
+  std::vector<torch::Tensor> spans_;  // per plan: [B, H, slots, D + Dv] (pooled key, expectation)
 };
 
 }  // namespace combiner::attention
