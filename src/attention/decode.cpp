@@ -13,17 +13,25 @@ torch::Tensor DecodeCache::rows(const torch::Tensor& x, int64_t rows, int64_t ro
   return x.narrow(2, 0, rows * row_len).view({x.size(0), x.size(1), rows, row_len, x.size(3)});
 }
 
-torch::Tensor DecodeState::step(const torch::Tensor& q,
-                                const torch::Tensor& k,
-                                const torch::Tensor& v) {
+void check_step_inputs(const torch::Tensor& q,
+                       const torch::Tensor& k,
+                       const torch::Tensor& v,
+                       const char* who) {
   TORCH_CHECK(q.dim() == 3 && k.sizes() == q.sizes() && v.dim() == 3 &&
                   v.sizes().slice(0, 2) == q.sizes().slice(0, 2),
-              "decode: expected q, k [B, H, D] and v [B, H, Dv], got q ",
+              who,
+              ": expected q, k [B, H, D] and v [B, H, Dv], got q ",
               q.sizes(),
               ", k ",
               k.sizes(),
               ", v ",
               v.sizes());
+}
+
+torch::Tensor DecodeState::step(const torch::Tensor& q,
+                                const torch::Tensor& k,
+                                const torch::Tensor& v) {
+  check_step_inputs(q, k, v, "decode");
   TORCH_CHECK(cache_.filled < length_, "decode: all ", length_, " positions already taken");
   const auto dtype = compute_dtype(q);
   if (cache_.filled == 0) {

@@ -25,6 +25,12 @@ struct DecodeCache {
   static torch::Tensor rows(const torch::Tensor& x, int64_t rows, int64_t row_len);
 };
 
+// TORCH_CHECKs one position's q, k: [B, H, D] and v: [B, H, Dv]; `who` starts the message.
+void check_step_inputs(const torch::Tensor& q,
+                       const torch::Tensor& k,
+                       const torch::Tensor& v,
+                       const char* who);
+
 class DecodeState {
  public:
   virtual ~DecodeState() = default;

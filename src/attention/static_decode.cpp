@@ -1,5 +1,6 @@
 #include "attention/static_decode.h"
 
+#include "attention/decode.h"
 #include "attention/plan.h"
 #include "attention/span_ops.h"
 #include "attention/summary.h"
@@ -14,11 +15,15 @@ namespace {
 std::tuple<int64_t, int64_t, int64_t, int64_t> key_of(const Span& span) {
   // A plan's span is a run of positions at one stride (a block, a row part, a column prefix), so
   // its ends and its count name it; the query position tells rowmajor's W readings apart.
-  return {span.positions.front(), span.positions.back(), int64_t(span.positions.size()),
+  return {span.positions.front(),
+          span.positions.back(),
+          int64_t(span.positions.size()),
           span.query_position};
 }
 
-torch::Tensor int64_tensor(const std::vector<int64_t>& values, int64_t rows, const torch::Device& d) {
+torch::Tensor int64_tensor(const std::vector<int64_t>& values,
+                           int64_t rows,
+                           const torch::Device& d) {
   auto out = torch::tensor(values, torch::kLong);
   return out.view({rows, int64_t(values.size()) / rows}).to(d);
 }
@@ -49,10 +54,10 @@ DecodeSchedule::DecodeSchedule(const std::string& plan_name,
   }
   // When each is made: at its first reader, or with an earlier batch of the same query kind
   // when it is complete by then and first read within one period of it.
-  const int64_t period = std::max<int64_t>(
-      1, plan_name.find("axial") != std::string::npos ? row_len
-         : plan_name.find("fixed") != std::string::npos ? block
-                                                         : 1);
+  const int64_t period = std::max<int64_t>(1,
+                                           plan_name.find("axial") != std::string::npos   ? row_len
+                                           : plan_name.find("fixed") != std::string::npos ? block
+                                                                                          : 1);
   made_before_.assign(length, {});
   std::map<Key, int64_t> made_at;
   for (int64_t i = 0; i < length; ++i) {
@@ -127,7 +132,8 @@ std::vector<SpanJob> DecodeSchedule::advance(
     job.slots = int64_tensor(slot, 1, device).view({count});
     job.positions = int64_tensor(positions, count, device);
     if (ragged)
-      job.valid = torch::tensor(valid, torch::kLong).to(torch::kBool).view({count, int64_t(n)}).to(device);
+      job.valid =
+          torch::tensor(valid, torch::kLong).to(torch::kBool).view({count, int64_t(n)}).to(device);
     if (at_position) job.query_positions = int64_tensor(queries, 1, device).view({count});
     jobs.push_back(std::move(job));
   }
@@ -168,8 +174,8 @@ std::vector<std::vector<SpanJob>> StaticDecodeInputs::prepare(int64_t i) {
   int64_t at = 1, at_bias = 0;
   std::vector<std::vector<SpanJob>> jobs;
   for (auto& s : schedules_) {
-    jobs.push_back(
-        s.advance(i, ints + at, ints + at + s.direct_width(), bias + at_bias, device_ints_.device()));
+    jobs.push_back(s.advance(
+        i, ints + at, ints + at + s.direct_width(), bias + at_bias, device_ints_.device()));
     at += s.direct_width() + s.span_width();
     at_bias += s.direct_width() + s.span_width();
   }
@@ -218,14 +224,7 @@ torch::Tensor StaticDecodeLayer::step(const torch::Tensor& q,
                                       const torch::Tensor& k,
                                       const torch::Tensor& v,
                                       const StaticDecodeInputs& inputs) {
-  TORCH_CHECK(q.dim() == 3 && k.sizes() == q.sizes() && v.dim() == 3 &&
-                  v.sizes().slice(0, 2) == q.sizes().slice(0, 2),
-              "static decode: expected q, k [B, H, D] and v [B, H, Dv], got q ",
-              q.sizes(),
-              ", k ",
-              k.sizes(),
-              ", v ",
-              v.sizes());
+  check_step_inputs(q, k, v, "static decode");
   const auto dtype = compute_dtype(q);
   if (!kv_.defined()) {
     const int64_t B = q.size(0), H = q.size(1), L = inputs.length();

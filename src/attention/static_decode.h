@@ -62,8 +62,8 @@ class DecodeSchedule {
   int64_t length_, block_, row_len_;
   int64_t direct_width_ = 0, span_width_ = 0, span_slots_ = 0;
   int64_t next_step_ = 0;
-  std::map<Key, int64_t> slot_;                    // every span's slot
-  std::vector<std::vector<Span>> made_before_;     // per step: the spans to summarise first
+  std::map<Key, int64_t> slot_;                 // every span's slot
+  std::vector<std::vector<Span>> made_before_;  // per step: the spans to summarise first
 };
 
 // Every plan of a variant and the device buffers one step reads, shared by a model's layers.
@@ -79,10 +79,10 @@ class StaticDecodeInputs {
   int64_t length() const { return length_; }
   size_t plans() const { return schedules_.size(); }
   const DecodeSchedule& schedule(size_t p) const { return schedules_[p]; }
-  const torch::Tensor& position() const { return position_; }  // [1] int64
+  const torch::Tensor& position() const { return position_; }         // [1] int64
   const torch::Tensor& direct(size_t p) const { return direct_[p]; }  // [direct_width] int64
   const torch::Tensor& slots(size_t p) const { return slots_[p]; }    // [span_width] int64
-  const torch::Tensor& bias(size_t p) const { return bias_[p]; }  // [direct + span width] float
+  const torch::Tensor& bias(size_t p) const { return bias_[p]; }      // [direct + span width] float
 
  private:
   int64_t length_;
@@ -112,12 +112,14 @@ class StaticDecodeLayer {
  private:
   // Keys and values side by side in one row, [.., D + Dv], so that one gather reads both.
   torch::Tensor keys(const torch::Tensor& kv) const { return kv.narrow(-1, 0, key_dim_); }
-  torch::Tensor values(const torch::Tensor& kv) const { return kv.narrow(-1, key_dim_, kv.size(-1) - key_dim_); }
+  torch::Tensor values(const torch::Tensor& kv) const {
+    return kv.narrow(-1, key_dim_, kv.size(-1) - key_dim_);
+  }
 
   const SpanSummary* summary_;
   int64_t key_dim_ = 0;
-  torch::Tensor q_;                 // [B, H, L, D] in the compute dtype, for the span summaries
-  torch::Tensor kv_;                // [B, H, L, D + Dv]
+  torch::Tensor q_;                   // [B, H, L, D] in the compute dtype, for the span summaries
+  torch::Tensor kv_;                  // [B, H, L, D + Dv]
   std::vector<torch::Tensor> spans_;  // per plan: [B, H, slots, D + Dv] (pooled key, expectation)
 };
 

@@ -3,9 +3,9 @@
 // uint8 [N, H, W, C] array as .npy, and prints images/s. Cached decoding by default; --no-cache
 // re-runs the network per subpixel. The model runs on the config's train.device (auto: a GPU when
 // LibTorch sees one); the draws themselves are on the CPU either way.
+#include <fmt/format.h>
 #include <spdlog/spdlog.h>
 #include <CLI/CLI.hpp>
-#include <fmt/format.h>
 
 #include <chrono>
 #include <cstdio>
@@ -107,14 +107,15 @@ int main(int argc, char** argv) {
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     cb::util::write_image_grid(out, cb::sample::for_display(images, model->options().vocab), scale);
     if (!npy.empty()) cb::util::save_npy(npy, images);
-    spdlog::info("{} images of L = {} in {:.2f}s ({}, {} weights, {}): {:.3f} images/s",
-                 options.count,
-                 model->options().length(),
-                 seconds,
-                 options.cache ? "cached, " + decoder_used.substr(0, decoder_used.find(',')) : "uncached",
-                 loaded.weights,
-                 device.str(),
-                 double(options.count) / seconds);
+    spdlog::info(
+        "{} images of L = {} in {:.2f}s ({}, {} weights, {}): {:.3f} images/s",
+        options.count,
+        model->options().length(),
+        seconds,
+        options.cache ? "cached, " + decoder_used.substr(0, decoder_used.find(',')) : "uncached",
+        loaded.weights,
+        device.str(),
+        double(options.count) / seconds);
     std::printf("samples: %s\n", out.c_str());
     return 0;
   });

@@ -20,7 +20,8 @@ StaticDecoder::StaticDecoder(ImageTransformer model, int64_t batch, bool capture
     layers_.emplace_back(block->as<Block>()->attention().span_summary());
   const auto device = device_of(model_);
   token_ = torch::zeros({batch, 1}, torch::dtype(torch::kLong).device(device));
-  logits_ = torch::zeros({batch, model_->options().vocab}, torch::dtype(torch::kFloat).device(device));
+  logits_ =
+      torch::zeros({batch, model_->options().vocab}, torch::dtype(torch::kFloat).device(device));
 }
 
 StaticDecoder::~StaticDecoder() = default;

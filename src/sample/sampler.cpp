@@ -61,10 +61,10 @@ void sample_with_cache(model::ImageTransformer& model,
   model::StaticDecoder decoder(model, x.size(0), /*capture=*/true);
   sample_cached(decoder, model, x, options.temperature, generator, [&](int64_t i) {
     if (i == std::min<int64_t>(1, x.size(1) - 1) && options.on_decoder)  // captured at step 1
-      options.on_decoder(decoder.captured()               ? "static, captured as a CUDA graph"
-                         : decoder.capture_error().empty() ? "static"
-                                                           : "static, op by op (" +
-                                                                 decoder.capture_error() + ")");
+      options.on_decoder(decoder.captured() ? "static, captured as a CUDA graph"
+                         : decoder.capture_error().empty()
+                             ? "static"
+                             : "static, op by op (" + decoder.capture_error() + ")");
     step_done(i);
   });
 }

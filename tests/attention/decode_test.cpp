@@ -1,9 +1,11 @@
-// Incremental decoding (attention/decode.h) against forward(): for every variant x abstraction x
-// layout, feeding positions one at a time gives forward()'s output at every position.
+// Incremental decoding against forward(): for every variant x abstraction x layout, feeding
+// positions one at a time gives forward()'s output at every position, with the per-variant
+// decoders (attention/decode.h) and with the one of fixed shapes (attention/static_decode.h).
 #include <gtest/gtest.h>
 
 #include "attention/attention.h"
 #include "attention/decode.h"
+#include "attention/static_decode.h"
 #include "attention_cases.h"
 
 namespace combiner::attention {
@@ -22,6 +24,17 @@ torch::Tensor decode_all(AttentionImpl& module, const testing::Inputs& in) {
   return torch::stack(outputs, 2);
 }
 
+torch::Tensor static_decode_all(AttentionImpl& module, const Case& c, const testing::Inputs& in) {
+  StaticDecodeInputs inputs(c.options(), c.length, torch::kCPU);
+  StaticDecodeLayer layer(module.span_summary());
+  std::vector<torch::Tensor> outputs;
+  for (int64_t i = 0; i < c.length; ++i) {
+    layer.summarize(inputs.prepare(i));
+    outputs.push_back(layer.step(in.q.select(2, i), in.k.select(2, i), in.v.select(2, i), inputs));
+  }
+  return torch::stack(outputs, 2);
+}
+
 TEST_P(DecodeTest, StepsEqualForward) {
   const Case& c = GetParam();
   torch::manual_seed(7);  // DeepSets maps
@@ -30,9 +43,10 @@ TEST_P(DecodeTest, StepsEqualForward) {
   in.q = in.q * 3;  // peaked attention, so a misplaced term shows
   torch::NoGradGuard no_grad;
   auto expected = module->forward(in.q, in.k, in.v);
-  auto decoded = decode_all(*module, in);
-  ASSERT_EQ(decoded.sizes(), expected.sizes());
-  EXPECT_LT((decoded - expected).abs().max().item<double>(), 1e-5);
+  for (const auto& decoded : {decode_all(*module, in), static_decode_all(*module, c, in)}) {
+    ASSERT_EQ(decoded.sizes(), expected.sizes());
+    EXPECT_LT((decoded - expected).abs().max().item<double>(), 1e-5);
+  }
 }
 
 TEST_P(DecodeTest, RefusesAStepPastTheEnd) {

@@ -112,7 +112,7 @@ TEST_F(Cli, CachedAndUncachedSamplingAgree) {
                         "--checkpoint " + checkpoint_ + " --num 2 --seed 3 --out " +
                             dir_->file("g.png") + " --npy " + npy + flag);
     ASSERT_EQ(r.status, 0) << r.output;
-    const std::string path = flag.empty()             ? "(cached, dynamic"
+    const std::string path = flag.empty()            ? "(cached, dynamic"
                              : flag == " --no-cache" ? "(uncached"
                                                      : "(cached, static";
     EXPECT_NE(r.output.find(path), std::string::npos) << r.output;
