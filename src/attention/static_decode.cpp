@@ -1,5 +1,6 @@
 #include "attention/static_decode.h"
 
+#include "attention/attention.h"
 #include "attention/decode.h"
 #include "attention/plan.h"
 #include "attention/span_ops.h"
@@ -34,9 +35,9 @@ DecodeSchedule::DecodeSchedule(const std::string& plan_name,
                                int64_t block,
                                int64_t row_len)
     : plan_name_(plan_name), length_(length), block_(block), row_len_(row_len) {
-  // Each span's readers: the first and last step, and the span itself.
+  // Each span's last reader, and the span itself.
   struct Reads {
-    int64_t first = 0, last = 0;
+    int64_t last = 0;
     Span span;
   };
   std::map<Key, Reads> reads;
@@ -47,17 +48,14 @@ DecodeSchedule::DecodeSchedule(const std::string& plan_name,
     span_width_ = std::max(span_width_, int64_t(plan.spans.size()));
     for (const auto& span : plan.spans) {
       const auto key = key_of(span);
-      auto [at, fresh] = reads.try_emplace(key, Reads{i, i, span});
+      auto [at, fresh] = reads.try_emplace(key, Reads{i, span});
       at->second.last = i;
       if (fresh) first_read[i].push_back(key);
     }
   }
   // When each is made: at its first reader, or with an earlier batch of the same query kind
   // when it is complete by then and first read within one period of it.
-  const int64_t period = std::max<int64_t>(1,
-                                           plan_name.find("axial") != std::string::npos   ? row_len
-                                           : plan_name.find("fixed") != std::string::npos ? block
-                                                                                          : 1);
+  const int64_t period = uses_row_len(plan_name) ? row_len : uses_block(plan_name) ? block : 1;
   made_before_.assign(length, {});
   std::map<Key, int64_t> made_at;
   for (int64_t i = 0; i < length; ++i) {
