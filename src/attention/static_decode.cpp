@@ -189,33 +189,46 @@ void StaticDecodeLayer::summarize(const std::vector<std::vector<SpanJob>>& jobs)
       TORCH_CHECK(summary_ != nullptr && kv_.defined(),
                   "static decode: span summaries asked of a layer without them or before its "
                   "first step");
-      const int64_t B = kv_.size(0), H = kv_.size(1), G = job.positions.size(0),
-                    n = job.positions.size(1);
-      auto gather = [&](const torch::Tensor& x) {
-        return x.index_select(2, job.positions.flatten()).view({B, H, G, n, x.size(3)});
-      };
-      // Pools over each span's own positions: padding out of the max, or out of the mean's sum
-      // and count.
-      const auto valid = job.valid.defined() ? job.valid.unsqueeze(-1) : torch::Tensor();
-      auto pool = [&](const torch::Tensor& x) {
-        if (!valid.defined()) return summary_->pool(x, 3);
-        if (summary_->is_max())
-          return summary_->pool(x.masked_fill(valid.logical_not(), -INFINITY), 3);
-        return (x * valid).sum(3) / valid.sum(1).to(x.scalar_type());
-      };
-      const auto kv = gather(kv_);
-      const auto k = keys(kv);
-      auto key = pool(summary_->phi_key(k));  // [B, H, G, D]
-      auto query = job.query_positions.defined() ? q_.index_select(2, job.query_positions)
-                                                 : pool(summary_->phi_query(gather(q_)));
-      auto scores =
-          torch::matmul(query.unsqueeze(3), k.transpose(-2, -1)) * score_scale(k.size(-1));
-      if (job.valid.defined())
-        scores = scores.masked_fill(job.valid.logical_not().unsqueeze(1), -INFINITY);
-      auto local = torch::softmax(scores, -1);  // [B, H, G, 1, n]
-      auto value = torch::matmul(local, values(kv)).squeeze(3);
-      spans_[p].index_copy_(2, job.slots, torch::cat({key, value}, -1));
+      const int64_t G = job.positions.size(0), n = job.positions.size(1);
+      const int64_t row_bytes =
+          kv_.size(0) * kv_.size(1) * (kv_.size(3) + q_.size(3)) * int64_t(kv_.element_size());
+      const int64_t per_call = std::max<int64_t>(1, gather_bytes_ / (row_bytes * n));
+      for (int64_t g0 = 0; g0 < G; g0 += per_call) {
+        const int64_t count = std::min(per_call, G - g0);
+        auto part = [&](const torch::Tensor& x) {
+          return x.defined() ? x.narrow(0, g0, count) : x;
+        };
+        summarize(
+            p, {part(job.slots), part(job.positions), part(job.valid), part(job.query_positions)});
+      }
     }
+}
+
+void StaticDecodeLayer::summarize(size_t p, const SpanJob& job) {
+  const int64_t B = kv_.size(0), H = kv_.size(1), G = job.positions.size(0),
+                n = job.positions.size(1);
+  auto gather = [&](const torch::Tensor& x) {
+    return x.index_select(2, job.positions.flatten()).view({B, H, G, n, x.size(3)});
+  };
+  // Pools over each span's own positions: padding out of the max, or out of the mean's sum
+  // and count.
+  const auto valid = job.valid.defined() ? job.valid.unsqueeze(-1) : torch::Tensor();
+  auto pool = [&](const torch::Tensor& x) {
+    if (!valid.defined()) return summary_->pool(x, 3);
+    if (summary_->is_max()) return summary_->pool(x.masked_fill(valid.logical_not(), -INFINITY), 3);
+    return (x * valid).sum(3) / valid.sum(1).to(x.scalar_type());
+  };
+  const auto kv = gather(kv_);
+  const auto k = keys(kv);
+  auto key = pool(summary_->phi_key(k));  // [B, H, G, D]
+  auto query = job.query_positions.defined() ? q_.index_select(2, job.query_positions)
+                                             : pool(summary_->phi_query(gather(q_)));
+  auto scores = torch::matmul(query.unsqueeze(3), k.transpose(-2, -1)) * score_scale(k.size(-1));
+  if (job.valid.defined())
+    scores = scores.masked_fill(job.valid.logical_not().unsqueeze(1), -INFINITY);
+  auto local = torch::softmax(scores, -1);  // [B, H, G, 1, n]
+  auto value = torch::matmul(local, values(kv)).squeeze(3);
+  spans_[p].index_copy_(2, job.slots, torch::cat({key, value}, -1));
 }
 
 torch::Tensor StaticDecodeLayer::step(const torch::Tensor& q,

@@ -97,7 +97,11 @@ class StaticDecodeInputs {
 // spans) and must outlive this.
 class StaticDecodeLayer {
  public:
-  explicit StaticDecodeLayer(const SpanSummary* summary) : summary_(summary) {}
+  // A job's spans are gathered a few at a time, each call's copy of their q, k, v held under
+  // `gather_bytes` (at least one span per call): horizontal's 2W row parts padded to W
+  // positions would otherwise copy O(W^2) rows at once.
+  explicit StaticDecodeLayer(const SpanSummary* summary, int64_t gather_bytes = int64_t(256) << 20)
+      : summary_(summary), gather_bytes_(gather_bytes) {}
 
   // Makes the summaries prepare() asked for, from what the cache holds (eager work).
   void summarize(const std::vector<std::vector<SpanJob>>& jobs);
@@ -116,7 +120,10 @@ class StaticDecodeLayer {
     return kv.narrow(-1, key_dim_, kv.size(-1) - key_dim_);
   }
 
+  void summarize(size_t plan, const SpanJob& job);
+
   const SpanSummary* summary_;
+  int64_t gather_bytes_;
   int64_t key_dim_ = 0;
   torch::Tensor q_;                   // [B, H, L, D] in the compute dtype, for the span summaries
   torch::Tensor kv_;                  // [B, H, L, D + Dv]

@@ -24,9 +24,13 @@ torch::Tensor decode_all(AttentionImpl& module, const testing::Inputs& in) {
   return torch::stack(outputs, 2);
 }
 
-torch::Tensor static_decode_all(AttentionImpl& module, const Case& c, const testing::Inputs& in) {
+// gather_bytes 1: each span summarised in a call of its own.
+torch::Tensor static_decode_all(AttentionImpl& module,
+                                const Case& c,
+                                const testing::Inputs& in,
+                                int64_t gather_bytes = int64_t(256) << 20) {
   StaticDecodeInputs inputs(c.options(), c.length, torch::kCPU);
-  StaticDecodeLayer layer(module.span_summary());
+  StaticDecodeLayer layer(module.span_summary(), gather_bytes);
   std::vector<torch::Tensor> outputs;
   for (int64_t i = 0; i < c.length; ++i) {
     layer.summarize(inputs.prepare(i));
@@ -43,7 +47,9 @@ TEST_P(DecodeTest, StepsEqualForward) {
   in.q = in.q * 3;  // peaked attention, so a misplaced term shows
   torch::NoGradGuard no_grad;
   auto expected = module->forward(in.q, in.k, in.v);
-  for (const auto& decoded : {decode_all(*module, in), static_decode_all(*module, c, in)}) {
+  for (const auto& decoded : {decode_all(*module, in),
+                              static_decode_all(*module, c, in),
+                              static_decode_all(*module, c, in, /*gather_bytes=*/1)}) {
     ASSERT_EQ(decoded.sizes(), expected.sizes());
     EXPECT_LT((decoded - expected).abs().max().item<double>(), 1e-5);
   }
