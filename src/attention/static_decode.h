@@ -8,9 +8,9 @@
 //
 // A span's summary (pooled key, local expectation) is made once, eagerly and outside the
 // captured step, before the first step that reads it; its slot is reused once the last step
-// reading it is done. Spans first read at the same step with the same length are summarised in
-// one batched call (a row's W column spans, say). So per step the host writes a few hundred
-// integers, and the summaries cost what the per-variant decoders' do.
+// reading it is done. The spans of a row or block are summarised in one batched call (a row's W
+// column spans, say; DecodeSchedule). So per step the host writes a few hundred integers, and
+// the summaries come once per row or block, as the per-variant decoders' do.
 #pragma once
 
 #include <torch/torch.h>
