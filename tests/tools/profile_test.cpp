@@ -39,8 +39,10 @@ TEST(Profile, CountsTheOpsOfTheWorkPerName) {
     std::remove(trace.c_str());
   }
 
-  // Per step: 3 calls over 3 steps is 1.0 a step; no GPU section without kernels.
-  const std::string table = profile_table(rows, 2, 3);
+  // Per step: 3 calls over 3 steps is 1.0 a step; no GPU section without kernels. The table is
+  // made of two rows picked by name, not the two slowest: which op took longest is up to the
+  // machine's load (relu, called first, has been seen to outlast three small mms).
+  const std::string table = profile_table({find("aten::mm"), find("aten::relu")}, 2, 3);
   EXPECT_EQ(table.find("GPU kernels"), std::string::npos);
   EXPECT_NE(table.find("CPU ops"), std::string::npos);
   EXPECT_NE(table.find("     1.0 "), std::string::npos) << table;
