@@ -142,26 +142,26 @@ StaticDecodeInputs::StaticDecodeInputs(const AttentionOptions& options,
                                        int64_t length,
                                        const torch::Device& device)
     : length_(length) {
-  int64_t ints = 1, floats = 0;
+  // The ints: the position, then per plan its direct list and its slots; the biases: per plan,
+  // one per entry of those two lists, so a plan's biases start one before its lists do.
+  int64_t floats = 0;
   for (const auto& name : plan_names(options.type)) {
     schedules_.emplace_back(name, length, options.block, options.row_len);
-    const auto& s = schedules_.back();
-    ints += s.direct_width() + s.span_width();
-    floats += s.direct_width() + s.span_width();
+    floats += schedules_.back().direct_width() + schedules_.back().span_width();
   }
+  const int64_t ints = 1 + floats;
   const auto pinned = torch::TensorOptions().pinned_memory(device.is_cuda());
   host_ints_ = torch::zeros({ints}, pinned.dtype(torch::kLong));
   host_bias_ = torch::zeros({floats}, pinned.dtype(torch::kFloat));
   device_ints_ = torch::zeros({ints}, torch::dtype(torch::kLong).device(device));
   device_bias_ = torch::zeros({floats}, torch::dtype(torch::kFloat).device(device));
   position_ = device_ints_.narrow(0, 0, 1);
-  int64_t at = 1, at_bias = 0;
+  int64_t at = 0;
   for (const auto& s : schedules_) {
-    direct_.push_back(device_ints_.narrow(0, at, s.direct_width()));
-    slots_.push_back(device_ints_.narrow(0, at + s.direct_width(), s.span_width()));
-    bias_.push_back(device_bias_.narrow(0, at_bias, s.direct_width() + s.span_width()));
+    direct_.push_back(device_ints_.narrow(0, 1 + at, s.direct_width()));
+    slots_.push_back(device_ints_.narrow(0, 1 + at + s.direct_width(), s.span_width()));
+    bias_.push_back(device_bias_.narrow(0, at, s.direct_width() + s.span_width()));
     at += s.direct_width() + s.span_width();
-    at_bias += s.direct_width() + s.span_width();
   }
 }
 
@@ -169,13 +169,12 @@ std::vector<std::vector<SpanJob>> StaticDecodeInputs::prepare(int64_t i) {
   auto* ints = host_ints_.data_ptr<int64_t>();
   auto* bias = host_bias_.data_ptr<float>();
   ints[0] = i;
-  int64_t at = 1, at_bias = 0;
+  int64_t at = 0;
   std::vector<std::vector<SpanJob>> jobs;
   for (auto& s : schedules_) {
     jobs.push_back(s.advance(
-        i, ints + at, ints + at + s.direct_width(), bias + at_bias, device_ints_.device()));
+        i, ints + 1 + at, ints + 1 + at + s.direct_width(), bias + at, device_ints_.device()));
     at += s.direct_width() + s.span_width();
-    at_bias += s.direct_width() + s.span_width();
   }
   // Blocking copies: the next step's host writes must not race a copy still queued.
   device_ints_.copy_(host_ints_);

@@ -3,9 +3,9 @@
 // uint8 [N, H, W, C] array as .npy, and prints images/s. Cached decoding by default; --no-cache
 // re-runs the network per subpixel. The model runs on the config's train.device (auto: a GPU when
 // LibTorch sees one); the draws themselves are on the CPU either way.
-#include <fmt/format.h>
 #include <spdlog/spdlog.h>
 #include <CLI/CLI.hpp>
+#include <fmt/format.h>
 
 #include <chrono>
 #include <cstdio>

@@ -154,31 +154,30 @@ torch::Tensor input_tokens(const torch::Tensor& x, int64_t start_token) {
   return torch::cat({start, tokens.narrow(1, 0, x.size(1) - 1)}, 1);
 }
 
-void ImageTransformerImpl::make_position_tables(const torch::Device& device) {
+torch::Tensor ImageTransformerImpl::embed_positions(const torch::Tensor& tokens,
+                                                    const PickPositions& pick) {
   // Position p = (row, column, channel) in raster order with channels innermost.
-  if (rows_.defined() && rows_.device() == device) return;
-  auto p = torch::arange(options_.length(), torch::dtype(torch::kLong).device(device));
-  const auto& img = options_.image;
-  rows_ = p.div(img.width * img.channels, "floor");
-  columns_ = p.div(img.channels, "floor").remainder(img.width);
-  channels_ = p.remainder(img.channels);
-}
-
-torch::Tensor ImageTransformerImpl::embed_at(const torch::Tensor& tokens,
-                                             const torch::Tensor& position) {
-  make_position_tables(tokens.device());
-  auto pos = row_embed_(rows_.index_select(0, position)) +
-             col_embed_(columns_.index_select(0, position)) +
-             channel_embed_(channels_.index_select(0, position));
+  if (!rows_.defined() || rows_.device() != tokens.device()) {
+    auto p = torch::arange(options_.length(), tokens.options().dtype(torch::kLong));
+    const auto& img = options_.image;
+    rows_ = p.div(img.width * img.channels, "floor");
+    columns_ = p.div(img.channels, "floor").remainder(img.width);
+    channels_ = p.remainder(img.channels);
+  }
+  auto pos = row_embed_(pick(rows_)) + col_embed_(pick(columns_)) + channel_embed_(pick(channels_));
   return embed_dropout_(token_embed_(tokens) + pos);
 }
 
 torch::Tensor ImageTransformerImpl::embed(const torch::Tensor& tokens, int64_t first) {
-  make_position_tables(tokens.device());
   const int64_t n = tokens.size(1);
-  auto pos = row_embed_(rows_.narrow(0, first, n)) + col_embed_(columns_.narrow(0, first, n)) +
-             channel_embed_(channels_.narrow(0, first, n));
-  return embed_dropout_(token_embed_(tokens) + pos);
+  return embed_positions(tokens,
+                         [&](const torch::Tensor& table) { return table.narrow(0, first, n); });
+}
+
+torch::Tensor ImageTransformerImpl::embed_at(const torch::Tensor& tokens,
+                                             const torch::Tensor& position) {
+  return embed_positions(
+      tokens, [&](const torch::Tensor& table) { return table.index_select(0, position); });
 }
 
 torch::Tensor ImageTransformerImpl::forward(const torch::Tensor& x) {

@@ -87,7 +87,9 @@ class ImageTransformerImpl : public torch::nn::Module {
   torch::Tensor embed(const torch::Tensor& tokens, int64_t first);
   // The same for tokens [B, 1] at the position held in `position` ([1] int64 on their device).
   torch::Tensor embed_at(const torch::Tensor& tokens, const torch::Tensor& position);
-  void make_position_tables(const torch::Device& device);
+  // Both: the token embedding plus those of the positions `pick` takes from each [L] table.
+  using PickPositions = std::function<torch::Tensor(const torch::Tensor& table)>;
+  torch::Tensor embed_positions(const torch::Tensor& tokens, const PickPositions& pick);
 
   TransformerOptions options_;
   torch::nn::Embedding token_embed_{nullptr}, row_embed_{nullptr}, col_embed_{nullptr},
