@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The one prepared script for a GPU machine (one H100 or H200, pip's CUDA torch, no network):
 # profiles first, then checks, then measures, each stage under `timeout` and all of them inside
-# one time budget, in this order (COMBINER_GPU_STAGES names the ones to run; the build always):
+# one time budget, in this order (COMBINER_GPU_STAGES names the ones to run, in the order it names
+# them, so that the stages most wanted get the budget first; the build always):
 #   build     unpack the Debian packages carried in .cache/gpu-debs (scripts/gpu-deps.sh); use the
 #             binaries carried in .cache/gpu-bin (scripts/gpu-prebuild.sh, built elsewhere against
 #             the same pip torch) when they load here, else build combiner-bench, combiner-train
@@ -43,8 +44,7 @@
 #             decoder (dynamic; static, captured as a CUDA graph: the same images), then of 64
 #             from a fresh 128-layer preset (configs/cifar_axial.yaml) -> OUT/sampling-cuda.csv;
 #   compiled  the peer under torch.compile, both 6 x 512 shapes (appended to gpu-vs-peer.csv);
-#   python    (last: where the others leave it budget, or alone: COMBINER_GPU_STAGES=python) the
-#             combiner_attention package from the wheel carried in .cache/gpu-wheel
+#   python    the combiner_attention package from the wheel carried in .cache/gpu-wheel
 #             (scripts/python-wheel.sh): its CUDA tests (python/tests/test_cuda.py), then
 #             python -m combiner_attention.bench over the attention stage's shapes -> py:<variant>
 #             rows of OUT/attention-vs-flash.csv.
@@ -56,7 +56,8 @@
 # .cache/fashion-mnist (cp -r /usr/share/datasets/fashion-mnist .cache/).
 # Usage: scripts/test-gpu.sh OUT_DIR   (COMBINER_GPU_BUDGET_S: seconds for all stages, default 470;
 #        COMBINER_GPU_VARIANTS: our variants in the attention stage;
-#        COMBINER_GPU_STAGES: comma-separated stage names to run, default all, in the order above)
+#        COMBINER_GPU_STAGES: comma-separated stage names to run in that order, default all, in the
+#        order above)
 set -uo pipefail  # no -e: a failed stage is logged and the next one runs
 cd "$(dirname "$0")/.." || exit 1
 out=${1:?usage: scripts/test-gpu.sh OUT_DIR}
@@ -106,8 +107,6 @@ if [ "$stages" != all ]; then
 fi
 
 left() { echo $((budget - (SECONDS - begin))); }
-# wanted NAME: whether COMBINER_GPU_STAGES asks for that stage.
-wanted() { [ "$stages" = all ] || [[ ",$stages," == *",$1,"* ]]; }
 # run_for MAX_S COMMAND...: COMMAND under timeout min(MAX_S, what is left of the budget).
 run_for() {
   local max=$(($1 * scale)) remaining
@@ -156,6 +155,9 @@ else
   export COMBINER_TARGETS="combiner-bench combiner-train combiner-sample"
   # Binaries built elsewhere against the same pip torch (scripts/gpu-prebuild.sh, carried in
   # .cache/gpu-bin) save the build when they load here; else the build below.
+  for z in .cache/gpu-bin/*.gz; do  # gzipped by scripts/gpu-prebuild.sh
+    [ -e "$z" ] && gunzip -c "$z" >"${z%.gz}" && chmod +x "${z%.gz}"
+  done
   if [ -x .cache/gpu-bin/combiner-bench ]; then
     torch_lib=$(python3 -c 'import os, torch; print(os.path.join(os.path.dirname(torch.__file__), "lib"))')
     cudart=$(dirname "$(find "${torch_lib%/torch/lib}/nvidia" -name 'libcudart.so.13*' 2>/dev/null | head -1)")
@@ -565,8 +567,9 @@ python3 scripts/perf_csv.py header attention >"$out/attention-vs-flash.csv"
 echo "dataset,attention,L,batch,layers,width,heads,parameters,device,precision,threads,steps,ms_per_step,tokens_per_s,gflop_per_step,dense_gflop,attention_gflop,matmul_gflops,mfu,peak_mib" >"$out/train-cuda.csv"
 echo "run,val_bpd,seconds,status" >"$out/fused-vs-libtorch.csv"
 echo "gpu,config,L,images,decoder,seconds,images_per_s,status" >"$out/sampling-cuda.csv"
-for stage in "${all_stages[@]}"; do
-  wanted "$stage" || continue
+order=("${all_stages[@]}")
+[ "$stages" = all ] || read -ra order <<<"${stages//,/ }"
+for stage in "${order[@]}"; do
   section "$stage"
   if [ ! -x "$bench" ] && [[ " profile check attention deep " == *" $stage "* ]]; then
     echo "no $bench; skipped"
