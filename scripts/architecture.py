@@ -28,9 +28,9 @@ def link_graph():
     for name, deps in LINK_RE.findall(text):
         if name == "pch":
             continue
-        name = "attention" if name == "attention_cuda" else name
+        name = name[: -len("_cuda")] if name.endswith("_cuda") else name  # a folder's kernels
         for dep in re.findall(r"\bcombiner_(\w+)", deps):
-            dep = "attention" if dep == "attention_cuda" else dep
+            dep = dep[: -len("_cuda")] if dep.endswith("_cuda") else dep
             if dep != name:
                 graph.setdefault(name, set()).add(dep)
         graph.setdefault(name, set())

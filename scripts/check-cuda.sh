@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # Compile-checks the CUDA side without a GPU (this machine has nvcc but no device):
-#   1. every src/attention/fused/*.cu with nvcc for sm_90, ptxas -v: one line per kernel with its
-#      registers, stack frame and spill bytes (dynamic shared memory is set at launch: the sizes
-#      are in each .cu file's opening comment);
-#   2. the torch glue (src/attention/fused/function.cpp, fused.cpp, pools.cpp, launch.cpp) with
-#      COMBINER_WITH_CUDA_KERNELS against this machine's LibTorch headers and the CUDA headers
-#      (-fsyntax-only), so type errors in the CUDA-only lines show up before anything runs on a
-#      GPU.
+#   1. every src/attention/fused/*.cu and src/ops/*.cu with nvcc for sm_90, ptxas -v: one line
+#      per kernel with its registers, stack frame and spill bytes (dynamic shared memory is set at
+#      launch: the sizes are in each .cu file's opening comment);
+#   2. the torch glue (src/attention/fused/function.cpp, fused.cpp, pools.cpp, launch.cpp with
+#      COMBINER_WITH_CUDA_KERNELS; src/ops/layer_norm.cpp with COMBINER_WITH_CUDA_OPS) against
+#      this machine's LibTorch headers and the CUDA headers (-fsyntax-only), so type errors in the
+#      CUDA-only lines show up before anything runs on a GPU.
 # Exits non-zero on a compile error, a spill or a stack frame. Not part of scripts/test.sh (CI
 # has no nvcc). Usage: scripts/check-cuda.sh [OUT_DIR]   (default: build-check-cuda/)
 set -euo pipefail
@@ -17,7 +17,7 @@ arch=${COMBINER_CHECK_ARCH:-sm_90}
 mkdir -p "$out"
 status=0
 
-for cu in src/attention/fused/*.cu; do
+for cu in src/attention/fused/*.cu src/ops/*.cu; do
   name=$(basename "$cu" .cu)
   if ! "$cuda/bin/nvcc" -arch="$arch" -std=c++17 -O3 -lineinfo -Xptxas -v -Isrc -c "$cu" \
       -o "$out/$name.o" 2>"$out/$name.log"; then
@@ -34,7 +34,8 @@ for cu in src/attention/fused/*.cu; do
                                  print fn, regs, stack, spill }' "$out/$name.log" |
     while read -r fn regs stack spill; do
       pretty=$(echo "$fn" | c++filt | sed -e 's/combiner::attention::fused::cuda_detail:://' \
-        -e 's/(combiner::attention::fused::[A-Za-z]*)//' -e 's/__nv_bfloat16/bf16/')
+        -e 's/combiner::ops::cuda_detail::(anonymous namespace):://' \
+        -e 's/(combiner::\(attention::fused\|ops\)::[A-Za-z]*)//' -e 's/__nv_bfloat16/bf16/')
       flag=""
       if [ "$spill" != 0 ] || [ "$stack" != 0 ]; then flag="  <-- local memory"; fi
       printf '%-34s %-28s %4s registers, %4s B stack, %4s B spilled%s\n' "$name.cu" "$pretty" \
@@ -57,13 +58,15 @@ mkdir -p "$stub"
 [ -f /usr/include/c10/cuda/impl/cuda_cmake_macros.h ] ||
   printf '#pragma once\n#define C10_CUDA_BUILD_SHARED_LIBS\n' >"$stub/cuda_cmake_macros.h"
 for glue in src/attention/fused/function.cpp src/attention/fused/fused.cpp \
-  src/attention/fused/pools.cpp src/attention/fused/launch.cpp; do
-  if g++ -std=c++17 -fsyntax-only -Wall -Wextra -Wno-unused-parameter -DCOMBINER_WITH_CUDA_KERNELS \
+  src/attention/fused/pools.cpp src/attention/fused/launch.cpp src/ops/layer_norm.cpp; do
+  define=COMBINER_WITH_CUDA_KERNELS
+  [[ "$glue" == src/ops/* ]] && define=COMBINER_WITH_CUDA_OPS
+  if g++ -std=c++17 -fsyntax-only -Wall -Wextra -Wno-unused-parameter -D$define \
       -Isrc -I"$torch_inc" -I"$cuda/include" -I"$out/stub" "$glue" 2>"$out/glue.log"; then
-    echo "check-cuda: $glue with COMBINER_WITH_CUDA_KERNELS: ok"
+    echo "check-cuda: $glue with $define: ok"
   else
     grep -E "error" "$out/glue.log" | head -20
-    echo "check-cuda: $glue with COMBINER_WITH_CUDA_KERNELS: FAILED ($out/glue.log)"
+    echo "check-cuda: $glue with $define: FAILED ($out/glue.log)"
     status=1
   fi
 done

@@ -140,8 +140,9 @@ std::vector<Field> build_table() {
          "block math: float32, or bfloat16 autocast (fp32 weights, softmax, logits)")
         .one_of(&precision_names),
     make("train.attention_path", [](auto& c) -> auto& { return c.train.attention_path; },
-         "auto (fused CUDA kernels where they apply), composed (always the LibTorch path) or "
-         "fused (always the fused path; the kernels' slow CPU model on the CPU)")
+         "auto (fused CUDA kernels where they apply: attention and LayerNorm), composed "
+         "(always the LibTorch path) or fused (always the fused path; the kernels' slow CPU "
+         "model on the CPU)")
         .one_of(&attention_path_names),
     make("train.cuda_graph", [](auto& c) -> auto& { return c.train.cuda_graph; },
          "auto (on CUDA, the step captured once as a CUDA graph and replayed, where the run "

@@ -39,12 +39,12 @@ TransformerOptions TransformerOptions::from_config(const config::Config& config)
 
 BlockImpl::BlockImpl(const TransformerOptions& o) : heads_(o.heads) {
   const int64_t W = o.width;
-  ln_attn_ = register_module("ln_attn", torch::nn::LayerNorm(torch::nn::LayerNormOptions({W})));
+  ln_attn_ = register_module("ln_attn", LayerNorm(W));
   qkv_ = register_module("qkv", torch::nn::Linear(W, 3 * W));
   attention_ =
       register_module("attention", attention::make_attention(o.attention, o.length(), W / o.heads));
   attn_out_ = register_module("attn_out", torch::nn::Linear(W, W));
-  ln_mlp_ = register_module("ln_mlp", torch::nn::LayerNorm(torch::nn::LayerNormOptions({W})));
+  ln_mlp_ = register_module("ln_mlp", LayerNorm(W));
   mlp_in_ = register_module("mlp_in", torch::nn::Linear(W, o.mlp_ratio * W));
   mlp_out_ = register_module("mlp_out", torch::nn::Linear(o.mlp_ratio * W, W));
   dropout_ = register_module("dropout", torch::nn::Dropout(o.dropout));
@@ -127,7 +127,7 @@ ImageTransformerImpl::ImageTransformerImpl(const TransformerOptions& o) : option
   embed_dropout_ = register_module("embed_dropout", torch::nn::Dropout(o.dropout));
   blocks_ = register_module("blocks", torch::nn::ModuleList());
   for (int64_t l = 0; l < o.layers; ++l) blocks_->push_back(Block(o));
-  ln_final_ = register_module("ln_final", torch::nn::LayerNorm(torch::nn::LayerNormOptions({W})));
+  ln_final_ = register_module("ln_final", LayerNorm(W));
   head_ = register_module("head", torch::nn::Linear(W, o.vocab));
 
   // GPT-2 initialisation: N(0, 0.02) weights, zero biases, and residual output projections
@@ -205,13 +205,18 @@ torch::Tensor ImageTransformerImpl::forward(const torch::Tensor& x) {
   return linear(head_, ln_final_(h.to(torch::kFloat))).to(torch::kFloat);  // logits from fp32
 }
 
-void set_attention_path(torch::nn::Module& model, const std::string& path) {
-  const auto chosen = path == "composed" ? attention::AttentionImpl::Path::kComposed
-                      : path == "fused"  ? attention::AttentionImpl::Path::kFused
-                                         : attention::AttentionImpl::Path::kAuto;
-  for (const auto& module : model.modules())
-    if (auto* layer = dynamic_cast<attention::AttentionImpl*>(module.get()))
-      layer->set_path(chosen);
+void set_kernel_path(torch::nn::Module& model, const std::string& path) {
+  using Attention = attention::AttentionImpl;
+  const auto chosen = path == "composed" ? Attention::Path::kComposed
+                      : path == "fused"  ? Attention::Path::kFused
+                                         : Attention::Path::kAuto;
+  const auto norm = path == "composed" ? LayerNormImpl::Path::kComposed
+                    : path == "fused"  ? LayerNormImpl::Path::kFused
+                                       : LayerNormImpl::Path::kAuto;
+  for (const auto& module : model.modules()) {
+    if (auto* layer = dynamic_cast<Attention*>(module.get())) layer->set_path(chosen);
+    if (auto* layer = dynamic_cast<LayerNormImpl*>(module.get())) layer->set_path(norm);
+  }
 }
 
 int64_t parameter_count(const torch::nn::Module& module) {

@@ -10,6 +10,7 @@
 #include "attention/attention.h"
 #include "config/config.h"
 #include "data/image_set.h"
+#include "model/layer_norm.h"
 
 namespace combiner::model {
 
@@ -62,7 +63,7 @@ class BlockImpl : public torch::nn::Module {
 
  private:
   int64_t heads_;
-  torch::nn::LayerNorm ln_attn_{nullptr}, ln_mlp_{nullptr};
+  LayerNorm ln_attn_{nullptr}, ln_mlp_{nullptr};
   torch::nn::Linear qkv_{nullptr}, attn_out_{nullptr}, mlp_in_{nullptr}, mlp_out_{nullptr};
   torch::nn::Dropout dropout_{nullptr};
   std::shared_ptr<attention::AttentionImpl> attention_;
@@ -99,7 +100,7 @@ class ImageTransformerImpl : public torch::nn::Module {
   torch::Tensor rows_, columns_, channels_;
   torch::nn::Dropout embed_dropout_{nullptr};
   torch::nn::ModuleList blocks_{nullptr};
-  torch::nn::LayerNorm ln_final_{nullptr};
+  LayerNorm ln_final_{nullptr};
   torch::nn::Linear head_{nullptr};
 };
 TORCH_MODULE(ImageTransformer);
@@ -109,9 +110,10 @@ torch::Tensor input_tokens(const torch::Tensor& x, int64_t start_token = kStartT
 
 int64_t parameter_count(const torch::nn::Module& module);
 
-// train.attention_path on every attention layer of `model`: auto (the fused CUDA kernels where
-// they apply), composed (always the LibTorch composition) or fused (always the fused path; on the
-// CPU the kernels' model: slow, for counting on the CPU the memory a GPU run holds).
-void set_attention_path(torch::nn::Module& model, const std::string& path);
+// train.attention_path on every attention layer and LayerNorm of `model`: auto (the fused CUDA
+// kernels where they apply), composed (always the LibTorch composition) or fused (always the
+// fused path; on the CPU the kernels' model: slow, for counting on the CPU the launches and memory
+// a GPU run has).
+void set_kernel_path(torch::nn::Module& model, const std::string& path);
 
 }  // namespace combiner::model

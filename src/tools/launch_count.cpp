@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "attention/fused/fused.h"
+#include "ops/layer_norm.h"
 
 namespace combiner::tools {
 
@@ -70,6 +71,13 @@ void on_end(const at::RecordFunction& fn, at::ObserverContext*) {
 
 using namespace launch_count_detail;
 
+namespace {
+// Both fused families: the attention kernels and the block's (LayerNorm).
+int64_t fused_launches() {
+  return attention::fused_kernel_launches() + ops::norm_kernel_launches();
+}
+}  // namespace
+
 struct LaunchCounter::State {
   Totals totals;
   at::CallbackHandle handle = 0;
@@ -89,7 +97,7 @@ bool LaunchCounter::launches_work(const std::string& op) {
 LaunchCounter::LaunchCounter() : state_(std::make_unique<State>()) {
   TORCH_CHECK(active == nullptr, "LaunchCounter: one counter at a time");
   active = &state_->totals;
-  state_->fused_start = attention::fused_kernel_launches();
+  state_->fused_start = fused_launches();
   state_->handle = at::addGlobalCallback(
       at::RecordFunctionCallback(&on_start, &on_end).scopes({at::RecordScope::FUNCTION}));
 }
@@ -100,7 +108,7 @@ LaunchCounter::~LaunchCounter() {
 }
 
 int64_t LaunchCounter::fused() const {
-  return attention::fused_kernel_launches() - state_->fused_start;
+  return fused_launches() - state_->fused_start;
 }
 
 int64_t LaunchCounter::launches() const {

@@ -1,9 +1,10 @@
 // How many device operations some work launches, counted on any device: every LibTorch op that
 // does work on its own (a leaf of the ops it nests: aten::matmul holds aten::mm, and only the mm
-// launches) and is not a pure view or allocation, plus the fused attention kernels. On a GPU
-// each such op is one kernel (or copy, or fill) and each fused call the kernels fused/kernel.h
-// says, so the CPU counts what the GPU would launch; the profiler's kernel count on a GPU checks
-// it (combiner-bench attention --count, --profile).
+// launches) and is not a pure view or allocation, plus the fused kernels (attention's and the
+// LayerNorm's). On a GPU each such op is one kernel (or copy, or fill) and each fused call the
+// kernels attention/fused/kernel.h or ops/layer_norm_kernel.h says, so the CPU counts what the
+// GPU would launch; the profiler's kernel count on a GPU checks it (combiner-bench attention
+// --count, --profile).
 #pragma once
 
 #include <cstdint>
@@ -22,7 +23,7 @@ class LaunchCounter {
   LaunchCounter& operator=(const LaunchCounter&) = delete;
 
   int64_t launches() const;  // LibTorch ops that launch + fused kernels, so far
-  int64_t fused() const;     // the fused kernels among them
+  int64_t fused() const;     // the fused kernels among them (attention's and LayerNorm's)
   // The counted LibTorch ops by name (what the glue around the kernels costs).
   std::map<std::string, int64_t> ops() const;
 

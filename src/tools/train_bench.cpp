@@ -173,7 +173,7 @@ TrainBenchResult run_train_bench(const config::Config& config, const TrainBenchO
   model::ImageTransformer model(model::TransformerOptions::from_config(config));
   model->to(device);
   model->train();
-  model::set_attention_path(*model, t.attention_path);
+  model::set_kernel_path(*model, t.attention_path);
   auto optimizer = make_optimizer(model, t);
   const int64_t L = model->options().length();
   const auto& o = model->options();
@@ -243,7 +243,7 @@ TrainBenchResult run_train_bench(const config::Config& config, const TrainBenchO
     const auto top = train_bench_detail::most_called(counter.ops(), 12);
     const std::string kept =
         tensors ? fmt::format("{:.2f} MiB", kept_mib) : std::string("not counted (--memory rss)");
-    std::printf("count of one training step: %lld launches (%lld fused attention kernels): "
+    std::printf("count of one training step: %lld launches (%lld fused kernels): "
                 "forward + backward %lld, clipping + update %lld; kept for backward %s; "
                 "most called: %s\n",
                 static_cast<long long>(counter.launches()),

@@ -159,11 +159,13 @@ void set_up(Run& r) {
   torch::manual_seed(static_cast<uint64_t>(t.seed));
   r.model = model::ImageTransformer(model::TransformerOptions::from_config(r.config));
   r.model->to(r.device);
-  model::set_attention_path(*r.model, t.attention_path);
+  model::set_kernel_path(*r.model, t.attention_path);
   if (t.attention_path == "composed")  // the fused kernels' reference run
-    spdlog::info("train.attention_path composed: every attention layer runs the LibTorch path");
+    spdlog::info("train.attention_path composed: every attention layer and LayerNorm runs the "
+                 "LibTorch path");
   if (t.attention_path == "fused")
-    spdlog::info("train.attention_path fused: every fused variant runs its fused path{}",
+    spdlog::info("train.attention_path fused: every fused variant and LayerNorm runs its fused "
+                 "path{}",
                  r.device.is_cpu() ? " (the kernels' CPU model: slow)" : "");
   r.optimizer = make_optimizer(r.model, t);
   r.loader = std::make_unique<BatchLoader>(r.sets.train, t.seed, r.device);

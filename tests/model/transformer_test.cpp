@@ -32,7 +32,7 @@ void expect_paths_agree(const std::string& variant) {
            {"composed", attention::AttentionImpl::Path::kComposed},
            {"fused", attention::AttentionImpl::Path::kFused},
            {"auto", attention::AttentionImpl::Path::kAuto}}) {
-    set_attention_path(*model, path);
+    set_kernel_path(*model, path);
     int layers = 0;
     for (const auto& module : model->modules())
       if (auto* layer = dynamic_cast<attention::AttentionImpl*>(module.get())) {
@@ -40,14 +40,22 @@ void expect_paths_agree(const std::string& variant) {
         ++layers;
       }
     EXPECT_EQ(layers, 2) << path;
+    int norms = 0;  // two a block and the final one, on the same path
+    for (const auto& module : model->modules())
+      if (auto* norm = dynamic_cast<LayerNormImpl*>(module.get())) {
+        EXPECT_EQ(int(norm->path()), int(expected)) << path;
+        ++norms;
+      }
+    EXPECT_EQ(norms, 5) << path;
     torch::NoGradGuard no_grad;
     logits.push_back(model->forward(x));
   }
   EXPECT_LT((logits[0] - logits[1]).abs().max().item<double>(), 1e-4);
 }
 
-// train.attention_path reaches every attention layer; the fused path (the kernels' CPU model;
-// for `full`, SDPA's CPU kernel where LibTorch has one) gives the composed path's logits.
+// train.attention_path reaches every attention layer and LayerNorm; the fused path (the kernels'
+// CPU models; for `full`, SDPA's CPU kernel where LibTorch has one) gives the composed path's
+// logits.
 TEST(Transformer, AttentionPathReachesEveryLayer) {
   for (const std::string variant : {"combiner-axial-vertical", "full"}) {
     SCOPED_TRACE(variant);

@@ -1,6 +1,9 @@
 // The running max and the segment max of fused/kernel.h (RunningMax, SegmentMax), line for line
 // the CPU model's running_max_*_all and segment_max_*_all (fused/kernel_cpu.cpp): one thread per
-// line, consecutive threads on consecutive inner elements (coalesced), each walking its steps.
+// line, consecutive threads on consecutive inner elements (coalesced), each walking its steps
+// kStepChunk at a time: the chunk's loads are all issued before its first use (the pointers are
+// __restrict__, so a store cannot order the next loads behind it), which keeps kStepChunk loads
+// of a line in flight rather than one, where a step is a round trip to memory.
 // Memory bound: the forward reads x and writes y once, the backward reads x and dy and writes dx
 // once, where LibTorch's cummax path runs a scan with indices, then (backward) a scan again,
 // zeros, a scatter-add, a cast and flips per slice, and a pool of a narrowed view zero-fills and
@@ -31,19 +34,28 @@ __device__ __forceinline__ __nv_bfloat16 store_as<__nv_bfloat16>(float x) {
   return __float2bfloat16(x);
 }
 
+constexpr int kStepChunk = 8;
+
 template <typename T>
 __global__ void __launch_bounds__(128) running_max_forward_kernel(const RunningMax r) {
   const int64_t line = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (line >= running_max_lines(r)) return;
-  const T* x = static_cast<const T*>(r.x);
-  T* y = static_cast<T*>(r.y);
-  const int64_t x0 = running_max_start(r, r.x_at, line), y0 = running_max_start(r, r.y_at, line);
+  const T* __restrict__ x = static_cast<const T*>(r.x) + running_max_start(r, r.x_at, line);
+  T* __restrict__ y = static_cast<T*>(r.y) + running_max_start(r, r.y_at, line);
+  const int64_t xs = r.x_at.step_stride, ys = r.y_at.step_stride;
   float best = 0.f;
-  for (int64_t k = 0; k < r.n; ++k) {
-    const int64_t t = running_max_step(r, k);
-    const float v = load_float(x[x0 + t * r.x_at.step_stride]);
-    if (running_max_takes(k, v, best)) best = v;
-    y[y0 + t * r.y_at.step_stride] = store_as<T>(best);
+  for (int64_t k0 = 0; k0 < r.n; k0 += kStepChunk) {
+    float v[kStepChunk];
+#pragma unroll
+    for (int i = 0; i < kStepChunk; ++i)
+      if (k0 + i < r.n) v[i] = load_float(x[running_max_step(r, k0 + i) * xs]);
+#pragma unroll
+    for (int i = 0; i < kStepChunk; ++i) {
+      const int64_t k = k0 + i;
+      if (k >= r.n) break;
+      if (running_max_takes(k, v[i], best)) best = v[i];
+      y[running_max_step(r, k) * ys] = store_as<T>(best);
+    }
   }
 }
 
@@ -51,30 +63,41 @@ template <typename T>
 __global__ void __launch_bounds__(128) running_max_backward_kernel(const RunningMax r) {
   const int64_t line = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (line >= running_max_lines(r)) return;
-  const T* x = static_cast<const T*>(r.x);
-  const T* dy = static_cast<const T*>(r.dy);
-  T* dx = static_cast<T*>(r.dx);
-  const int64_t x0 = running_max_start(r, r.x_at, line), y0 = running_max_start(r, r.y_at, line);
-  const int64_t d0 = running_max_start(r, r.dx_at, line);
+  const T* __restrict__ x = static_cast<const T*>(r.x) + running_max_start(r, r.x_at, line);
+  const T* __restrict__ dy = static_cast<const T*>(r.dy) + running_max_start(r, r.y_at, line);
+  T* __restrict__ dx = static_cast<T*>(r.dx) + running_max_start(r, r.dx_at, line);
+  const int64_t xs = r.x_at.step_stride, ys = r.y_at.step_stride, ds = r.dx_at.step_stride;
   // Step t's gradient: `sum` stored, or added to what dx holds (this thread owns the line).
   const auto put = [&](int64_t t, float sum) {
-    T& out = dx[d0 + t * r.dx_at.step_stride];
+    T& out = dx[t * ds];
     out = store_as<T>(r.accumulate ? load_float(out) + sum : sum);
   };
   float best = 0.f, sum = 0.f;
   int64_t at = 0;
-  for (int64_t k = 0; k < r.n; ++k) {
-    const int64_t t = running_max_step(r, k);
-    const float v = load_float(x[x0 + t * r.x_at.step_stride]);
-    if (running_max_takes(k, v, best)) {
-      if (k > 0) put(at, sum);
-      best = v;
-      at = t;
-      sum = 0.f;
-    } else if (!r.accumulate) {
-      put(t, 0.f);
+  for (int64_t k0 = 0; k0 < r.n; k0 += kStepChunk) {
+    float v[kStepChunk], g[kStepChunk];
+#pragma unroll
+    for (int i = 0; i < kStepChunk; ++i)
+      if (k0 + i < r.n) {
+        const int64_t t = running_max_step(r, k0 + i);
+        v[i] = load_float(x[t * xs]);
+        g[i] = load_float(dy[t * ys]);
+      }
+#pragma unroll
+    for (int i = 0; i < kStepChunk; ++i) {
+      const int64_t k = k0 + i;
+      if (k >= r.n) break;
+      const int64_t t = running_max_step(r, k);
+      if (running_max_takes(k, v[i], best)) {
+        if (k > 0) put(at, sum);
+        best = v[i];
+        at = t;
+        sum = 0.f;
+      } else if (!r.accumulate) {
+        put(t, 0.f);
+      }
+      sum += g[i];
     }
-    sum += load_float(dy[y0 + t * r.y_at.step_stride]);
   }
   if (r.n > 0) put(at, sum);
 }
@@ -86,11 +109,16 @@ __global__ void __launch_bounds__(128) segment_max_forward_kernel(const SegmentM
   const T* x = static_cast<const T*>(m.x);
   const int64_t d = line % m.dim, g = line / m.dim % m.segments;
   const int64_t bh = line / m.dim / m.segments, b = bh / m.heads, h = bh % m.heads;
-  const T* in = x + b * m.stride[0] + h * m.stride[1] + g * m.len * m.stride[2] + d;
+  const T* __restrict__ in = x + b * m.stride[0] + h * m.stride[1] + g * m.len * m.stride[2] + d;
   float best = 0.f;
-  for (int64_t t = 0; t < m.len; ++t) {
-    const float v = load_float(in[t * m.stride[2]]);
-    if (segment_max_takes(t, v, best)) best = v;
+  for (int64_t t0 = 0; t0 < m.len; t0 += kStepChunk) {
+    float v[kStepChunk];
+#pragma unroll
+    for (int i = 0; i < kStepChunk; ++i)
+      if (t0 + i < m.len) v[i] = load_float(in[(t0 + i) * m.stride[2]]);
+#pragma unroll
+    for (int i = 0; i < kStepChunk; ++i)
+      if (t0 + i < m.len && segment_max_takes(t0 + i, v[i], best)) best = v[i];
   }
   static_cast<T*>(m.y)[line] = store_as<T>(best);
 }
@@ -104,17 +132,22 @@ __global__ void __launch_bounds__(128) segment_max_backward_kernel(const Segment
   const int64_t d = line % m.dim, g = line / m.dim % groups;
   const int64_t bh = line / m.dim / groups, b = bh / m.heads, h = bh % m.heads;
   const int64_t first = g * m.len, count = min(m.len, m.rows - first);
-  const T* in = x + b * m.stride[0] + h * m.stride[1] + first * m.stride[2] + d;
-  T* out = static_cast<T*>(m.dx) + (bh * m.rows + first) * m.dim + d;
+  const T* __restrict__ in = x + b * m.stride[0] + h * m.stride[1] + first * m.stride[2] + d;
+  T* __restrict__ out = static_cast<T*>(m.dx) + (bh * m.rows + first) * m.dim + d;
   int64_t at = -1;
   if (g < m.segments) {
     float best = 0.f;
-    for (int64_t t = 0; t < m.len; ++t) {
-      const float v = load_float(in[t * m.stride[2]]);
-      if (segment_max_takes(t, v, best)) {
-        best = v;
-        at = t;
-      }
+    for (int64_t t0 = 0; t0 < m.len; t0 += kStepChunk) {
+      float v[kStepChunk];
+#pragma unroll
+      for (int i = 0; i < kStepChunk; ++i)
+        if (t0 + i < m.len) v[i] = load_float(in[(t0 + i) * m.stride[2]]);
+#pragma unroll
+      for (int i = 0; i < kStepChunk; ++i)
+        if (t0 + i < m.len && segment_max_takes(t0 + i, v[i], best)) {
+          best = v[i];
+          at = t0 + i;
+        }
     }
   }
   const T zero = store_as<T>(0.f);

@@ -1,0 +1,31 @@
+// The model's LayerNorm: torch::nn::LayerNorm's parameters (weight and bias, the same names in a
+// checkpoint) and function, run by the fused kernels of ops/layer_norm.h where they apply. Under
+// bf16 autocast the fused output is bf16, the dtype the matmul reading it casts to (LibTorch's
+// layer_norm returns float32 there, and the matmul's cast is one more kernel each way).
+#pragma once
+
+#include <torch/torch.h>
+
+namespace combiner::model {
+
+class LayerNormImpl : public torch::nn::Module {
+ public:
+  // kAuto: the fused kernels on CUDA where they apply, LibTorch's layer_norm elsewhere;
+  // kComposed: LibTorch's; kFused: the fused op wherever it applies (on the CPU the kernels'
+  // model). As attention::AttentionImpl::Path.
+  enum class Path { kAuto, kComposed, kFused };
+
+  explicit LayerNormImpl(int64_t width, double eps = 1e-5);
+  torch::Tensor forward(const torch::Tensor& x);
+  void set_path(Path path) { path_ = path; }
+  Path path() const { return path_; }
+
+  torch::Tensor weight, bias;
+
+ private:
+  double eps_;
+  Path path_ = Path::kAuto;
+};
+TORCH_MODULE(LayerNorm);
+
+}  // namespace combiner::model

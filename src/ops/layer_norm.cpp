@@ -1,0 +1,152 @@
+#include "ops/layer_norm.h"
+
+#include <atomic>
+#include <stdexcept>
+
+#include "ops/layer_norm_kernel.h"
+
+#ifdef COMBINER_WITH_CUDA_OPS
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#endif
+
+namespace combiner::ops {
+
+namespace {
+
+using torch::autograd::AutogradContext;
+using torch::autograd::tensor_list;
+
+std::atomic<int64_t> launched{0};
+
+Dtype dtype_of(torch::ScalarType t) {
+  if (t == torch::kBFloat16) return Dtype::kBFloat16;
+  if (t == torch::kFloat) return Dtype::kFloat32;
+  throw std::invalid_argument(std::string("fused layer norm: y and dy must be float32 or bfloat16, got ") +
+                              c10::toString(t));
+}
+
+// The CUDA kernel on `on`'s device and current stream, or the CPU model.
+template <typename Arg>
+void run(const torch::Tensor& on,
+         const Arg& arg,
+         int launches,
+         void (*cpu)(const Arg&),
+         void (*cuda)(const Arg&, void*)) {
+  launched += launches;
+  if (!on.is_cuda()) return cpu(arg);
+#ifdef COMBINER_WITH_CUDA_OPS
+  const c10::cuda::CUDAGuard guard(on.device());
+  cuda(arg, c10::cuda::getCurrentCUDAStream(on.device().index()).stream());
+#else
+  (void)cuda;
+  throw std::invalid_argument("fused layer norm: this build has no CUDA kernels");
+#endif
+}
+
+#ifdef COMBINER_WITH_CUDA_OPS
+constexpr auto kForwardCuda = &norm_forward_cuda;
+constexpr auto kBackwardCuda = &norm_backward_cuda;
+#else
+constexpr void (*kForwardCuda)(const NormForward&, void*) = nullptr;
+constexpr void (*kBackwardCuda)(const NormBackward&, void*) = nullptr;
+#endif
+
+class FusedNorm : public torch::autograd::Function<FusedNorm> {
+ public:
+  static torch::Tensor forward(AutogradContext* ctx,
+                               const torch::Tensor& x_in,
+                               const torch::Tensor& weight,
+                               const torch::Tensor& bias,
+                               double eps,
+                               int64_t out_dtype) {
+    const auto x = x_in.contiguous();
+    const int64_t W = x.size(-1), rows = W > 0 ? x.numel() / W : 0;
+    const auto out = static_cast<torch::ScalarType>(out_dtype);
+    auto y = torch::empty(x.sizes(), x.options().dtype(out));
+    auto mean = torch::empty({rows}, x.options());
+    auto rstd = torch::empty({rows}, x.options());
+    NormForward f;
+    f.rows = rows;
+    f.width = W;
+    f.eps = float(eps);
+    f.x = x.data_ptr<float>();
+    f.weight = weight.data_ptr<float>();
+    f.bias = bias.data_ptr<float>();
+    f.y = y.data_ptr();
+    f.y_dtype = dtype_of(out);
+    f.mean = mean.data_ptr<float>();
+    f.rstd = rstd.data_ptr<float>();
+    run(x, f, kNormForwardLaunches, &norm_forward_cpu, kForwardCuda);
+    ctx->save_for_backward({x, weight, mean, rstd});
+    return y;
+  }
+
+  static tensor_list backward(AutogradContext* ctx, tensor_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    const auto &x = saved[0], &weight = saved[1], &mean = saved[2], &rstd = saved[3];
+    auto dy = grads[0];
+    if (dy.scalar_type() != torch::kBFloat16) dy = dy.to(torch::kFloat);
+    dy = dy.contiguous();
+    const int64_t W = x.size(-1), rows = mean.size(0), parts = norm_parts(rows);
+    auto dx = torch::empty_like(x);
+    auto partial = torch::empty({parts, 2, W}, x.options());
+    auto dweight = torch::empty({W}, x.options());
+    auto dbias = torch::empty({W}, x.options());
+    NormBackward b;
+    b.rows = rows;
+    b.width = W;
+    b.parts = parts;
+    b.x = x.data_ptr<float>();
+    b.weight = weight.data_ptr<float>();
+    b.mean = mean.data_ptr<float>();
+    b.rstd = rstd.data_ptr<float>();
+    b.dy = dy.data_ptr();
+    b.dy_dtype = dtype_of(dy.scalar_type());
+    b.dx = dx.data_ptr<float>();
+    b.partial = partial.data_ptr<float>();
+    b.dweight = dweight.data_ptr<float>();
+    b.dbias = dbias.data_ptr<float>();
+    run(x, b, kNormBackwardLaunches, &norm_backward_cpu, kBackwardCuda);
+    return {dx, dweight, dbias, {}, {}};
+  }
+};
+
+}  // namespace
+
+std::string fused_norm_unsupported(const torch::Tensor& x,
+                                   const torch::Tensor& weight,
+                                   const torch::Tensor& bias) {
+  if (x.dim() < 1) return "x has no dimensions";
+  if (x.scalar_type() != torch::kFloat) return "x is not float32";
+  const int64_t W = x.size(-1);
+  if (!norm_width_supported(W))
+    return "width " + std::to_string(W) + " is not a multiple of 32 up to " +
+           std::to_string(kNormMaxWidth);
+  for (const auto* p : {&weight, &bias})
+    if (!p->defined() || p->scalar_type() != torch::kFloat || p->dim() != 1 ||
+        p->size(0) != W || !p->is_contiguous() || p->device() != x.device())
+      return "weight and bias must be contiguous float32 [" + std::to_string(W) + "] on " +
+             x.device().str();
+#ifndef COMBINER_WITH_CUDA_OPS
+  if (x.is_cuda()) return "this build has no CUDA kernels";
+#endif
+  return "";
+}
+
+torch::Tensor fused_layer_norm(const torch::Tensor& x,
+                               const torch::Tensor& weight,
+                               const torch::Tensor& bias,
+                               double eps,
+                               torch::ScalarType out_dtype) {
+  const auto why = fused_norm_unsupported(x, weight, bias);
+  if (!why.empty()) throw std::invalid_argument("fused layer norm: " + why);
+  dtype_of(out_dtype);
+  return FusedNorm::apply(x, weight, bias, eps, static_cast<int64_t>(out_dtype));
+}
+
+int64_t norm_kernel_launches() {
+  return launched.load();
+}
+
+}  // namespace combiner::ops

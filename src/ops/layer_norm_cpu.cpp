@@ -1,0 +1,115 @@
+// The CPU model of the LayerNorm kernels (ops/layer_norm_kernel.h): each warp's row in plain
+// loops with the kernels' formulas, and the backward's partial sums in the kernels' parts, added
+// in the kernels' order (a part's warps in order; then 32 slices of the parts, then the slices),
+// so that what the tests prove here is what the GPU computes. The order of a row's own sums
+// (the warp's shuffles) is not modelled: float32 sums of at most 1024 terms.
+#include <cmath>
+#include <cstring>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "ops/layer_norm_kernel.h"
+
+namespace combiner::ops {
+
+namespace {
+
+// bfloat16 storage: the high half of a float32, rounded to nearest even (as __float2bfloat16).
+float from_bf16(uint16_t bits) {
+  const uint32_t u = uint32_t(bits) << 16;
+  float f;
+  std::memcpy(&f, &u, sizeof f);
+  return f;
+}
+uint16_t to_bf16(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, sizeof u);
+  if (std::isnan(f)) return uint16_t((u >> 16) | 0x40);
+  u += 0x7fff + ((u >> 16) & 1);
+  return uint16_t(u >> 16);
+}
+
+float load(const void* p, Dtype dtype, int64_t i) {
+  return dtype == Dtype::kBFloat16 ? from_bf16(static_cast<const uint16_t*>(p)[i])
+                                   : static_cast<const float*>(p)[i];
+}
+void store(void* p, Dtype dtype, int64_t i, float v) {
+  if (dtype == Dtype::kBFloat16)
+    static_cast<uint16_t*>(p)[i] = to_bf16(v);
+  else
+    static_cast<float*>(p)[i] = v;
+}
+
+void check_width(int64_t width) {
+  if (!norm_width_supported(width))
+    throw std::invalid_argument("layer norm kernels: width must be a multiple of 32 up to " +
+                                std::to_string(kNormMaxWidth) + ", got " +
+                                std::to_string(width));
+}
+
+}  // namespace
+
+void norm_forward_cpu(const NormForward& f) {
+  check_width(f.width);
+  const int64_t W = f.width;
+  for (int64_t r = 0; r < f.rows; ++r) {
+    const float* x = f.x + r * W;
+    float sum = 0.f;
+    for (int64_t c = 0; c < W; ++c) sum += x[c];
+    const float mean = sum / float(W);
+    float var = 0.f;
+    for (int64_t c = 0; c < W; ++c) var += (x[c] - mean) * (x[c] - mean);
+    const float rstd = 1.f / std::sqrt(var / float(W) + f.eps);
+    for (int64_t c = 0; c < W; ++c)
+      store(f.y, f.y_dtype, r * W + c, (x[c] - mean) * rstd * f.weight[c] + f.bias[c]);
+    f.mean[r] = mean;
+    f.rstd[r] = rstd;
+  }
+}
+
+void norm_backward_cpu(const NormBackward& b) {
+  check_width(b.width);
+  const int64_t W = b.width, P = b.parts;
+  // Each warp's running dweight, dbias (as its lanes hold them), per part and warp.
+  std::vector<float> warp_sums(size_t(P * kNormWarps * 2 * W), 0.f);
+  std::vector<float> g(static_cast<size_t>(W)), xh(static_cast<size_t>(W));
+  for (int64_t r = 0; r < b.rows; ++r) {
+    const float* x = b.x + r * W;
+    const float mean = b.mean[r], rstd = b.rstd[r];
+    float sum_g = 0.f, sum_gx = 0.f;
+    const int64_t part = norm_part_of_row(r, P), warp = r % kNormWarps;
+    float* dw = warp_sums.data() + (part * kNormWarps + warp) * 2 * W;
+    float* db = dw + W;
+    for (int64_t c = 0; c < W; ++c) {
+      const float d = load(b.dy, b.dy_dtype, r * W + c);
+      xh[c] = (x[c] - mean) * rstd;
+      g[c] = d * b.weight[c];
+      sum_g += g[c];
+      sum_gx += g[c] * xh[c];
+      dw[c] += d * xh[c];
+      db[c] += d;
+    }
+    const float a = sum_g * (1.f / float(W)), bx = sum_gx * (1.f / float(W));
+    for (int64_t c = 0; c < W; ++c) b.dx[r * W + c] = rstd * (g[c] - a - xh[c] * bx);
+  }
+  for (int64_t p = 0; p < P; ++p)
+    for (int64_t i = 0; i < 2 * W; ++i) {
+      float s = 0.f;
+      for (int64_t w = 0; w < kNormWarps; ++w)
+        s += warp_sums[size_t((p * kNormWarps + w) * 2 * W + i)];
+      b.partial[p * 2 * W + i] = s;
+    }
+  // As the reducing CTA: 32 slices of the parts (slice y: parts y, y + 32, ...), then the slices.
+  for (int64_t i = 0; i < 2 * W; ++i) {
+    float total = 0.f;
+    for (int64_t y = 0; y < 32; ++y) {
+      float s = 0.f;
+      for (int64_t p = y; p < P; p += 32) s += b.partial[p * 2 * W + i];
+      total += s;
+    }
+    (i < W ? b.dweight[i] : b.dbias[i - W]) = total;
+  }
+}
+
+}  // namespace combiner::ops

@@ -1,0 +1,85 @@
+// LayerNorm over the last dimension in one pass each way, without torch: the forward normalises
+// an fp32 row and writes it in the dtype its reader wants (bf16 for a matmul under autocast, so
+// no cast kernel follows it), with the row's mean and 1/std; the backward reads dy in that dtype
+// and makes dx and, in the same pass, each part's partial sums of dweight and dbias, which a
+// second launch adds up in a fixed order. Two implementations read these descriptors: a CPU model
+// (layer_norm_cpu.cpp: plain loops, the same formulas and the same parts; tests) and the CUDA
+// kernels (layer_norm_kernel.cu, CUDA builds). A warp owns a row: 32 lanes over its columns.
+//
+//   forward:  mean = sum(x) / W, var = sum((x - mean)^2) / W (two passes over the row held in
+//             registers), rstd = 1 / sqrt(var + eps), y = (x - mean) * rstd * weight + bias
+//   backward: xhat = (x - mean) * rstd, g = dy * weight,
+//             dx = rstd * (g - sum(g) / W - xhat * sum(g * xhat) / W),
+//             dweight = sum over rows of dy * xhat, dbias = sum over rows of dy
+#pragma once
+
+#include <cstdint>
+
+#if defined(__CUDACC__)
+#define COMBINER_OPS_HD __host__ __device__ __forceinline__
+#else
+#define COMBINER_OPS_HD inline
+#endif
+
+namespace combiner::ops {
+
+enum class Dtype : int { kFloat32, kBFloat16 };
+
+constexpr int kNormWarps = 4;            // warps (rows in flight) per CTA
+constexpr int64_t kNormMaxWidth = 1024;  // 32 lanes x 32 columns held in registers
+constexpr int64_t kNormMaxParts = 1024;  // backward: CTAs, each one row of partial sums
+
+// The widths the kernels take: a multiple of 32 up to kNormMaxWidth.
+COMBINER_OPS_HD bool norm_width_supported(int64_t width) {
+  return width > 0 && width % 32 == 0 && width <= kNormMaxWidth;
+}
+// Backward parts (CTAs of the first launch): about 8 rows per warp, at most kNormMaxParts. Fixed
+// by the shape alone, so that the sums' order, and so their rounding, is the same on every GPU.
+COMBINER_OPS_HD int64_t norm_parts(int64_t rows) {
+  const int64_t per_part = int64_t(kNormWarps) * 8;
+  const int64_t parts = (rows + per_part - 1) / per_part;
+  return parts < 1 ? 1 : parts > kNormMaxParts ? kNormMaxParts : parts;
+}
+// The part whose CTA takes row r: warp w of part p takes rows w + kNormWarps * p, then every
+// kNormWarps * parts rows after it.
+COMBINER_OPS_HD int64_t norm_part_of_row(int64_t r, int64_t parts) {
+  return r % (int64_t(kNormWarps) * parts) / kNormWarps;
+}
+
+struct NormForward {
+  int64_t rows = 0, width = 0;
+  float eps = 1e-5f;
+  const float* x = nullptr;       // [rows, width] fp32, rows contiguous
+  const float* weight = nullptr;  // [width] fp32
+  const float* bias = nullptr;    // [width] fp32
+  void* y = nullptr;              // [rows, width] in y_dtype
+  Dtype y_dtype = Dtype::kFloat32;
+  float* mean = nullptr;  // [rows]
+  float* rstd = nullptr;  // [rows]
+};
+
+struct NormBackward {
+  int64_t rows = 0, width = 0, parts = 1;
+  const float* x = nullptr;
+  const float* weight = nullptr;
+  const float* mean = nullptr;
+  const float* rstd = nullptr;
+  const void* dy = nullptr;  // [rows, width] in dy_dtype
+  Dtype dy_dtype = Dtype::kFloat32;
+  float* dx = nullptr;       // [rows, width] fp32
+  float* partial = nullptr;  // [parts, 2, width]: each part's dweight, dbias
+  float* dweight = nullptr;  // [width]: partial summed over the parts, part 0 first
+  float* dbias = nullptr;    // [width]
+};
+
+// Kernels each launches on a GPU.
+constexpr int kNormForwardLaunches = 1;
+constexpr int kNormBackwardLaunches = 2;
+
+void norm_forward_cpu(const NormForward& f);
+void norm_backward_cpu(const NormBackward& b);
+// CUDA builds only; `stream` is a cudaStream_t.
+void norm_forward_cuda(const NormForward& f, void* stream);
+void norm_backward_cuda(const NormBackward& b, void* stream);
+
+}  // namespace combiner::ops
