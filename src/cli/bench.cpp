@@ -7,7 +7,8 @@
 //   Both take --profile N: after the measured runs, more of them under LibTorch's profiler and
 //   a table of their N largest GPU kernels and CPU ops (tools/profile.h).
 //   kernel-check: the fused attention kernels (CUDA, or their CPU model on the CPU) against the
-//   LibTorch composition and the float64 dense reference; exits 1 if any case fails.
+//   LibTorch composition and the float64 dense reference, then (every variant asked for) the
+//   fused LayerNorm against LibTorch's in float64; exits 1 if any case fails.
 #include <spdlog/spdlog.h>
 #include <CLI/CLI.hpp>
 
@@ -23,6 +24,7 @@
 #include "config/load.h"
 #include "tools/attention_bench.h"
 #include "tools/kernel_check.h"
+#include "tools/norm_check.h"
 #include "tools/train_bench.h"
 #include "util/atomic_file.h"
 #include "util/cli_main.h"
@@ -188,6 +190,16 @@ int bench_kernel_check(const KernelCheckFlags& f) {
     ++cases;
     failed += r.pass ? 0 : 1;
   }
+  if (f.variants == "all") {  // the block's fused kernels too: LayerNorm
+    std::printf("%s\n", combiner::tools::norm_check_header().c_str());
+    for (const auto& c : combiner::tools::norm_check_cases(f.sizes != "small")) {
+      const auto r = combiner::tools::run_norm_check(c, f.device);
+      std::printf("%s\n", combiner::tools::norm_check_line(c, r).c_str());
+      std::fflush(stdout);
+      ++cases;
+      failed += r.pass ? 0 : 1;
+    }
+  }
   std::printf(
       "kernel-check: %lld of %lld cases pass\n", (long long)(cases - failed), (long long)cases);
   return failed == 0 ? 0 : 1;
@@ -333,8 +345,8 @@ int main(int argc, char** argv) {
     auto* check = app.add_subcommand(
         "kernel-check",
         "the fused attention kernels against the LibTorch composition and the float64 dense "
-        "reference (outputs; q, k, v, DeepSets and summary gradients; odd lengths); exit status "
-        "1 if any case fails");
+        "reference (outputs; q, k, v, DeepSets and summary gradients; odd lengths), and with "
+        "every variant the fused LayerNorm against LibTorch's; exit status 1 if any case fails");
     check->add_option("--device", check_flags.device, "cpu (the kernels' CPU model) or cuda[:N]")
         ->capture_default_str();
     check->add_option("--dims", check_flags.dims, "head dims D (= Dv)")
