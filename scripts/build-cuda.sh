@@ -5,9 +5,9 @@
 # COMBINER_DEPS_PREFIX adds a prefix that holds yaml-cpp, spdlog, fmt, stb, CLI11, libjpeg and
 # libpng when the system lacks them (scripts/gpu-deps.sh --unpack makes one); COMBINER_TARGETS
 # names what ninja builds (default: the seven binaries; `all`: everything configured). LibTorch
-# from 2.12 on needs C++20. The fused attention kernels (src/attention/*.cu) build with nvcc into
-# combiner_attention_cuda, for -DCOMBINER_CUDA_ARCHITECTURES (default 90); scripts/check-cuda.sh
-# compile-checks them without a GPU. TensorBoard event files need protobuf (libprotobuf-dev,
+# from 2.12 on needs C++20. The fused kernels (src/attention/fused/*.cu, src/ops/*.cu) build with
+# nvcc into combiner_attention_cuda and combiner_ops_cuda, for -DCOMBINER_CUDA_ARCHITECTURES
+# (default 90); scripts/check-cuda.sh compile-checks them without a GPU. TensorBoard event files need protobuf (libprotobuf-dev,
 # protobuf-compiler, or a prefix holding them): COMBINER_TENSORBOARD=AUTO builds without them
 # where they are missing, saying so, and runs then warn once that they write no events; pass
 # -DCOMBINER_TENSORBOARD=ON to require them.

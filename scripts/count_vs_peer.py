@@ -32,7 +32,7 @@ SHAPES = {
     "cifar10-128x256": ("configs/cifar_axial.yaml", 256, 2, 2, 0.25,
                         ["full", "combiner-axial-vertical"]),
 }
-COUNT = re.compile(r"count of one training step: \d+ launches(?: \((\d+) fused attention "
+COUNT = re.compile(r"count of one training step: \d+ launches(?: \((\d+) fused "
                    r"kernels\))?: forward \+ backward (\d+), clipping \+ update \d+; kept for "
                    r"backward ([0-9.]+) MiB")
 

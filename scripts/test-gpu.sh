@@ -16,7 +16,8 @@
 #             launches by the CPU's rule beside them (scripts/count_vs_peer.py's count); then
 #             Nsight Compute (ncu, where it runs) over the fused kernels at the two shapes where
 #             they lose to flash: occupancy, throughput against the peaks, warp stalls;
-#   check     combiner-bench kernel-check --device cuda, every case; then a reduced one (--dims 64
+#   check     combiner-bench kernel-check --device cuda, every case (the attention kernels, then
+#             the fused LayerNorm); then a reduced one (--dims 64
 #             --sizes small) under compute-sanitizer --tool memcheck and --tool racecheck with
 #             CUDA_LAUNCH_BLOCKING=1 (one line and on where the tool is missing or refused, as
 #             under gVisor);
