@@ -102,15 +102,13 @@ __global__ void __launch_bounds__(128) running_max_backward_kernel(const Running
   if (r.n > 0) put(at, sum);
 }
 
+// The max of one segment's m.len steps from `in` (m.stride[2] apart) into `best`, and the step
+// that holds it, as segment_max_takes picks them (the first, or the first NaN).
 template <typename T>
-__global__ void __launch_bounds__(128) segment_max_forward_kernel(const SegmentMax m) {
-  const int64_t line = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (line >= segment_max_lines(m, false)) return;
-  const T* x = static_cast<const T*>(m.x);
-  const int64_t d = line % m.dim, g = line / m.dim % m.segments;
-  const int64_t bh = line / m.dim / m.segments, b = bh / m.heads, h = bh % m.heads;
-  const T* __restrict__ in = x + b * m.stride[0] + h * m.stride[1] + g * m.len * m.stride[2] + d;
-  float best = 0.f;
+__device__ __forceinline__ int64_t segment_arg_max(const T* __restrict__ in,
+                                                   const SegmentMax& m,
+                                                   float& best) {
+  int64_t at = -1;
   for (int64_t t0 = 0; t0 < m.len; t0 += kStepChunk) {
     float v[kStepChunk];
 #pragma unroll
@@ -118,8 +116,23 @@ __global__ void __launch_bounds__(128) segment_max_forward_kernel(const SegmentM
       if (t0 + i < m.len) v[i] = load_float(in[(t0 + i) * m.stride[2]]);
 #pragma unroll
     for (int i = 0; i < kStepChunk; ++i)
-      if (t0 + i < m.len && segment_max_takes(t0 + i, v[i], best)) best = v[i];
+      if (t0 + i < m.len && segment_max_takes(t0 + i, v[i], best)) {
+        best = v[i];
+        at = t0 + i;
+      }
   }
+  return at;
+}
+
+template <typename T>
+__global__ void __launch_bounds__(128) segment_max_forward_kernel(const SegmentMax m) {
+  const int64_t line = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (line >= segment_max_lines(m, false)) return;
+  const T* x = static_cast<const T*>(m.x);
+  const int64_t d = line % m.dim, g = line / m.dim % m.segments;
+  const int64_t bh = line / m.dim / m.segments, b = bh / m.heads, h = bh % m.heads;
+  float best = 0.f;
+  segment_arg_max(x + b * m.stride[0] + h * m.stride[1] + g * m.len * m.stride[2] + d, m, best);
   static_cast<T*>(m.y)[line] = store_as<T>(best);
 }
 
@@ -132,24 +145,12 @@ __global__ void __launch_bounds__(128) segment_max_backward_kernel(const Segment
   const int64_t d = line % m.dim, g = line / m.dim % groups;
   const int64_t bh = line / m.dim / groups, b = bh / m.heads, h = bh % m.heads;
   const int64_t first = g * m.len, count = min(m.len, m.rows - first);
-  const T* __restrict__ in = x + b * m.stride[0] + h * m.stride[1] + first * m.stride[2] + d;
   T* __restrict__ out = static_cast<T*>(m.dx) + (bh * m.rows + first) * m.dim + d;
-  int64_t at = -1;
-  if (g < m.segments) {
-    float best = 0.f;
-    for (int64_t t0 = 0; t0 < m.len; t0 += kStepChunk) {
-      float v[kStepChunk];
-#pragma unroll
-      for (int i = 0; i < kStepChunk; ++i)
-        if (t0 + i < m.len) v[i] = load_float(in[(t0 + i) * m.stride[2]]);
-#pragma unroll
-      for (int i = 0; i < kStepChunk; ++i)
-        if (t0 + i < m.len && segment_max_takes(t0 + i, v[i], best)) {
-          best = v[i];
-          at = t0 + i;
-        }
-    }
-  }
+  float best = 0.f;
+  const int64_t at = g < m.segments ? segment_arg_max(x + b * m.stride[0] + h * m.stride[1] +
+                                                          first * m.stride[2] + d,
+                                                      m, best)
+                                    : -1;
   const T zero = store_as<T>(0.f);
   const T grad = at >= 0 ? static_cast<const T*>(m.dy)[(bh * m.segments + g) * m.dim + d] : zero;
   if (m.accumulate) {
