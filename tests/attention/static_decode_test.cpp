@@ -43,10 +43,12 @@ TEST(DecodeScheduleTest, SummarisesEachSpanOnceInFewSlots) {
     EXPECT_EQ(schedule.span_width(), widest_spans);
     EXPECT_EQ(summaries, int64_t(distinct.size()));
     EXPECT_LE(schedule.span_slots(), int64_t(distinct.size()));
-    if (name == "combiner-axial-vertical")  // a row's W column spans die with the row
+    if (name == "combiner-axial-vertical") {  // a row's W column spans die with the row
       EXPECT_EQ(schedule.span_slots(), W);
-    if (name == "combiner-fixed")  // every block is read to the end
+    }
+    if (name == "combiner-fixed") {  // every block is read to the end
       EXPECT_EQ(schedule.span_slots(), int64_t(distinct.size()));
+    }
   }
 }
 
