@@ -1,6 +1,6 @@
 // Activation checkpointing, of whole blocks or of their MLP halves, changes neither the loss nor
 // any gradient (dropout on, so the recomputation must replay the same masks); bf16 autocast stays
-// close to fp32.
+// close to fp32, on the composed and on the fused path.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -33,10 +33,12 @@ struct LossAndGrads {
 
 LossAndGrads run(const TransformerOptions& o,
                  const torch::Tensor& x,
-                 const torch::Device& device = torch::kCPU) {
+                 const torch::Device& device = torch::kCPU,
+                 const std::string& path = "auto") {
   torch::manual_seed(1);  // same weights
   ImageTransformer model(o);
   model->to(device);
+  set_kernel_path(*model, path);
   model->train();
   torch::manual_seed(2);  // same dropout masks (on the CPU's generator or the GPU's)
   auto logits = model->forward(x);
@@ -128,6 +130,26 @@ TEST(Bfloat16, CloseToFloat32AndLogitsStayFloat32) {
   EXPECT_GT(worst, 0.0);  // bf16 math did run
   EXPECT_LT(rms, 0.03 * spread) << "worst " << worst << ", spread " << spread;
   EXPECT_LT(worst, 0.15 * spread) << "rms " << rms << ", spread " << spread;
+}
+
+// One bf16 training step on the fused path (the kernels' CPU models: attention, and LayerNorm
+// writing bf16 for the matmuls) against the composed path in bf16 and in fp32: the loss and every
+// gradient within what bf16 rounding moves them.
+TEST(Bfloat16, FusedStepMatchesTheComposedOne) {
+  const auto x = tokens();
+  const auto fused = run(options(false, true), x, torch::kCPU, "fused");
+  const auto composed = run(options(false, true), x, torch::kCPU, "composed");
+  const auto fp32 = run(options(false, false), x, torch::kCPU, "composed");
+  EXPECT_NEAR(fused.loss, composed.loss, 2e-3 * composed.loss);
+  EXPECT_NEAR(fused.loss, fp32.loss, 5e-3 * fp32.loss);
+  ASSERT_EQ(fused.grads.size(), composed.grads.size());
+  for (size_t i = 0; i < fused.grads.size(); ++i) {
+    const auto& [name, g] = fused.grads[i];
+    const auto& want = fp32.grads[i].second;
+    const double scale = std::max(want.abs().max().item<double>(), 1e-6);
+    EXPECT_LT((g - want).abs().max().item<double>(), 0.1 * scale) << name;
+    EXPECT_LT((composed.grads[i].second - want).abs().max().item<double>(), 0.1 * scale) << name;
+  }
 }
 
 }  // namespace
