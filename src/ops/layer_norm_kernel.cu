@@ -136,8 +136,10 @@ __global__ void __launch_bounds__(1024) norm_reduce_kernel(const NormBackward b)
   const int64_t W2 = 2 * b.width;
   const int64_t i = int64_t(blockIdx.x) * 32 + threadIdx.x;
   float s = 0.f;
-  if (i < W2)
+  if (i < W2) {
+#pragma unroll 8  // loads in flight: at most 1024 parts, 32 per thread
     for (int64_t p = threadIdx.y; p < b.parts; p += 32) s += b.partial[p * W2 + i];
+  }
   slices[threadIdx.y][threadIdx.x] = s;
   __syncthreads();
   if (threadIdx.y != 0 || i >= W2) return;
