@@ -4,39 +4,24 @@
 // so that what the tests prove here is what the GPU computes. The order of a row's own sums
 // (the warp's shuffles) is not modelled: float32 sums of at most 1024 terms.
 #include <cmath>
-#include <cstring>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
 #include "ops/layer_norm_kernel.h"
+#include "util/bfloat16.h"
 
 namespace combiner::ops {
 
 namespace {
 
-// bfloat16 storage: the high half of a float32, rounded to nearest even (as __float2bfloat16).
-float from_bf16(uint16_t bits) {
-  const uint32_t u = uint32_t(bits) << 16;
-  float f;
-  std::memcpy(&f, &u, sizeof f);
-  return f;
-}
-uint16_t to_bf16(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, sizeof u);
-  if (std::isnan(f)) return uint16_t((u >> 16) | 0x40);
-  u += 0x7fff + ((u >> 16) & 1);
-  return uint16_t(u >> 16);
-}
-
 float load(const void* p, Dtype dtype, int64_t i) {
-  return dtype == Dtype::kBFloat16 ? from_bf16(static_cast<const uint16_t*>(p)[i])
+  return dtype == Dtype::kBFloat16 ? util::bf16_to_float(static_cast<const uint16_t*>(p)[i])
                                    : static_cast<const float*>(p)[i];
 }
 void store(void* p, Dtype dtype, int64_t i, float v) {
   if (dtype == Dtype::kBFloat16)
-    static_cast<uint16_t*>(p)[i] = to_bf16(v);
+    static_cast<uint16_t*>(p)[i] = util::float_to_bf16(v);
   else
     static_cast<float*>(p)[i] = v;
 }

@@ -10,11 +10,12 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstring>
 #include <limits>
 #include <string>
 #include <type_traits>
 #include <vector>
+
+#include "util/bfloat16.h"
 
 namespace combiner::attention::fused {
 
@@ -23,35 +24,23 @@ namespace cpu_model {
 constexpr double kLog2e = 1.4426950408889634;
 constexpr double kLn2 = 0.6931471805599453;
 
-// bfloat16 storage: the high half of a float32, rounded to nearest even (as __float2bfloat16).
+// bfloat16 storage (util/bfloat16.h: rounded to nearest even, as __float2bfloat16).
 struct BFloat16 {
   uint16_t bits = 0;
 };
-inline float widen(BFloat16 x) {
-  const uint32_t u = uint32_t(x.bits) << 16;
-  float f;
-  std::memcpy(&f, &u, sizeof f);
-  return f;
-}
 template <typename S, typename T>
 T to_math(S x) {
   if constexpr (std::is_same_v<S, BFloat16>)
-    return T(widen(x));
+    return T(util::bf16_to_float(x.bits));
   else
     return T(x);
 }
 template <typename S, typename T>
 S to_storage(T x) {
-  if constexpr (std::is_same_v<S, BFloat16>) {
-    const float f = float(x);
-    if (std::isnan(f)) return BFloat16{0x7fc0};
-    uint32_t u;
-    std::memcpy(&u, &f, sizeof u);
-    u += 0x7fffu + ((u >> 16) & 1u);
-    return BFloat16{uint16_t(u >> 16)};
-  } else {
+  if constexpr (std::is_same_v<S, BFloat16>)
+    return BFloat16{util::float_to_bf16(float(x))};
+  else
     return S(x);
-  }
 }
 
 // Row `row` of head (b, h) of x as D values of T.
