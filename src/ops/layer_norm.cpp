@@ -22,8 +22,9 @@ std::atomic<int64_t> launched{0};
 Dtype dtype_of(torch::ScalarType t) {
   if (t == torch::kBFloat16) return Dtype::kBFloat16;
   if (t == torch::kFloat) return Dtype::kFloat32;
-  throw std::invalid_argument(std::string("fused layer norm: y and dy must be float32 or bfloat16, got ") +
-                              c10::toString(t));
+  throw std::invalid_argument(
+      std::string("fused layer norm: y and dy must be float32 or bfloat16, got ") +
+      c10::toString(t));
 }
 
 // The CUDA kernel on `on`'s device and current stream, or the CPU model.

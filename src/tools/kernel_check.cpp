@@ -24,9 +24,7 @@ const std::vector<std::string>& fused_variants() {
   return names;
 }
 
-namespace kernel_check_detail {
-
-double error(const torch::Tensor& got, const torch::Tensor& want) {
+double check_error(const torch::Tensor& got, const torch::Tensor& want) {
   if (!got.defined() && !want.defined()) return 0;
   if (!got.defined() || !want.defined()) return INFINITY;
   auto g = got.detach().to(torch::kCPU, torch::kDouble),
@@ -36,6 +34,8 @@ double error(const torch::Tensor& got, const torch::Tensor& want) {
   const double e = (g - w).abs().max().item<double>() / scale;
   return std::isfinite(e) ? e : INFINITY;
 }
+
+namespace kernel_check_detail {
 
 struct Run {
   torch::Tensor out, dq, dk, dv, dparams;
@@ -131,7 +131,7 @@ double joint_error(const KernelCheckCase& c,
   }
   double worst = 0;
   for (size_t i = 0; i < fused_grads.size(); ++i)
-    worst = std::max(worst, error(fused_grads[i], ref_grads[i]));
+    worst = std::max(worst, check_error(fused_grads[i], ref_grads[i]));
   return worst;
 }
 
@@ -231,10 +231,10 @@ KernelCheckResult run_kernel_check(const KernelCheckCase& c, const std::string& 
                        head(kf, torch::kDouble),
                        head(vf, torch::kDouble),
                        head(d_o, torch::kDouble));
-    r.grad_composed = std::max({error(composed.dq, precise.dq),
-                                error(composed.dk, precise.dk),
-                                error(composed.dv, precise.dv),
-                                error(composed.dparams, precise.dparams)});
+    r.grad_composed = std::max({check_error(composed.dq, precise.dq),
+                                check_error(composed.dk, precise.dk),
+                                check_error(composed.dv, precise.dv),
+                                check_error(composed.dparams, precise.dparams)});
     auto fused = run(*module,
                      AttentionImpl::Path::kFused,
                      head(qf, dtype),
@@ -248,12 +248,12 @@ KernelCheckResult run_kernel_check(const KernelCheckCase& c, const std::string& 
     auto a = effective_matrix(o, qf, kf, maps);
     auto ref_out = torch::matmul(a, vf).narrow(2, 0, Lin);
     auto ref_dv = torch::matmul(a.transpose(-2, -1), d_o).narrow(2, 0, Lin);
-    r.out_composed = error(fused.out, composed.out);
-    r.out_reference = error(fused.out, ref_out);
-    r.grad_q = error(fused.dq, precise.dq);
-    r.grad_k = error(fused.dk, precise.dk);
-    r.grad_v = std::max(error(fused.dv, ref_dv), error(fused.dv, precise.dv));
-    r.grad_params = error(fused.dparams, precise.dparams);
+    r.out_composed = check_error(fused.out, composed.out);
+    r.out_reference = check_error(fused.out, ref_out);
+    r.grad_q = check_error(fused.dq, precise.dq);
+    r.grad_k = check_error(fused.dk, precise.dk);
+    r.grad_v = std::max(check_error(fused.dv, ref_dv), check_error(fused.dv, precise.dv));
+    r.grad_params = check_error(fused.dparams, precise.dparams);
     r.grad_summary =
         joint_error(c, head(qf, dtype), head(kf, dtype), head(vf, dtype), head(d_o, dtype));
     r.pass = r.out_composed <= r.tol_out && r.out_reference <= r.tol_out &&

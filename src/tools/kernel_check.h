@@ -28,7 +28,11 @@ struct KernelCheckCase {
   int64_t batch = 2, heads = 2;
 };
 
-// Errors are max |fused - expected| / max(1, max |expected|) over the tensor.
+// A check's error: max |got - want| / max(1, max |want|) over the tensor, in float64 on the CPU
+// (0 when both are undefined or empty, infinity when one is undefined or it is not finite).
+double check_error(const torch::Tensor& got, const torch::Tensor& want);
+
+// Errors are check_error(fused, expected).
 struct KernelCheckResult {
   double out_composed = 0;                    // output vs the LibTorch composition, same dtype
   double out_reference = 0;                   // output vs the float64 dense reference (A v)

@@ -7,20 +7,10 @@
 #include <cstdio>
 
 #include "ops/layer_norm.h"
+#include "tools/kernel_check.h"
 
 namespace combiner::tools {
 
-namespace {
-
-double error(const torch::Tensor& got, const torch::Tensor& want) {
-  const auto g = got.detach().to(torch::kCPU, torch::kDouble);
-  const auto w = want.detach().to(torch::kCPU, torch::kDouble);
-  const double scale = std::max(1.0, w.abs().max().item<double>());
-  const double e = (g - w).abs().max().item<double>() / scale;
-  return std::isfinite(e) ? e : INFINITY;
-}
-
-}  // namespace
 
 std::vector<NormCheckCase> norm_check_cases(bool large) {
   std::vector<NormCheckCase> cases;
@@ -66,10 +56,10 @@ NormCheckResult run_norm_check(const NormCheckCase& c, const std::string& device
     const auto yr = torch::layer_norm(xr, {c.width}, wr, br, 1e-5);
     yr.backward(dy.to(torch::kDouble));
 
-    r.y = error(y, yr);
-    r.dx = error(x.grad(), xr.grad());
-    r.dweight = error(w.grad(), wr.grad());
-    r.dbias = error(b.grad(), br.grad());
+    r.y = attention::check_error(y, yr);
+    r.dx = attention::check_error(x.grad(), xr.grad());
+    r.dweight = attention::check_error(w.grad(), wr.grad());
+    r.dbias = attention::check_error(b.grad(), br.grad());
     r.pass = r.y <= r.tol_y && std::max({r.dx, r.dweight, r.dbias}) <= r.tol_grad;
   } catch (const std::exception& e) {
     r.pass = false;
