@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "attention/decode.h"
+#include "attention/heads.h"
 #include "data/dataset.h"
 #include "model/checkpointing.h"
 #include "model/precision.h"
@@ -56,11 +57,10 @@ torch::Tensor BlockImpl::forward(const torch::Tensor& x) {
 
 torch::Tensor BlockImpl::attention_half(const torch::Tensor& x) {
   const int64_t B = x.size(0), L = x.size(1), W = x.size(2), H = heads_;
-  // [B, L, 3W] -> three [B, H, L, W/H] head tensors. One unbind, not three selects: its
-  // backward stacks the three gradients in one copy, where each select's would zero-fill a
-  // gradient of the whole projection, copy its part in, and the three would be summed.
-  const auto qkv = linear(qkv_, ln_attn_(x)).view({B, L, 3, H, W / H}).permute({2, 0, 3, 1, 4});
-  const auto heads = qkv.unbind(0);
+  // [B, L, 3W] -> three [B, H, L, W/H] views. Backward: the projection's gradient in its own
+  // layout, passed on as the fused attention writes it (q, k and v's gradients side by side per
+  // position), else made in one stack (attention/heads.h).
+  const auto heads = attention::split_heads(linear(qkv_, ln_attn_(x)), H);
   torch::Tensor heads_out;
   {
     AutocastGuard fp32_attention(false, x.device());  // scores and softmax in fp32 (or fp64)

@@ -9,8 +9,10 @@
 #include "attention/fused/checks.h"
 #include "attention/fused/launch.h"
 #include "attention/fused/pool_stage.h"
+#include "attention/heads.h"
 
 #include <algorithm>
+#include <array>
 #include <vector>
 
 namespace combiner::attention {
@@ -107,6 +109,15 @@ fused::Pass make_pass(const FusedPass& fp,
   return p;
 }
 
+// Writes into `buffer` ([B, H, rows, D], the last axis contiguous) in `kind`.
+GradOut grad_out(const torch::Tensor& buffer, GradOut::Kind kind) {
+  GradOut g;
+  g.data = buffer.data_ptr();
+  g.kind = kind;
+  for (int d = 0; d < 3; ++d) g.stride[d] = buffer.stride(d);
+  return g;
+}
+
 // The gradient of one input slot (q, k, v, ks or u) and how each pass writes it. `readers`: the
 // passes whose gradient lands in the slot (for q every pass, for the others the passes reading
 // it as source A) and their geometries; `shared`: whether a pass reads it as source B.
@@ -117,6 +128,9 @@ fused::Pass make_pass(const FusedPass& fp,
 //    it is added: bfloat16 sums a few partial gradients (two or three passes) in bfloat16.
 //  - otherwise (summaries read by every later segment, key rows shared by segments): a zeroed
 //    Acc buffer every reader adds into, converted when returned.
+// `home`, when defined, is where the gradient is returned: a part of the packed gradient of q, k
+// and v when they were the parts of one packed tensor (attention/heads.h). The kernel-dtype
+// buffer is then `home` itself; an Acc one is copied into it at the end.
 struct Grad {
   torch::Tensor buffer;          // the slot's gradient: kernel dtype or Acc
   std::vector<GradOut> by_pass;  // how pass i writes it (kind kNone: not a reader)
@@ -124,26 +138,24 @@ struct Grad {
   GradOut out(size_t pass) const { return by_pass.empty() ? GradOut{} : by_pass[pass]; }
   // As source B (summaries): the zeroed Acc buffer, added into.
   GradOut summary_out() const {
-    GradOut g;
-    if (!buffer.defined()) return g;
-    g.kind = GradOut::kAtomic;
-    g.data = buffer.data_ptr();
-    g.rows = buffer.size(2);
-    return g;
+    return buffer.defined() ? grad_out(buffer, GradOut::kAtomic) : GradOut{};
   }
 };
 
 Grad slot_grad(const torch::Tensor& x,
                const std::vector<std::pair<size_t, fused::Geometry>>& readers,
                size_t passes,
-               bool shared) {
+               bool shared,
+               const torch::Tensor& home = {}) {
   Grad g;
   if (!x.defined() || (readers.empty() && !shared)) return g;
   g.by_pass.assign(passes, GradOut{});
   const int64_t rows = x.size(2);
   bool in_place = !shared && !readers.empty();
   for (const auto& r : readers) in_place = in_place && injective(r.second, rows);
-  if (in_place) {
+  if (in_place && home.defined()) {
+    g.buffer = covers(readers[0].second, rows) ? home : home.zero_();
+  } else if (in_place) {
     g.buffer = covers(readers[0].second, rows)
                    ? torch::empty_like(x, torch::MemoryFormat::Contiguous)
                    : torch::zeros_like(x, torch::MemoryFormat::Contiguous);
@@ -152,9 +164,7 @@ Grad slot_grad(const torch::Tensor& x,
   }
   for (size_t i = 0; i < readers.size(); ++i) {
     GradOut& o = g.by_pass[readers[i].first];
-    o.data = g.buffer.data_ptr();
-    o.rows = rows;
-    o.kind = in_place ? GradOut::kStore : GradOut::kAtomic;
+    o = grad_out(g.buffer, in_place ? GradOut::kStore : GradOut::kAtomic);
     if (in_place && i > 0) {
       o.addend = g.buffer.data_ptr();
       o.addend_in_storage = true;
@@ -253,6 +263,9 @@ class FusedFunction : public torch::autograd::Function<FusedFunction> {
     auto lse = torch::empty({B, H, Lq}, acc);
     forward_stage(passes, q, k, v, ks, u, scale, /*merge=*/true, o, lse);
     ctx->save_for_backward({q, k, v, ks, u, o, lse, qs, lse_u});
+    // q, k and v read in place from one packed projection: their gradients are written into one
+    // packed gradient too, which split_heads' backward then passes on as it is.
+    ctx->saved_data["packed"] = packed_parts(q, k, v).defined();
     ctx->saved_data["plan"] = plan;
     ctx->saved_data["local"] = local_plan;
     ctx->saved_data["pools"] = pool_plan;
@@ -307,8 +320,12 @@ class FusedFunction : public torch::autograd::Function<FusedFunction> {
       k_uses.emplace_back(n + j, local[j].key);
       v_uses.emplace_back(n + j, local[j].value);
     }
-    Grad dq = slot_grad(q, q_uses, total, false), dk = slot_grad(k, k_uses, total, false),
-         dv = slot_grad(v, v_uses, total, false), dks = slot_grad(ks, ks_uses, total, summaries),
+    std::array<torch::Tensor, 3> homes;  // where dq, dk, dv are returned (undefined: anywhere)
+    if (ctx->saved_data["packed"].toBool()) homes = new_packed_parts(q);
+    Grad dq = slot_grad(q, q_uses, total, false, homes[0]),
+         dk = slot_grad(k, k_uses, total, false, homes[1]),
+         dv = slot_grad(v, v_uses, total, false, homes[2]),
+         dks = slot_grad(ks, ks_uses, total, summaries),
          du = slot_grad(u, u_uses, total, summaries), dqs = slot_grad(qs, qs_uses, total, false);
     for (size_t i = 0; i < n; ++i) {
       fused::Backward bw;
@@ -326,7 +343,8 @@ class FusedFunction : public torch::autograd::Function<FusedFunction> {
       torch::Tensor slabs;
       if (bw.dk.kind == GradOut::kAtomic && key.seg_stride == 0 && key.segments > 1) {
         slabs = torch::zeros({B, H, key.segments * key.limit, D}, lse.options());
-        bw.dk = {slabs.data_ptr(), GradOut::kStoreAcc, slabs.size(2), nullptr, key.limit};
+        bw.dk = grad_out(slabs, GradOut::kStoreAcc);
+        bw.dk.segment_rows = key.limit;
       }
       if (passes[i].summaries) {
         bw.dks = dks.summary_out();
@@ -346,10 +364,7 @@ class FusedFunction : public torch::autograd::Function<FusedFunction> {
         dqs.buffer = d_o_u;
         dqs.by_pass.assign(total, GradOut{});
         for (size_t j = 0; j < local.size(); ++j) {
-          GradOut& stored = dqs.by_pass[n + j];
-          stored.kind = GradOut::kStore;
-          stored.data = d_o_u.data_ptr();
-          stored.rows = d_o_u.size(2);
+          dqs.by_pass[n + j] = grad_out(d_o_u, GradOut::kStore);
         }
       }
       const auto& queries = local_q ? q : qs;
@@ -381,9 +396,16 @@ class FusedFunction : public torch::autograd::Function<FusedFunction> {
     auto as = [&](const Grad& g, int64_t type) {
       return g.buffer.defined() ? g.buffer.to(torch::ScalarType(type)) : torch::Tensor();
     };
-    return {as(dq, int64_t(dtype)),
-            as(dk, dtypes[0]),
-            as(dv, dtypes[1]),
+    // A packed part: the buffer itself, or the buffer copied into it (zeros where none).
+    auto at_home = [&](const Grad& g, const torch::Tensor& home, int64_t type) -> torch::Tensor {
+      if (!home.defined()) return as(g, type);
+      if (!g.buffer.defined()) return home.zero_();
+      if (!g.buffer.is_same(home)) home.copy_(g.buffer);
+      return home;
+    };
+    return {at_home(dq, homes[0], int64_t(dtype)),
+            at_home(dk, homes[1], dtypes[0]),
+            at_home(dv, homes[2], dtypes[1]),
             as(dks, dtypes[2]),
             d_u,
             as(dqs, dtypes[4]),

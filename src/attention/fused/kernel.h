@@ -53,8 +53,10 @@ struct Operand {
 };
 
 // "Acc" below is the accumulation type: double for kFloat64, float otherwise.
-// A gradient output: contiguous [B, H, rows, width]. kStore writes the pass dtype (plus
-// `addend`, a tensor of the same shape in Acc, or in the pass dtype when `addend_in_storage`:
+// A gradient output: [B, H, rows, width], row r of (b, h) at element b * stride[0] + h * stride[1]
+// + r * stride[2], the last axis contiguous (a part of a packed [B, L, 3, H, D] gradient of a
+// q, k, v projection, say; the Acc buffers are contiguous). kStore writes the pass dtype (plus
+// `addend`, a tensor of the same layout in Acc, or in the pass dtype when `addend_in_storage`:
 // then it may be `data` itself, a pass adding its part in place, which is safe where the pass
 // writes each row once); kStoreAcc writes Acc; kAtomic adds into Acc data (atomically on the
 // GPU, where CTAs share rows).
@@ -66,7 +68,7 @@ struct GradOut {
   enum Kind : int { kNone, kStore, kStoreAcc, kAtomic };
   void* data = nullptr;
   Kind kind = kNone;
-  int64_t rows = 0;
+  int64_t stride[3] = {0, 0, 0};
   const void* addend = nullptr;
   int64_t segment_rows = 0;
   bool addend_in_storage = false;
@@ -126,6 +128,11 @@ struct Backward {
 // Where row r of (b, h) of a forward's o starts, in elements.
 COMBINER_HD int64_t output_at(const Forward& f, int64_t b, int64_t h, int64_t r) {
   return b * f.o_stride[0] + h * f.o_stride[1] + r * f.o_stride[2];
+}
+
+// Where row r of (b, h) of a gradient output starts, in elements.
+COMBINER_HD int64_t grad_at(const GradOut& out, int64_t b, int64_t h, int64_t r) {
+  return b * out.stride[0] + h * out.stride[1] + r * out.stride[2];
 }
 
 COMBINER_HD int64_t row_of(const Geometry& g, int64_t segment, int64_t t) {
@@ -237,13 +244,15 @@ COMBINER_HD bool running_max_takes(int64_t k, T v, T best) {
 // The max over each whole segment of x (the summaries of combiner-fixed's blocks and of
 // rowmajor's rows, plain max pools): x [B, H, rows, D] (element strides `stride`, D contiguous),
 // y [B, H, segments, D] contiguous, y[g] = max over t < len of x[g * len + t]; ties go to the
-// first, NaN as torch::max (the first NaN). Backward: dx [B, H, rows, D] contiguous, every row
-// written: dy[g] at segment g's arg-max, zero elsewhere, rows past segments * len included (no
-// zero-filled gradient and copy into a slice of it, as the pool of a narrowed view needs). With
-// `accumulate`, dy[g] is added at the arg-max and nothing else is written.
+// first, NaN as torch::max (the first NaN). Backward: dx [B, H, rows, D] (element strides
+// `dx_stride`, D contiguous), every row written: dy[g] at segment g's arg-max, zero elsewhere, rows
+// past segments * len included (no zero-filled gradient and copy into a slice of it, as the pool of
+// a narrowed view needs). With `accumulate`, dy[g] is added at the arg-max and nothing else is
+// written.
 struct SegmentMax {
   int64_t batch = 0, heads = 0, rows = 0, dim = 0, segments = 0, len = 1;
-  int64_t stride[3] = {0, 0, 0};  // x's batch, head and row strides
+  int64_t stride[3] = {0, 0, 0};     // x's batch, head and row strides
+  int64_t dx_stride[3] = {0, 0, 0};  // dx's
   Dtype dtype = Dtype::kFloat32;
   const void* x = nullptr;
   void* y = nullptr;         // forward

@@ -143,7 +143,7 @@ __global__ void __launch_bounds__(kThreads) dq_kernel(const Backward bw) {
   for (int r = 0; r < 2; ++r) {
     const int t = tw + gq + 8 * r;
     if (t >= q_count) continue;
-    const int64_t at_row = ((b * p.heads + h) * bw.dq.rows + row_of(p.query, g, t)) * D + 2 * qq;
+    const int64_t at_row = grad_at(bw.dq, b, h, row_of(p.query, g, t)) + 2 * qq;
 #pragma unroll
     for (int dt = 0; dt < D / 8; ++dt)
       write_grad_pair<T>(bw.dq, at_row + dt * 8, dq[dt][2 * r] * scale, dq[dt][2 * r + 1] * scale);
@@ -157,8 +157,8 @@ __global__ void __launch_bounds__(kThreads, 1) dkv_kernel(const Backward bw) {
   extern __shared__ __align__(16) unsigned char smem[];
   T* ks = reinterpret_cast<T*>(smem);
   T* vs = ks + N * P;
-  T* qs = vs + N * P;                                         // [2][MQ][P]
-  T* dos = qs + 2 * MQ * P;                                   // [2][MQ][P]
+  T* qs = vs + N * P;                                        // [2][MQ][P]
+  T* dos = qs + 2 * MQ * P;                                  // [2][MQ][P]
   float* lses = reinterpret_cast<float*>(dos + 2 * MQ * P);  // [2][MQ], natural log
   float* deltas = lses + 2 * MQ;                             // [2][MQ]
   int* seen = reinterpret_cast<int*>(deltas + 2 * MQ);       // [2][MQ]
@@ -223,7 +223,8 @@ __global__ void __launch_bounds__(kThreads, 1) dkv_kernel(const Backward bw) {
       rows[stage * MQ + i] = valid ? int(row) : -1;
       cp_async4(lses + stage * MQ + i, lse0 + row, valid);
       cp_async4(deltas + stage * MQ + i, delta0 + row, valid);
-      seen[stage * MQ + i] = SUMMARY ? (valid ? int(summary_terms(p, gi)) : 0) : (valid ? int(t) : -1);
+      seen[stage * MQ + i] =
+          SUMMARY ? (valid ? int(summary_terms(p, gi)) : 0) : (valid ? int(t) : -1);
     }
     __syncthreads();  // every thread reads the rows below
     auto rows_of = [&](const T* x0, int64_t stride) {
@@ -296,8 +297,8 @@ __global__ void __launch_bounds__(kThreads, 1) dkv_kernel(const Backward bw) {
     if (j >= key_count) continue;
     const int64_t k_out = key_row(j) + (SUMMARY ? 0 : g * out_k.segment_rows);
     const int64_t v_out = value_row(j) + (SUMMARY ? 0 : g * out_v.segment_rows);
-    const int64_t at_k = ((b * p.heads + h) * out_k.rows + k_out) * D + 2 * qq;
-    const int64_t at_v = ((b * p.heads + h) * out_v.rows + v_out) * D + 2 * qq;
+    const int64_t at_k = grad_at(out_k, b, h, k_out) + 2 * qq;
+    const int64_t at_v = grad_at(out_v, b, h, v_out) + 2 * qq;
 #pragma unroll
     for (int dt = 0; dt < D / 8; ++dt) {
       write_grad_pair<T>(out_k, at_k + dt * 8, dk[dt][2 * r] * scale, dk[dt][2 * r + 1] * scale);

@@ -68,7 +68,7 @@ T dot(const T* a, const T* b, int64_t n) {
 // and kAtomic in Acc = T.
 template <typename S, typename T>
 void write_grad(const GradOut& out, const Pass& p, int64_t b, int64_t h, int64_t row, const T* g) {
-  const int64_t D = p.dim, at = ((b * p.heads + h) * out.rows + row) * D;
+  const int64_t D = p.dim, at = grad_at(out, b, h, row);
   if (out.kind == GradOut::kStore) {
     auto* dst = static_cast<S*>(out.data) + at;
     const auto* add = static_cast<const T*>(out.addend);
@@ -411,7 +411,7 @@ void segment_max_backward_all(const SegmentMax& m) {
     const int64_t bh = line / m.dim / groups, b = bh / m.heads, h = bh % m.heads;
     const int64_t first = g * m.len, count = std::min(m.len, m.rows - first);
     const S* in = x + b * m.stride[0] + h * m.stride[1] + first * m.stride[2] + d;
-    S* out = dx + (bh * m.rows + first) * m.dim + d;
+    S* out = dx + b * m.dx_stride[0] + h * m.dx_stride[1] + first * m.dx_stride[2] + d;
     int64_t at = -1;  // the arg-max; none for the rows past the last whole segment
     if (g < m.segments) {
       T best = 0;
@@ -426,10 +426,12 @@ void segment_max_backward_all(const SegmentMax& m) {
     const S grad = at >= 0 ? dy[(bh * m.segments + g) * m.dim + d] : to_storage<S, T>(T(0));
     if (m.accumulate) {
       if (at >= 0)
-        out[at * m.dim] = to_storage<S, T>(to_math<S, T>(out[at * m.dim]) + to_math<S, T>(grad));
+        out[at * m.dx_stride[2]] =
+            to_storage<S, T>(to_math<S, T>(out[at * m.dx_stride[2]]) + to_math<S, T>(grad));
       continue;
     }
-    for (int64_t t = 0; t < count; ++t) out[t * m.dim] = t == at ? grad : to_storage<S, T>(T(0));
+    for (int64_t t = 0; t < count; ++t)
+      out[t * m.dx_stride[2]] = t == at ? grad : to_storage<S, T>(T(0));
   }
 }
 

@@ -145,19 +145,22 @@ __global__ void __launch_bounds__(128) segment_max_backward_kernel(const Segment
   const int64_t d = line % m.dim, g = line / m.dim % groups;
   const int64_t bh = line / m.dim / groups, b = bh / m.heads, h = bh % m.heads;
   const int64_t first = g * m.len, count = min(m.len, m.rows - first);
-  T* __restrict__ out = static_cast<T*>(m.dx) + (bh * m.rows + first) * m.dim + d;
+  T* __restrict__ out =
+      static_cast<T*>(m.dx) + b * m.dx_stride[0] + h * m.dx_stride[1] + first * m.dx_stride[2] + d;
   float best = 0.f;
-  const int64_t at = g < m.segments ? segment_arg_max(x + b * m.stride[0] + h * m.stride[1] +
-                                                          first * m.stride[2] + d,
-                                                      m, best)
-                                    : -1;
+  const int64_t at =
+      g < m.segments ? segment_arg_max(
+                           x + b * m.stride[0] + h * m.stride[1] + first * m.stride[2] + d, m, best)
+                     : -1;
   const T zero = store_as<T>(0.f);
   const T grad = at >= 0 ? static_cast<const T*>(m.dy)[(bh * m.segments + g) * m.dim + d] : zero;
   if (m.accumulate) {
-    if (at >= 0) out[at * m.dim] = store_as<T>(load_float(out[at * m.dim]) + load_float(grad));
+    if (at >= 0)
+      out[at * m.dx_stride[2]] =
+          store_as<T>(load_float(out[at * m.dx_stride[2]]) + load_float(grad));
     return;
   }
-  for (int64_t t = 0; t < count; ++t) out[t * m.dim] = t == at ? grad : zero;
+  for (int64_t t = 0; t < count; ++t) out[t * m.dx_stride[2]] = t == at ? grad : zero;
 }
 
 template <typename Fn>

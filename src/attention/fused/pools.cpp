@@ -155,6 +155,12 @@ fused::SegmentMax segment_max_of(const torch::Tensor& x, int64_t segments, int64
   return m;
 }
 
+// dx [B, H, rows, D] with D contiguous: a contiguous gradient, or a part of a packed one.
+void set_dx(fused::SegmentMax& m, const torch::Tensor& dx) {
+  m.dx = dx.data_ptr();
+  for (int d = 0; d < 3; ++d) m.dx_stride[d] = dx.stride(d);
+}
+
 class SegmentMaxFunction : public torch::autograd::Function<SegmentMaxFunction> {
  public:
   static torch::Tensor forward(AutogradContext* ctx,
@@ -178,7 +184,7 @@ class SegmentMaxFunction : public torch::autograd::Function<SegmentMaxFunction> 
     const auto dy = grads[0].to(x.scalar_type()).contiguous();
     auto dx = torch::empty(x.sizes(), dy.options());
     m.dy = dy.data_ptr();
-    m.dx = dx.data_ptr();
+    set_dx(m, dx);
     fused_launch::segment_max_backward(x, m);
     return {dx, {}, {}};
   }
@@ -207,7 +213,7 @@ void run_pool(const FusedPool& p,
     }
     const auto d = dy.contiguous();
     m.dy = d.data_ptr();
-    m.dx = dx.data_ptr();
+    set_dx(m, dx);
     m.accumulate = true;
     fused_launch::segment_max_backward(x_in, m);
     return;
@@ -297,11 +303,13 @@ void add_backward(const std::vector<FusedPool>& pools,
                   torch::Tensor& dx) {
   if (!d_slot.defined()) return;
   if (!dx.defined()) dx = torch::zeros_like(x, torch::MemoryFormat::Contiguous);
-  TORCH_CHECK(dx.scalar_type() == x.scalar_type() && dx.is_contiguous(),
-              "fused pools: the gradient they add into must be contiguous ",
+  TORCH_CHECK(dx.scalar_type() == x.scalar_type() && dx.sizes() == x.sizes() && dx.stride(3) == 1,
+              "fused pools: the gradient they add into must be ",
               x.scalar_type(),
-              ", got ",
-              dx.scalar_type());
+              " of x's shape with a contiguous last axis, got ",
+              dx.scalar_type(),
+              " of strides ",
+              dx.strides());
   const auto dy = d_slot.to(x.scalar_type());
   for (const auto& p : pools)
     if (p.query_side == query_side) pools_detail::run_pool(p, x, {}, dy, dx);
