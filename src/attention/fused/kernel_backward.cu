@@ -12,19 +12,20 @@
 #include <cuda_runtime.h>
 
 #include "attention/fused/kernel.h"
+#include "attention/fused/kernel_epilogue.cuh"
 #include "attention/fused/kernel_launch.cuh"
 #include "attention/fused/kernel_tile.cuh"
 
 namespace combiner::attention::fused::cuda_detail {
 
 template <typename T, int D>
-constexpr size_t dq_smem() {
+__host__ __device__ constexpr size_t dq_smem() {
   return size_t(2 * kQueryTile + 4 * kKeyTile) * pitch<T, D>() * sizeof(T) +
          size_t(kWarps) * scratch_floats<T, kKeyTile>() * sizeof(float);
 }
 
 template <typename T, int D>
-constexpr size_t dkv_smem() {
+__host__ __device__ constexpr size_t dkv_smem() {
   constexpr int MQ = backward_query_tile(D);
   return size_t(2 * kKeyTile + 4 * MQ) * pitch<T, D>() * sizeof(T) + 2 * 4 * MQ * sizeof(float) +
          size_t(kWarps) * scratch_floats<T, MQ>() * sizeof(float);
@@ -33,6 +34,7 @@ constexpr size_t dkv_smem() {
 template <typename T, int D>
 __global__ void __launch_bounds__(kThreads) dq_kernel(const Backward bw) {
   constexpr int P = pitch<T, D>(), M = kQueryTile, N = kKeyTile;
+  static_assert(M == kStagedRows && staged_bytes<D>() <= dq_smem<T, D>(), "the epilogue's tile");
   extern __shared__ __align__(16) unsigned char smem[];
   T* qs = reinterpret_cast<T*>(smem);
   T* dos = qs + M * P;
@@ -137,23 +139,22 @@ __global__ void __launch_bounds__(kThreads) dq_kernel(const Backward bw) {
   }
 
   cp_async_wait<0>();
-  if (!warp_active) return;
-  const float scale = float(p.scale);
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    const int t = tw + gq + 8 * r;
-    if (t >= q_count) continue;
-    const int64_t at_row = grad_at(bw.dq, b, h, row_of(p.query, g, t)) + 2 * qq;
-#pragma unroll
-    for (int dt = 0; dt < D / 8; ++dt)
-      write_grad_pair<T>(bw.dq, at_row + dt * 8, dq[dt][2 * r] * scale, dq[dt][2 * r + 1] * scale);
-  }
+  write_gradient<T, D>(reinterpret_cast<float*>(smem),
+                       bw.dq,
+                       dq,
+                       float(p.scale),
+                       warp_active,
+                       [&](int r) -> int64_t {
+                         return t0 + r < q_count ? grad_at(bw.dq, b, h, row_of(p.query, g, t0 + r))
+                                                 : -1;
+                       });
 }
 
 // SUMMARY = false: CTA (segment g, key tile) of source A; true: CTA (summary tile, part).
 template <typename T, int D, bool SUMMARY>
 __global__ void __launch_bounds__(kThreads, 1) dkv_kernel(const Backward bw) {
   constexpr int P = pitch<T, D>(), N = kKeyTile, MQ = backward_query_tile(D);
+  static_assert(N == kStagedRows && staged_bytes<D>() <= dkv_smem<T, D>(), "the epilogue's tile");
   extern __shared__ __align__(16) unsigned char smem[];
   T* ks = reinterpret_cast<T*>(smem);
   T* vs = ks + N * P;
@@ -287,24 +288,19 @@ __global__ void __launch_bounds__(kThreads, 1) dkv_kernel(const Backward bw) {
   }
 
   cp_async_wait<0>();
-  if (!warp_active) return;
   const GradOut& out_k = SUMMARY ? bw.dks : bw.dk;
   const GradOut& out_v = SUMMARY ? bw.du : bw.dv;
-  const float scale = float(p.scale);
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    const int j = jw + gq + 8 * r;
-    if (j >= key_count) continue;
-    const int64_t k_out = key_row(j) + (SUMMARY ? 0 : g * out_k.segment_rows);
-    const int64_t v_out = value_row(j) + (SUMMARY ? 0 : g * out_v.segment_rows);
-    const int64_t at_k = grad_at(out_k, b, h, k_out) + 2 * qq;
-    const int64_t at_v = grad_at(out_v, b, h, v_out) + 2 * qq;
-#pragma unroll
-    for (int dt = 0; dt < D / 8; ++dt) {
-      write_grad_pair<T>(out_k, at_k + dt * 8, dk[dt][2 * r] * scale, dk[dt][2 * r + 1] * scale);
-      write_grad_pair<T>(out_v, at_v + dt * 8, dv[dt][2 * r], dv[dt][2 * r + 1]);
-    }
-  }
+  float* tile = reinterpret_cast<float*>(smem);
+  write_gradient<T, D>(tile, out_k, dk, float(p.scale), warp_active, [&](int c) -> int64_t {
+    const int j = j0 + c;
+    if (j >= key_count) return -1;
+    return grad_at(out_k, b, h, key_row(j) + (SUMMARY ? 0 : g * out_k.segment_rows));
+  });
+  write_gradient<T, D>(tile, out_v, dv, 1.f, warp_active, [&](int c) -> int64_t {
+    const int j = j0 + c;
+    if (j >= key_count) return -1;
+    return grad_at(out_v, b, h, value_row(j) + (SUMMARY ? 0 : g * out_v.segment_rows));
+  });
 }
 
 }  // namespace combiner::attention::fused::cuda_detail

@@ -30,13 +30,14 @@
 #include <type_traits>
 
 #include "attention/fused/kernel.h"
+#include "attention/fused/kernel_epilogue.cuh"
 #include "attention/fused/kernel_launch.cuh"
 #include "attention/fused/kernel_tile.cuh"
 
 namespace combiner::attention::fused::cuda_detail {
 
 template <typename T, int D>
-constexpr size_t forward_smem() {
+__host__ __device__ constexpr size_t forward_smem() {
   return size_t(kQueryTile + 4 * kKeyTile) * pitch<T, D>() * sizeof(T) +
          size_t(kWarps) * scratch_floats<T, kKeyTile>() * sizeof(float);
 }
@@ -44,6 +45,8 @@ constexpr size_t forward_smem() {
 template <typename T, int D>
 __global__ void __launch_bounds__(kThreads) forward_kernel(const Forward f) {
   constexpr int P = pitch<T, D>(), M = kQueryTile, N = kKeyTile;
+  static_assert(M == kStagedRows && staged_bytes<D>() <= forward_smem<T, D>(),
+                "the epilogue's tile");
   extern __shared__ __align__(16) unsigned char smem[];
   T* qs = reinterpret_cast<T*>(smem);
   T* ks = qs + M * P;      // [2][N][P]
@@ -159,47 +162,61 @@ __global__ void __launch_bounds__(kThreads) forward_kernel(const Forward f) {
   }
 
   cp_async_wait<0>();  // no copy in flight when the CTA ends (n_tiles = 0: only Q's)
-  // Epilogue: o / l and lse, or the log-sum-exp merge with what an earlier pass left.
+  // Epilogue: o / l and lse, or the log-sum-exp merge with what an earlier pass left, through
+  // the staged tile (kernel_epilogue.cuh): row r of the tile is query t0 + r.
   l[0] = quad_sum(l[0]);
   l[1] = quad_sum(l[1]);
-  if (!warp_active) return;
   const int64_t base = (b * p.heads + h) * p.query.limit;
-  T* o_out = static_cast<T*>(f.o);
   float* lse = static_cast<float*>(f.lse);
-  float prev2[2] = {0.f, 0.f};
+  float w[2] = {0.f, 0.f};       // o's accumulator rows times: 1 / l, or the merge's new weight
+  float w_prev[2] = {0.f, 0.f};  // the merge's weight of what the row held
+  bool writes[2] = {false, false};
+  if (warp_active) {
+    float prev2[2] = {0.f, 0.f};
 #pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    const int t = tw + gq + 8 * r;
-    if (f.merge && t < q_count) prev2[r] = lse[base + row_of(p.query, g, t)] * kLog2e;
-  }
-  __syncwarp();  // every lane has read lse before a quad's first lane rewrites it
+    for (int r = 0; r < 2; ++r) {
+      const int t = tw + gq + 8 * r;
+      if (f.merge && t < q_count) prev2[r] = lse[base + row_of(p.query, g, t)] * kLog2e;
+    }
+    __syncwarp();  // every lane has read lse before a quad's first lane rewrites it
 #pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    const int t = tw + gq + 8 * r;
-    if (t >= q_count) continue;
-    const int64_t query_row = row_of(p.query, g, t), row = base + query_row;
-    const float lse2 = l[r] > 0.f ? m[r] + log2f(l[r]) : -INFINITY;
-    const float inv = l[r] > 0.f ? 1.f / l[r] : 0.f;
-    T* out = o_out + output_at(f, b, h, query_row) + 2 * qq;
-    if (!f.merge) {
-#pragma unroll
-      for (int dt = 0; dt < D / 8; ++dt)
-        store_pair(out + dt * 8, o[dt][2 * r] * inv, o[dt][2 * r + 1] * inv);
-      if (qq == 0) lse[row] = lse2 * kLn2;
-    } else if (l[r] > 0.f) {  // rows without terms keep the earlier pass's result
-      const float top = fmaxf(prev2[r], lse2);
-      const float total2 = top + log2f(exp2f(prev2[r] - top) + exp2f(lse2 - top));
-      const float w_prev = exp2f(prev2[r] - total2), w_new = exp2f(lse2 - total2) * inv;
-#pragma unroll
-      for (int dt = 0; dt < D / 8; ++dt) {
-        const float2 before = load_pair(out + dt * 8);
-        store_pair(out + dt * 8,
-                   w_prev * before.x + w_new * o[dt][2 * r],
-                   w_prev * before.y + w_new * o[dt][2 * r + 1]);
+    for (int r = 0; r < 2; ++r) {
+      const int t = tw + gq + 8 * r;
+      if (t >= q_count) continue;
+      const int64_t row = base + row_of(p.query, g, t);
+      const float lse2 = l[r] > 0.f ? m[r] + log2f(l[r]) : -INFINITY;
+      const float inv = l[r] > 0.f ? 1.f / l[r] : 0.f;
+      if (!f.merge) {
+        w[r] = inv;
+        writes[r] = true;
+        if (qq == 0) lse[row] = lse2 * kLn2;
+      } else if (l[r] > 0.f) {  // rows without terms keep the earlier pass's result
+        const float top = fmaxf(prev2[r], lse2);
+        const float total2 = top + log2f(exp2f(prev2[r] - top) + exp2f(lse2 - top));
+        w_prev[r] = exp2f(prev2[r] - total2);
+        w[r] = exp2f(lse2 - total2) * inv;
+        writes[r] = true;
+        if (qq == 0) lse[row] = total2 * kLn2;
       }
-      if (qq == 0) lse[row] = total2 * kLn2;
     }
   }
+  float* tile = reinterpret_cast<float*>(smem);
+  float* weight = tile + kStagedRows * stage_pitch<D>();        // w_prev per row
+  int* written = reinterpret_cast<int*>(weight + kStagedRows);  // whether the row is written
+  __syncthreads();  // every warp is done with Q, K and V: the tile reuses them
+  if (warp_active) stage_rows<D>(tile, warp, o, w);
+  if (qq == 0) {
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      weight[16 * warp + gq + 8 * r] = w_prev[r];
+      written[16 * warp + gq + 8 * r] = writes[r];
+    }
+  }
+  __syncthreads();
+  T* o_out = static_cast<T*>(f.o);
+  write_rows<T, D>(tile, o_out, f.merge ? o_out : nullptr, weight, [&](int r) -> int64_t {
+    return written[r] ? output_at(f, b, h, row_of(p.query, g, t0 + r)) : -1;
+  });
 }
 
 // One warp per row: delta = sum_d dO * O.
