@@ -345,8 +345,9 @@ int main(int argc, char** argv) {
     auto* check = app.add_subcommand(
         "kernel-check",
         "the fused attention kernels against the LibTorch composition and the float64 dense "
-        "reference (outputs; q, k, v, DeepSets and summary gradients; odd lengths), and with "
-        "every variant the fused LayerNorm against LibTorch's; exit status 1 if any case fails");
+        "reference (outputs; q, k, v, DeepSets and summary gradients; odd lengths; q, k, v as "
+        "views of one packed projection), and with every variant the fused LayerNorm against "
+        "LibTorch's; exit status 1 if any case fails");
     check->add_option("--device", check_flags.device, "cpu (the kernels' CPU model) or cuda[:N]")
         ->capture_default_str();
     check->add_option("--dims", check_flags.dims, "head dims D (= Dv)")

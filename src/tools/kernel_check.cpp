@@ -1,6 +1,8 @@
 // Each case runs one module three ways on the same inputs (the fused path, the LibTorch
 // composition in the same dtype, the composition in float64) plus the dense float64 matrix A of
-// reference.h, and the joint pass alone with random summaries against its LibTorch composition.
+// reference.h, and the joint pass alone with random summaries against its LibTorch composition;
+// then the fused path again on q, k and v as views of one packed projection (split_heads), whose
+// gradient the kernels write in that layout, against the first fused run.
 #include "tools/kernel_check.h"
 
 #include <algorithm>
@@ -10,6 +12,7 @@
 #include "attention/attention.h"
 #include "attention/axial_common.h"
 #include "attention/fused/fused.h"
+#include "attention/heads.h"
 #include "attention/reference.h"
 #include "attention/span_ops.h"
 
@@ -63,6 +66,33 @@ Run run(AttentionImpl& module,
     params.push_back(p.grad().defined() ? p.grad().flatten() : torch::zeros_like(p).flatten());
   if (!params.empty()) r.dparams = torch::cat(params);
   return r;
+}
+
+// The fused path on q, k, v as split_heads' views of one [B, L, 3 H D] projection: its output
+// and the projection's gradient (dq, dk, dv written by the kernels as the parts of one packed
+// tensor, strided) against `fused`, the same call on contiguous copies.
+double packed_error(AttentionImpl& module,
+                    const Run& fused,
+                    const torch::Tensor& q,
+                    const torch::Tensor& k,
+                    const torch::Tensor& v,
+                    const torch::Tensor& d_o) {
+  const int64_t B = q.size(0), H = q.size(1), L = q.size(2), D = q.size(3);
+  auto qkv = torch::stack({q, k, v}, 2)  // [B, H, 3, L, D]
+                 .permute({0, 3, 2, 1, 4})
+                 .contiguous()
+                 .view({B, L, 3 * H * D})
+                 .requires_grad_();
+  const auto heads = split_heads(qkv, H);
+  module.zero_grad();
+  module.set_path(AttentionImpl::Path::kFused);
+  const auto out = module.forward(heads[0], heads[1], heads[2]);
+  out.backward(d_o.to(out.scalar_type()));
+  const auto g = qkv.grad().view({B, L, 3, H, D}).permute({2, 0, 3, 1, 4});
+  return std::max({check_error(out, fused.out),
+                   check_error(g[0], fused.dq),
+                   check_error(g[1], fused.dk),
+                   check_error(g[2], fused.dv)});
 }
 
 // A variant's joint passes and their reference, and its summary rows (ks, u) per span.
@@ -256,8 +286,11 @@ KernelCheckResult run_kernel_check(const KernelCheckCase& c, const std::string& 
     r.grad_params = check_error(fused.dparams, precise.dparams);
     r.grad_summary =
         joint_error(c, head(qf, dtype), head(kf, dtype), head(vf, dtype), head(d_o, dtype));
+    r.packed = packed_error(
+        *module, fused, head(qf, dtype), head(kf, dtype), head(vf, dtype), head(d_o, dtype));
     r.pass = r.out_composed <= r.tol_out && r.out_reference <= r.tol_out &&
-             std::max({r.grad_q, r.grad_k, r.grad_v, r.grad_params, r.grad_summary}) <= r.tol_grad;
+             std::max({r.grad_q, r.grad_k, r.grad_v, r.grad_params, r.grad_summary, r.packed}) <=
+                 r.tol_grad;
   } catch (const std::exception& e) {
     r.pass = false;
     r.detail = std::string(e.what()).substr(0, std::string(e.what()).find('\n'));
@@ -288,7 +321,7 @@ std::string kernel_check_header() {
   char line[256];
   std::snprintf(line,
                 sizeof line,
-                "%-25s %-13s %-8s %4s %5s %4s %9s %9s %9s %9s %9s %9s %9s %9s %9s %9s  %s",
+                "%-25s %-13s %-8s %4s %5s %4s %9s %9s %9s %9s %9s %9s %9s %9s %9s %9s %9s  %s",
                 "variant",
                 "abstraction",
                 "dtype",
@@ -302,6 +335,7 @@ std::string kernel_check_header() {
                 "dv",
                 "dphi",
                 "joint",
+                "packed",
                 "grad:lib",
                 "tol:out",
                 "tol:grad",
@@ -314,7 +348,7 @@ std::string kernel_check_line(const KernelCheckCase& c, const KernelCheckResult&
   std::snprintf(line,
                 sizeof line,
                 "%-25s %-13s %-8s %4lld %5lld %4lld %9.2e %9.2e %9.2e %9.2e %9.2e %9.2e %9.2e "
-                "%9.2e %9.1e %9.1e  %s",
+                "%9.2e %9.2e %9.1e %9.1e  %s",
                 c.variant.c_str(),
                 c.abstraction.c_str(),
                 c.dtype.c_str(),
@@ -328,6 +362,7 @@ std::string kernel_check_line(const KernelCheckCase& c, const KernelCheckResult&
                 r.grad_v,
                 r.grad_params,
                 r.grad_summary,
+                r.packed,
                 r.grad_composed,
                 r.tol_out,
                 r.tol_grad,

@@ -37,8 +37,10 @@ struct KernelCheckResult {
   double out_composed = 0;                    // output vs the LibTorch composition, same dtype
   double out_reference = 0;                   // output vs the float64 dense reference (A v)
   double grad_q = 0, grad_k = 0, grad_v = 0;  // vs the float64 composition (v: vs A^T dO)
-  double grad_params = 0;    // DeepSets maps vs the float64 composition (0 without)
-  double grad_summary = 0;   // kernel level: d ks, d u of the joint pass vs its reference
+  double grad_params = 0;   // DeepSets maps vs the float64 composition (0 without)
+  double grad_summary = 0;  // kernel level: d ks, d u of the joint pass vs its reference
+  double packed = 0;        // q, k, v as views of one packed projection: output and gradient vs the
+                            // fused run on contiguous copies
   double grad_composed = 0;  // the LibTorch composition's own q/k/v/map gradients, same dtype,
                              // vs float64: how well the case is conditioned in this dtype
   double tol_out = 0, tol_grad = 0;
