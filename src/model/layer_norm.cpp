@@ -10,13 +10,28 @@ LayerNormImpl::LayerNormImpl(int64_t width, double eps) : eps_(eps) {
   bias = register_parameter("bias", torch::zeros({width}));
 }
 
+namespace {
+torch::ScalarType output_dtype(const torch::Tensor& x) {
+  return autocast_enabled(x.device()) ? torch::kBFloat16 : torch::kFloat;
+}
+}  // namespace
+
+bool LayerNormImpl::fused_for(const torch::Tensor& x) const {
+  return path_ == Path::kFused || (path_ == Path::kAuto && x.is_cuda());
+}
+
 torch::Tensor LayerNormImpl::forward(const torch::Tensor& x) {
-  const bool fused = path_ == Path::kFused || (path_ == Path::kAuto && x.is_cuda());
-  if (fused && ops::fused_norm_unsupported(x, weight, bias).empty()) {
-    const auto out = autocast_enabled(x.device()) ? torch::kBFloat16 : torch::kFloat;
-    return ops::fused_layer_norm(x, weight, bias, eps_, out);
-  }
+  if (fused_for(x) && ops::fused_norm_unsupported(x, weight, bias).empty())
+    return ops::fused_layer_norm(x, weight, bias, eps_, output_dtype(x));
   return torch::layer_norm(x, {weight.size(0)}, weight, bias, eps_);
+}
+
+std::pair<torch::Tensor, torch::Tensor> LayerNormImpl::add_forward(const torch::Tensor& x,
+                                                                   const torch::Tensor& residual) {
+  if (fused_for(x) && ops::fused_add_norm_unsupported(x, residual, weight, bias).empty())
+    return ops::fused_add_layer_norm(x, residual, weight, bias, eps_, output_dtype(x));
+  auto h = x + residual;
+  return {h, forward(h)};
 }
 
 }  // namespace combiner::model

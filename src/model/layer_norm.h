@@ -6,6 +6,8 @@
 
 #include <torch/torch.h>
 
+#include <utility>
+
 namespace combiner::model {
 
 class LayerNormImpl : public torch::nn::Module {
@@ -17,12 +19,18 @@ class LayerNormImpl : public torch::nn::Module {
 
   explicit LayerNormImpl(int64_t width, double eps = 1e-5);
   torch::Tensor forward(const torch::Tensor& x);
+  // (h, forward(h)) for h = x + residual, the residual add of a pre-LayerNorm block: on the fused
+  // path in the norm's own passes (ops::fused_add_layer_norm), else an add and forward(h).
+  std::pair<torch::Tensor, torch::Tensor> add_forward(const torch::Tensor& x,
+                                                      const torch::Tensor& residual);
   void set_path(Path path) { path_ = path; }
   Path path() const { return path_; }
 
   torch::Tensor weight, bias;
 
  private:
+  bool fused_for(const torch::Tensor& x) const;  // the path asks for the fused op
+
   double eps_;
   Path path_ = Path::kAuto;
 };

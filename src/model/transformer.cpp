@@ -52,10 +52,15 @@ BlockImpl::BlockImpl(const TransformerOptions& o) : heads_(o.heads) {
 }
 
 torch::Tensor BlockImpl::forward(const torch::Tensor& x) {
-  return mlp_half(attention_half(x));
+  auto [h, normed] = ln_mlp_->add_forward(x, attention_branch(x));
+  return h + dropout_(mlp_of_normed(normed));
 }
 
 torch::Tensor BlockImpl::attention_half(const torch::Tensor& x) {
+  return x + attention_branch(x);
+}
+
+torch::Tensor BlockImpl::attention_branch(const torch::Tensor& x) {
   const int64_t B = x.size(0), L = x.size(1), W = x.size(2), H = heads_;
   // [B, L, 3W] -> three [B, H, L, W/H] views. Backward: the projection's gradient in its own
   // layout, passed on as the fused attention writes it (q, k and v's gradients side by side per
@@ -67,7 +72,7 @@ torch::Tensor BlockImpl::attention_half(const torch::Tensor& x) {
     heads_out = attention_->forward(heads[0], heads[1], heads[2]);
   }
   auto merged = heads_out.transpose(1, 2).reshape({B, L, W});
-  return x + dropout_(linear(attn_out_, merged));
+  return dropout_(linear(attn_out_, merged));
 }
 
 torch::Tensor BlockImpl::mlp_half(const torch::Tensor& h) {
@@ -75,7 +80,11 @@ torch::Tensor BlockImpl::mlp_half(const torch::Tensor& h) {
 }
 
 torch::Tensor BlockImpl::mlp_branch(const torch::Tensor& h) {
-  return linear(mlp_out_, torch::gelu(linear(mlp_in_, ln_mlp_(h))));
+  return mlp_of_normed(ln_mlp_(h));
+}
+
+torch::Tensor BlockImpl::mlp_of_normed(const torch::Tensor& normed) {
+  return linear(mlp_out_, torch::gelu(linear(mlp_in_, normed)));
 }
 
 // What dropout_(branch) computes, from the same draws, with what replays it: at::dropout runs

@@ -39,7 +39,8 @@ class BlockImpl : public torch::nn::Module {
  public:
   explicit BlockImpl(const TransformerOptions& options);
   torch::Tensor forward(const torch::Tensor& x);  // [B, L, width] -> [B, L, width]
-  // Its two halves: forward(x) = mlp_half(attention_half(x)).
+  // Its two halves: forward(x) = mlp_half(attention_half(x)), the same numbers (forward adds
+  // attention_half's residual in ln_mlp's pass over its sum: LayerNormImpl::add_forward).
   torch::Tensor attention_half(const torch::Tensor& x);
   torch::Tensor mlp_half(const torch::Tensor& h);
 
@@ -62,6 +63,9 @@ class BlockImpl : public torch::nn::Module {
   const attention::AttentionImpl& attention() const { return *attention_; }
 
  private:
+  torch::Tensor attention_branch(const torch::Tensor& x);    // dropout(attn_out(Attn(LN(x))))
+  torch::Tensor mlp_of_normed(const torch::Tensor& normed);  // mlp_out(GELU(mlp_in(normed)))
+
   int64_t heads_;
   LayerNorm ln_attn_{nullptr}, ln_mlp_{nullptr};
   torch::nn::Linear qkv_{nullptr}, attn_out_{nullptr}, mlp_in_{nullptr}, mlp_out_{nullptr};

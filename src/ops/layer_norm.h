@@ -6,6 +6,7 @@
 #include <torch/torch.h>
 
 #include <string>
+#include <utility>
 
 namespace combiner::ops {
 
@@ -26,7 +27,23 @@ torch::Tensor fused_layer_norm(const torch::Tensor& x,
                                double eps,
                                torch::ScalarType out_dtype);
 
-// Kernels launched (CUDA) or modelled (CPU) by fused_layer_norm so far, as a GPU counts them.
+// A residual add and the LayerNorm after it, as a transformer block's `h = x + branch` then
+// `norm(h)`: returns (h, LayerNorm(h) in `out_dtype`), h = x + residual in float32 (residual
+// float32 or bfloat16, x's shape). One pass each way: the add is done where the row is read, and
+// the backward adds h's gradient from its other readers to the norm's and writes the residual's
+// gradient in its dtype there too. Differentiable in x, residual, weight and bias.
+std::string fused_add_norm_unsupported(const torch::Tensor& x,
+                                       const torch::Tensor& residual,
+                                       const torch::Tensor& weight,
+                                       const torch::Tensor& bias);
+std::pair<torch::Tensor, torch::Tensor> fused_add_layer_norm(const torch::Tensor& x,
+                                                             const torch::Tensor& residual,
+                                                             const torch::Tensor& weight,
+                                                             const torch::Tensor& bias,
+                                                             double eps,
+                                                             torch::ScalarType out_dtype);
+
+// Kernels launched (CUDA) or modelled (CPU) by the ops above so far, as a GPU counts them.
 int64_t norm_kernel_launches();
 
 }  // namespace combiner::ops

@@ -29,8 +29,7 @@ void store(void* p, Dtype dtype, int64_t i, float v) {
 void check_width(int64_t width) {
   if (!norm_width_supported(width))
     throw std::invalid_argument("layer norm kernels: width must be a multiple of 32 up to " +
-                                std::to_string(kNormMaxWidth) + ", got " +
-                                std::to_string(width));
+                                std::to_string(kNormMaxWidth) + ", got " + std::to_string(width));
 }
 
 }  // namespace
@@ -38,8 +37,16 @@ void check_width(int64_t width) {
 void norm_forward_cpu(const NormForward& f) {
   check_width(f.width);
   const int64_t W = f.width;
+  std::vector<float> row(static_cast<size_t>(W));
   for (int64_t r = 0; r < f.rows; ++r) {
     const float* x = f.x + r * W;
+    if (f.residual) {  // the row is x + residual, kept as the sum
+      for (int64_t c = 0; c < W; ++c) {
+        row[c] = x[c] + load(f.residual, f.residual_dtype, r * W + c);
+        f.sum[r * W + c] = row[c];
+      }
+      x = row.data();
+    }
     float sum = 0.f;
     for (int64_t c = 0; c < W; ++c) sum += x[c];
     const float mean = sum / float(W);
@@ -76,7 +83,11 @@ void norm_backward_cpu(const NormBackward& b) {
       db[c] += d;
     }
     const float a = sum_g * (1.f / float(W)), bx = sum_gx * (1.f / float(W));
-    for (int64_t c = 0; c < W; ++c) b.dx[r * W + c] = rstd * (g[c] - a - xh[c] * bx);
+    for (int64_t c = 0; c < W; ++c) {
+      const float d = rstd * (g[c] - a - xh[c] * bx) + (b.d_sum ? b.d_sum[r * W + c] : 0.f);
+      b.dx[r * W + c] = d;
+      if (b.d_residual) store(b.d_residual, b.residual_dtype, r * W + c, d);
+    }
   }
   for (int64_t p = 0; p < P; ++p)
     for (int64_t i = 0; i < 2 * W; ++i) {

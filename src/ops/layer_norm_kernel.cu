@@ -5,7 +5,9 @@
 // and writes y; the backward reads x and dy and writes dx, and its parts' partial sums of
 // dweight and dbias (kNormMaxParts x 2 x W floats at most) are added by a second launch, a
 // [32 columns x 32 slices] CTA per 32 columns. LibTorch's LayerNorm on a GPU at width 256 spends
-// ten times the bytes' time in its dweight/dbias kernel (GammaBetaBackward) alone.
+// ten times the bytes' time in its dweight/dbias kernel (GammaBetaBackward) alone. With a
+// residual the forward also reads it and writes the sum, the backward also reads d_sum and
+// writes d_residual: the add, the gradients' sum and its cast, each one more pass otherwise.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -38,6 +40,19 @@ __device__ __forceinline__ float warp_sum(float v) {
   return v;
 }
 
+// v[i] += residual[lane + 32 i] for the row's columns.
+template <int V, typename TR>
+__device__ __forceinline__ void add_row(float (&v)[V],
+                                        const TR* __restrict__ residual,
+                                        int lane,
+                                        int W) {
+#pragma unroll
+  for (int i = 0; i < V; ++i) {
+    const int c = lane + 32 * i;
+    if (c < W) v[i] += load_float(residual, c);
+  }
+}
+
 template <int V, typename TY>
 __global__ void __launch_bounds__(kThreads) norm_forward_kernel(const NormForward f) {
   const int lane = threadIdx.x % 32;
@@ -46,13 +61,26 @@ __global__ void __launch_bounds__(kThreads) norm_forward_kernel(const NormForwar
   const int W = int(f.width);
   const float* __restrict__ x = f.x + r * W;
   float v[V];
-  float sum = 0.f;
 #pragma unroll
   for (int i = 0; i < V; ++i) {
     const int c = lane + 32 * i;
     v[i] = c < W ? x[c] : 0.f;
-    sum += v[i];
   }
+  if (f.residual) {  // the row is x + residual, kept as the sum
+    if (f.residual_dtype == Dtype::kBFloat16)
+      add_row<V>(v, static_cast<const __nv_bfloat16*>(f.residual) + r * W, lane, W);
+    else
+      add_row<V>(v, static_cast<const float*>(f.residual) + r * W, lane, W);
+    float* __restrict__ s = f.sum + r * W;
+#pragma unroll
+    for (int i = 0; i < V; ++i) {
+      const int c = lane + 32 * i;
+      if (c < W) s[c] = v[i];
+    }
+  }
+  float sum = 0.f;
+#pragma unroll
+  for (int i = 0; i < V; ++i) sum += v[i];
   const float mean = warp_sum(sum) / float(W);
   float var = 0.f;
 #pragma unroll
@@ -92,7 +120,12 @@ __global__ void __launch_bounds__(kThreads) norm_backward_kernel(const NormBackw
     const float* __restrict__ x = b.x + r * W;
     const TD* __restrict__ dy = static_cast<const TD*>(b.dy) + r * W;
     const float mean = b.mean[r], rstd = b.rstd[r];
-    float xh[V], g[V], sum_g = 0.f, sum_gx = 0.f;
+    float xh[V], g[V], extra[V], sum_g = 0.f, sum_gx = 0.f;
+#pragma unroll
+    for (int i = 0; i < V; ++i) {  // the sum's gradient from its other readers, if any
+      const int c = lane + 32 * i;
+      extra[i] = b.d_sum && c < W ? b.d_sum[r * W + c] : 0.f;
+    }
 #pragma unroll
     for (int i = 0; i < V; ++i) {
       const int c = lane + 32 * i;
@@ -109,7 +142,14 @@ __global__ void __launch_bounds__(kThreads) norm_backward_kernel(const NormBackw
 #pragma unroll
     for (int i = 0; i < V; ++i) {
       const int c = lane + 32 * i;
-      if (c < W) dx[c] = rstd * (g[i] - a - xh[i] * bx);
+      const float d = rstd * (g[i] - a - xh[i] * bx) + extra[i];
+      if (c < W) dx[c] = d;
+      if (c < W && b.d_residual) {
+        if (b.residual_dtype == Dtype::kBFloat16)
+          store_float(static_cast<__nv_bfloat16*>(b.d_residual) + r * W, c, d);
+        else
+          store_float(static_cast<float*>(b.d_residual) + r * W, c, d);
+      }
     }
   }
   // The CTA's warps, added in warp order: one row of partial sums per part.
@@ -161,8 +201,7 @@ template <typename Fn>
 void with_columns_per_lane(int64_t width, Fn&& fn) {
   if (!norm_width_supported(width))
     throw std::invalid_argument("layer norm kernels: width must be a multiple of 32 up to " +
-                                std::to_string(kNormMaxWidth) + ", got " +
-                                std::to_string(width));
+                                std::to_string(kNormMaxWidth) + ", got " + std::to_string(width));
   const int64_t v = (width + 31) / 32;
   if (v <= 1) return fn(std::integral_constant<int, 1>{});
   if (v <= 2) return fn(std::integral_constant<int, 2>{});

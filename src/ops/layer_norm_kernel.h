@@ -11,6 +11,11 @@
 //   backward: xhat = (x - mean) * rstd, g = dy * weight,
 //             dx = rstd * (g - sum(g) / W - xhat * sum(g * xhat) / W),
 //             dweight = sum over rows of dy * xhat, dbias = sum over rows of dy
+//
+// With a residual (a transformer block's x + branch followed by the next LayerNorm): the
+// forward normalises s = x + residual (added in fp32) and writes s too; the backward adds the
+// gradient s has from its other readers (d_sum) to dx, and writes dx again in the residual's
+// dtype where that differs: the add, the two gradients' sum and its cast in the same passes.
 #pragma once
 
 #include <cstdint>
@@ -56,6 +61,10 @@ struct NormForward {
   Dtype y_dtype = Dtype::kFloat32;
   float* mean = nullptr;  // [rows]
   float* rstd = nullptr;  // [rows]
+  // Optional: the row normalised is x + residual, written to `sum`.
+  const void* residual = nullptr;  // [rows, width] in residual_dtype
+  Dtype residual_dtype = Dtype::kFloat32;
+  float* sum = nullptr;  // [rows, width] fp32
 };
 
 struct NormBackward {
@@ -70,6 +79,11 @@ struct NormBackward {
   float* partial = nullptr;  // [parts, 2, width]: each part's dweight, dbias
   float* dweight = nullptr;  // [width]: partial summed over the parts, part 0 first
   float* dbias = nullptr;    // [width]
+  // Optional (a forward with a residual; x is then its sum): dx += d_sum, and dx written again
+  // to d_residual in residual_dtype.
+  const float* d_sum = nullptr;  // [rows, width] fp32
+  void* d_residual = nullptr;    // [rows, width] in residual_dtype
+  Dtype residual_dtype = Dtype::kFloat32;
 };
 
 // Kernels each launches on a GPU.

@@ -5,12 +5,12 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <tuple>
 
 #include "ops/layer_norm.h"
 #include "tools/kernel_check.h"
 
 namespace combiner::tools {
-
 
 std::vector<NormCheckCase> norm_check_cases(bool large) {
   std::vector<NormCheckCase> cases;
@@ -21,6 +21,8 @@ std::vector<NormCheckCase> norm_check_cases(bool large) {
     for (const int64_t w : widths)
       for (const int64_t r : rows)
         if (r * w <= int64_t(49152) * 256) cases.push_back({r, w, dtype});
+  for (const auto* dtype : {"float32", "bfloat16"})
+    for (const int64_t w : widths) cases.push_back({1000, w, dtype, true});
   return cases;
 }
 
@@ -43,24 +45,46 @@ NormCheckResult run_norm_check(const NormCheckCase& c, const std::string& device
     // dy as the fused op receives it (in y's dtype), the reference the same values.
     const auto dy = torch::randn({c.rows, c.width}, options).to(out);
 
+    // With `add`: a residual in y's dtype (a matmul's output) and h's gradient from its other
+    // reader (the residual path), float32.
+    const auto res64 = torch::randn({c.rows, c.width}, options).to(out).to(torch::kDouble);
+    const auto dh = torch::randn({c.rows, c.width}, options).to(torch::kFloat);
+
     auto x = x64.to(torch::kFloat).to(dev).requires_grad_();
     auto w = w64.to(torch::kFloat).to(dev).requires_grad_();
     auto b = b64.to(torch::kFloat).to(dev).requires_grad_();
-    const auto y = ops::fused_layer_norm(x, w, b, 1e-5, out);
-    y.backward(dy.to(dev));
+    auto res = res64.to(out).to(dev).requires_grad_();
+    torch::Tensor y, h;
+    if (c.add) {
+      std::tie(h, y) = ops::fused_add_layer_norm(x, res, w, b, 1e-5, out);
+      torch::autograd::backward({h, y}, {dh.to(dev), dy.to(dev)});
+    } else {
+      y = ops::fused_layer_norm(x, w, b, 1e-5, out);
+      y.backward(dy.to(dev));
+    }
 
-    // The reference: float64 from the same float32 inputs.
+    // The reference: float64 from the same float32 (and residual) inputs.
     auto xr = x64.to(torch::kFloat).to(torch::kDouble).requires_grad_();
     auto wr = w64.to(torch::kFloat).to(torch::kDouble).requires_grad_();
     auto br = b64.to(torch::kFloat).to(torch::kDouble).requires_grad_();
-    const auto yr = torch::layer_norm(xr, {c.width}, wr, br, 1e-5);
-    yr.backward(dy.to(torch::kDouble));
+    auto resr = res64.clone().requires_grad_();
+    const auto hr = c.add ? xr + resr : xr;
+    const auto yr = torch::layer_norm(hr, {c.width}, wr, br, 1e-5);
+    if (c.add)
+      torch::autograd::backward({hr, yr}, {dh.to(torch::kDouble), dy.to(torch::kDouble)});
+    else
+      yr.backward(dy.to(torch::kDouble));
 
     r.y = attention::check_error(y, yr);
     r.dx = attention::check_error(x.grad(), xr.grad());
+    if (c.add) {
+      r.y = std::max(r.y, attention::check_error(h, hr));
+      r.d_residual = attention::check_error(res.grad(), resr.grad());
+    }
     r.dweight = attention::check_error(w.grad(), wr.grad());
     r.dbias = attention::check_error(b.grad(), br.grad());
-    r.pass = r.y <= r.tol_y && std::max({r.dx, r.dweight, r.dbias}) <= r.tol_grad;
+    r.pass = std::max(r.y, r.d_residual) <= r.tol_y &&
+             std::max({r.dx, r.dweight, r.dbias}) <= r.tol_grad;
   } catch (const std::exception& e) {
     r.pass = false;
     r.detail = e.what();
@@ -70,18 +94,41 @@ NormCheckResult run_norm_check(const NormCheckCase& c, const std::string& device
 
 std::string norm_check_header() {
   char line[160];
-  std::snprintf(line, sizeof line, "%-10s %-8s %6s %6s %9s %9s %9s %9s %9s %9s  %s",
-                "layer norm", "y dtype", "rows", "W", "y", "dx", "dweight", "dbias", "tol:y",
-                "tol:grad", "result");
+  std::snprintf(line,
+                sizeof line,
+                "%-10s %-8s %6s %6s %9s %9s %9s %9s %9s %9s %9s  %s",
+                "layer norm",
+                "y dtype",
+                "rows",
+                "W",
+                "y",
+                "dx",
+                "dresidual",
+                "dweight",
+                "dbias",
+                "tol:y",
+                "tol:grad",
+                "result");
   return line;
 }
 
 std::string norm_check_line(const NormCheckCase& c, const NormCheckResult& r) {
   char line[256];
-  std::snprintf(line, sizeof line,
-                "%-10s %-8s %6lld %6lld %9.2e %9.2e %9.2e %9.2e %9.1e %9.1e  %s", "",
-                c.out_dtype.c_str(), (long long)c.rows, (long long)c.width, r.y, r.dx, r.dweight,
-                r.dbias, r.tol_y, r.tol_grad, r.pass ? "PASS" : "FAIL");
+  std::snprintf(line,
+                sizeof line,
+                "%-10s %-8s %6lld %6lld %9.2e %9.2e %9.2e %9.2e %9.2e %9.1e %9.1e  %s",
+                c.add ? "+ residual" : "",
+                c.out_dtype.c_str(),
+                (long long)c.rows,
+                (long long)c.width,
+                r.y,
+                r.dx,
+                r.d_residual,
+                r.dweight,
+                r.dbias,
+                r.tol_y,
+                r.tol_grad,
+                r.pass ? "PASS" : "FAIL");
   return r.detail.empty() ? std::string(line) : std::string(line) + " (" + r.detail + ")";
 }
 

@@ -34,8 +34,8 @@ TEST(ModelLayerNorm, EveryPathIsLayerNormAndFusedWritesBf16UnderAutocast) {
   torch::manual_seed(9);
   const auto x = torch::randn({5, 7, 64}) * 3 + 1;
   const auto want = torch::layer_norm(x, {64}, norm->weight, norm->bias, 1e-5);
-  for (const auto path : {LayerNormImpl::Path::kAuto, LayerNormImpl::Path::kComposed,
-                          LayerNormImpl::Path::kFused}) {
+  for (const auto path :
+       {LayerNormImpl::Path::kAuto, LayerNormImpl::Path::kComposed, LayerNormImpl::Path::kFused}) {
     norm->set_path(path);
     const auto y = norm->forward(x);
     EXPECT_EQ(y.scalar_type(), torch::kFloat);
@@ -48,7 +48,7 @@ TEST(ModelLayerNorm, EveryPathIsLayerNormAndFusedWritesBf16UnderAutocast) {
   EXPECT_TRUE(torch::allclose(fused.to(torch::kFloat), want, 1e-2, 1e-2));
   norm->set_path(LayerNormImpl::Path::kComposed);
   EXPECT_EQ(norm->forward(x).scalar_type(), torch::kFloat);  // LibTorch's, as autocast runs it
-  norm->set_path(LayerNormImpl::Path::kAuto);  // on the CPU: LibTorch's
+  norm->set_path(LayerNormImpl::Path::kAuto);                // on the CPU: LibTorch's
   EXPECT_EQ(norm->forward(x).scalar_type(), torch::kFloat);
 }
 
@@ -60,6 +60,31 @@ TEST(ModelLayerNorm, AWidthTheKernelsDoNotTakeRunsLibTorchs) {
   const auto y = norm->forward(x);
   EXPECT_EQ(y.scalar_type(), torch::kFloat);
   EXPECT_TRUE(torch::allclose(y, torch::layer_norm(x, {48}, norm->weight, norm->bias, 1e-5)));
+}
+
+// add_forward(x, r) = (x + r, forward(x + r)) on every path, the fused one in the norm's passes;
+// under autocast with a bf16 residual (a matmul's output), the fused norm's output bf16 too.
+TEST(ModelLayerNorm, AddForwardIsTheAddThenTheNorm) {
+  auto norm = norm_with_weights(64);
+  torch::manual_seed(10);
+  const auto x = torch::randn({3, 5, 64}) * 2;
+  for (const auto residual_type : {torch::kFloat, torch::kBFloat16}) {
+    const auto r = torch::randn({3, 5, 64}).to(residual_type);
+    for (const auto path : {LayerNormImpl::Path::kAuto,
+                            LayerNormImpl::Path::kComposed,
+                            LayerNormImpl::Path::kFused}) {
+      norm->set_path(path);
+      for (const bool autocast : {false, true}) {
+        const AutocastGuard guard(autocast, torch::kCPU);
+        const auto [h, y] = norm->add_forward(x, r);
+        const auto h_want = x + r;
+        const auto y_want = norm->forward(h_want);
+        EXPECT_TRUE(torch::equal(h, h_want)) << int(path) << " " << autocast;
+        EXPECT_EQ(y.scalar_type(), y_want.scalar_type()) << int(path) << " " << autocast;
+        EXPECT_TRUE(torch::equal(y, y_want)) << int(path) << " " << autocast;
+      }
+    }
+  }
 }
 
 }  // namespace

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "attention/attention.h"
+#include "model/precision.h"
 #include "model/transformer.h"
 
 namespace combiner::model {
@@ -51,6 +52,39 @@ void expect_paths_agree(const std::string& variant) {
     logits.push_back(model->forward(x));
   }
   EXPECT_LT((logits[0] - logits[1]).abs().max().item<double>(), 1e-4);
+}
+
+// Block::forward (the first residual add done in ln_mlp's pass over its sum) is its two halves,
+// attention_half then mlp_half (what recompute_mlp runs), to the bit on the fused path and the
+// composed one, outputs and every gradient, in float32 and under bf16 autocast.
+TEST(Transformer, BlockForwardIsItsTwoHalves) {
+  auto o = tiny_options("combiner-axial-vertical");
+  o.dropout = 0;
+  for (const std::string path : {"composed", "fused"})
+    for (const bool bf16 : {false, true}) {
+      SCOPED_TRACE(path + (bf16 ? " bf16" : " fp32"));
+      torch::manual_seed(4);
+      Block block(o);
+      set_kernel_path(*block, path);
+      const auto x = torch::randn({2, 36, o.width});
+      auto run = [&](bool halves) {
+        block->zero_grad();
+        auto xx = x.clone().requires_grad_();
+        torch::Tensor y;
+        {
+          AutocastGuard autocast(bf16, torch::kCPU);
+          y = halves ? block->mlp_half(block->attention_half(xx)) : block->forward(xx);
+        }
+        y.sum().backward();
+        std::vector<torch::Tensor> out = {y.detach(), xx.grad()};
+        for (const auto& p : block->parameters()) out.push_back(p.grad().clone());
+        return out;
+      };
+      const auto whole = run(false), halves = run(true);
+      ASSERT_EQ(whole.size(), halves.size());
+      for (size_t i = 0; i < whole.size(); ++i)
+        EXPECT_TRUE(torch::equal(whole[i], halves[i])) << "tensor " << i;
+    }
 }
 
 // train.attention_path reaches every attention layer and LayerNorm; the fused path (the kernels'

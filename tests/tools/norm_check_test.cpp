@@ -1,6 +1,9 @@
 // kernel-check's LayerNorm table (src/tools/norm_check.cpp): the kernels' CPU model here, the
-// CUDA kernels on a GPU, against LibTorch's layer_norm in float64.
+// CUDA kernels on a GPU, against LibTorch's layer_norm in float64 (after the residual add, for
+// the fused add and norm).
 #include <gtest/gtest.h>
+
+#include <algorithm>
 
 #include "tools/norm_check.h"
 
@@ -9,7 +12,10 @@ namespace {
 
 TEST(NormCheckTest, CpuModelPassesItsSmallGrid) {
   const auto cases = norm_check_cases(false);
-  ASSERT_EQ(cases.size(), 36u);  // 2 dtypes x 6 widths x 3 row counts
+  // 2 dtypes x 6 widths x 3 row counts, then the residual add: 2 dtypes x 6 widths.
+  ASSERT_EQ(cases.size(), 48u);
+  EXPECT_EQ(std::count_if(cases.begin(), cases.end(), [](const NormCheckCase& c) { return c.add; }),
+            12);
   EXPECT_GT(norm_check_cases(true).size(), cases.size());
   for (const auto& c : cases) {
     const auto r = run_norm_check(c, "cpu");
