@@ -63,11 +63,16 @@ struct CheckpointedBlock : public torch::autograd::Function<CheckpointedBlock> {
 // the kept draw applied as the plain block's dropout applies it (on CUDA by native_dropout's own
 // backward kernel).
 struct RecomputedMlp : public torch::autograd::Function<RecomputedMlp> {
-  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& h, int64_t block) {
+  static torch::Tensor forward(AutogradContext* ctx,
+                               const torch::Tensor& x,
+                               const torch::Tensor& branch,
+                               int64_t block) {
     ctx->saved_data["block"] = block;
-    ctx->saved_data["autocast"] = autocast_enabled(h.device());
+    ctx->saved_data["autocast"] = autocast_enabled(x.device());
+    ctx->saved_data["branch_dtype"] = int64_t(branch.scalar_type());
     auto& b = *CheckpointedBlock::as_block(block);
-    auto [out, mask] = b.mlp_dropout(b.mlp_branch(h));  // autograd is off here
+    auto [h, normed] = b.add_and_norm(x, branch);  // autograd is off here
+    auto [out, mask] = b.mlp_dropout(b.mlp_of_normed(normed));
     ctx->save_for_backward({h, mask});
     return h + out;
   }
@@ -84,7 +89,10 @@ struct RecomputedMlp : public torch::autograd::Function<RecomputedMlp> {
       y = h + block.replay_mlp_dropout(block.mlp_branch(h), mask);
     }
     torch::autograd::backward({y}, {grad_output[0]});  // parameter gradients accumulate here
-    return {h.grad(), torch::Tensor()};
+    // h = x + branch: both take h's gradient, the branch in its own dtype.
+    const auto branch_dtype =
+        static_cast<torch::ScalarType>(ctx->saved_data["branch_dtype"].toInt());
+    return {h.grad(), h.grad().to(branch_dtype), torch::Tensor()};
   }
 };
 
@@ -94,8 +102,10 @@ torch::Tensor checkpointed_forward(BlockImpl& block, const torch::Tensor& x) {
   return CheckpointedBlock::apply(x, reinterpret_cast<int64_t>(&block));
 }
 
-torch::Tensor checkpointed_mlp(BlockImpl& block, const torch::Tensor& h) {
-  return RecomputedMlp::apply(h, reinterpret_cast<int64_t>(&block));
+torch::Tensor checkpointed_mlp(BlockImpl& block,
+                               const torch::Tensor& x,
+                               const torch::Tensor& branch) {
+  return RecomputedMlp::apply(x, branch, reinterpret_cast<int64_t>(&block));
 }
 
 }  // namespace combiner::model

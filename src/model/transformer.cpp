@@ -52,8 +52,13 @@ BlockImpl::BlockImpl(const TransformerOptions& o) : heads_(o.heads) {
 }
 
 torch::Tensor BlockImpl::forward(const torch::Tensor& x) {
-  auto [h, normed] = ln_mlp_->add_forward(x, attention_branch(x));
+  auto [h, normed] = add_and_norm(x, attention_branch(x));
   return h + dropout_(mlp_of_normed(normed));
+}
+
+std::pair<torch::Tensor, torch::Tensor> BlockImpl::add_and_norm(const torch::Tensor& x,
+                                                                const torch::Tensor& branch) {
+  return ln_mlp_->add_forward(x, branch);
 }
 
 torch::Tensor BlockImpl::attention_half(const torch::Tensor& x) {
@@ -207,7 +212,7 @@ torch::Tensor ImageTransformerImpl::forward(const torch::Tensor& x) {
     for (const auto& module : *blocks_) {
       auto& block = *module->as<Block>();
       h = whole ? checkpointed_forward(block, h)
-          : mlp ? checkpointed_mlp(block, block.attention_half(h))
+          : mlp ? checkpointed_mlp(block, h, block.attention_branch(h))
                 : block.forward(h);
     }
   }

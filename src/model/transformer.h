@@ -49,6 +49,13 @@ class BlockImpl : public torch::nn::Module {
   // replays it (a bool mask on CUDA, the scaled noise on the CPU; undefined when it is off: eval
   // mode or p = 0); and the replay of that kept draw on a recomputed branch.
   torch::Tensor mlp_branch(const torch::Tensor& h);
+  // The attention half's branch, dropout(attn_out(Attn(LN(x)))): attention_half(x) = x + it.
+  torch::Tensor attention_branch(const torch::Tensor& x);
+  // (h, ln_mlp(h)) for h = x + branch, the add done in the LayerNorm's passes where it is fused;
+  // and mlp_branch(h) = mlp_of_normed(ln_mlp(h)) = mlp_out(GELU(mlp_in(ln_mlp(h)))).
+  std::pair<torch::Tensor, torch::Tensor> add_and_norm(const torch::Tensor& x,
+                                                       const torch::Tensor& branch);
+  torch::Tensor mlp_of_normed(const torch::Tensor& normed);
   std::pair<torch::Tensor, torch::Tensor> mlp_dropout(const torch::Tensor& branch);
   torch::Tensor replay_mlp_dropout(const torch::Tensor& branch, const torch::Tensor& kept);
   double dropout_p() const { return dropout_->options.p(); }
@@ -63,9 +70,6 @@ class BlockImpl : public torch::nn::Module {
   const attention::AttentionImpl& attention() const { return *attention_; }
 
  private:
-  torch::Tensor attention_branch(const torch::Tensor& x);    // dropout(attn_out(Attn(LN(x))))
-  torch::Tensor mlp_of_normed(const torch::Tensor& normed);  // mlp_out(GELU(mlp_in(normed)))
-
   int64_t heads_;
   LayerNorm ln_attn_{nullptr}, ln_mlp_{nullptr};
   torch::nn::Linear qkv_{nullptr}, attn_out_{nullptr}, mlp_in_{nullptr}, mlp_out_{nullptr};

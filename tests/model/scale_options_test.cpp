@@ -57,22 +57,25 @@ torch::Tensor tokens() {
   return torch::randint(0, 256, {2, 48}, torch::kLong);
 }
 
+// On both kernel paths: the fused one (the kernels' CPU models) adds the attention half's
+// residual in the MLP half's LayerNorm, in the plain block and in the recomputed MLP half alike.
 TEST(ActivationCheckpointing, SameLossAndGradients) {
-  for (bool bf16 : {false, true}) {
-    auto plain = run(options(false, bf16), tokens());
-    // Whole blocks; the MLP halves alone; both set (whole blocks win).
-    for (auto [whole, mlp] : {std::pair{true, false}, {false, true}, {true, true}}) {
-      auto recomputed = run(options(whole, bf16, mlp), tokens());
-      const std::string what = std::string("bf16 ") + (bf16 ? "on" : "off") + ", whole blocks " +
-                               (whole ? "on" : "off") + ", MLP halves " + (mlp ? "on" : "off");
-      EXPECT_DOUBLE_EQ(plain.loss, recomputed.loss) << what;
-      ASSERT_EQ(plain.grads.size(), recomputed.grads.size());
-      for (size_t i = 0; i < plain.grads.size(); ++i)
-        EXPECT_TRUE(
-            torch::allclose(plain.grads[i].second, recomputed.grads[i].second, 1e-5, 1e-7))
-            << plain.grads[i].first << ", " << what;
+  for (const std::string path : {"auto", "fused"})
+    for (bool bf16 : {false, true}) {
+      auto plain = run(options(false, bf16), tokens(), torch::kCPU, path);
+      // Whole blocks; the MLP halves alone; both set (whole blocks win).
+      for (auto [whole, mlp] : {std::pair{true, false}, {false, true}, {true, true}}) {
+        auto recomputed = run(options(whole, bf16, mlp), tokens(), torch::kCPU, path);
+        const std::string what = path + ", bf16 " + (bf16 ? "on" : "off") + ", whole blocks " +
+                                 (whole ? "on" : "off") + ", MLP halves " + (mlp ? "on" : "off");
+        EXPECT_DOUBLE_EQ(plain.loss, recomputed.loss) << what;
+        ASSERT_EQ(plain.grads.size(), recomputed.grads.size());
+        for (size_t i = 0; i < plain.grads.size(); ++i)
+          EXPECT_TRUE(
+              torch::allclose(plain.grads[i].second, recomputed.grads[i].second, 1e-5, 1e-7))
+              << plain.grads[i].first << ", " << what;
+      }
     }
-  }
 }
 
 // On a GPU dropout draws from the CUDA generator: the recomputation must replay its masks too.
