@@ -256,7 +256,9 @@ void add_attention_flags(CLI::App& app, AttentionFlags& f) {
   app.add_option("--profile",
                  s.profile,
                  "N > 0: after the timed runs, profile --repeats more of each case and print "
-                 "its N largest GPU kernels and CPU ops (LibTorch's profiler) to stderr")
+                 "its N largest GPU kernels and CPU ops (LibTorch's profiler) to stderr, then "
+                 "time one more run's fused launches one by one (each with its pass's shape: "
+                 "CUDA events, or the CPU model's clock)")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
   app.add_flag("--count",

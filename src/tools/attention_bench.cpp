@@ -21,6 +21,7 @@
 #include <sstream>
 
 #include "attention/attention.h"
+#include "attention/fused/launch.h"
 #include "attention/plan.h"
 #include "attention/reference.h"
 #include "tools/launch_count.h"
@@ -239,6 +240,28 @@ BenchResult time_case(const BenchCase& given) {
                    pass_name(c).c_str(),
                    static_cast<long long>(runs),
                    tools::profile_table(rows, int(c.profile), runs).c_str());
+      // One more run with the fused family's launches timed one by one: a profiler sums the
+      // passes of a call under one kernel name.
+      attention::fused_launch::LaunchTimes timer;
+      once(c.length);
+      const auto times = timer.times();
+      if (!times.empty()) {
+        std::string lines;
+        double total = 0;
+        for (const auto& t : times) {
+          lines += fmt::format("{:>10.3f}  {}\n", t.ms, t.what);
+          total += t.ms;
+        }
+        std::fprintf(stderr,
+                     "fused launches of one run of %s L=%lld, in order (%s; %.3f ms in all):\n"
+                     "%10s  what\n%s",
+                     c.variant.c_str(),
+                     static_cast<long long>(c.length),
+                     device.is_cuda() ? "CUDA events" : "the CPU model's wall clock",
+                     total,
+                     "ms",
+                     lines.c_str());
+      }
     }
     r.status = "ok";
   } catch (const std::bad_alloc& e) {
@@ -396,11 +419,8 @@ std::string csv_row(const BenchCase& c, const BenchResult& r) {
   if (r.status == "ok") std::snprintf(numbers, sizeof numbers, "%.3f,%.1f", r.ms, r.peak_mib);
   char counts[64] = ",";
   if (r.launches >= 0)
-    std::snprintf(counts,
-                  sizeof counts,
-                  "%lld,%.1f",
-                  static_cast<long long>(r.launches),
-                  r.allocated_mib);
+    std::snprintf(
+        counts, sizeof counts, "%lld,%.1f", static_cast<long long>(r.launches), r.allocated_mib);
   std::ostringstream out;
   out << c.variant << "," << c.length << "," << (block ? std::to_string(c.block) : "") << ","
       << (row_len ? std::to_string(c.row_len) : "") << "," << layout << "," << c.dtype << ","

@@ -1,10 +1,15 @@
 #include "attention/fused/launch.h"
 
+#include <fmt/format.h>
+
 #include <atomic>
+#include <chrono>
+#include <optional>
 
 #include "attention/fused/fused.h"
 
 #ifdef COMBINER_WITH_CUDA_KERNELS
+#include <ATen/cuda/CUDAEvent.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 #endif
@@ -13,9 +18,58 @@ namespace combiner::attention {
 
 namespace fused_launch {
 
+struct LaunchTimes::Record {
+  std::string what;
+  int64_t kernels = 0;
+  double cpu_ms = 0;
+#ifdef COMBINER_WITH_CUDA_KERNELS
+  std::optional<at::cuda::CUDAEvent> start, end;
+#endif
+};
+
 namespace {
 
 std::atomic<int64_t> launched{0};  // kernels launched (CUDA) or modelled (CPU)
+thread_local LaunchTimes* active = nullptr;
+
+// What a call runs, in words: its pass's segments and mask, or its pool's lines.
+std::string mask_name(fused::Mask m) {
+  return m == fused::Mask::kNone     ? "unmasked"
+         : m == fused::Mask::kCausal ? "causal"
+         : m == fused::Mask::kStrict ? "strict"
+                                     : "others";
+}
+std::string shape(const fused::Pass& p) {
+  std::string out = fmt::format("queries {} x {}, keys {} x {}, {}",
+                                p.query.segments,
+                                p.query.seg_len,
+                                p.key.segments,
+                                p.key.seg_len,
+                                mask_name(p.mask));
+  if (p.summaries) out += fmt::format(", + {} summaries", p.summary_count);
+  return out;
+}
+std::string describe(const fused::Forward& f) {
+  return (f.merge ? "forward (merged): " : "forward: ") + shape(f.pass);
+}
+std::string describe(const fused::Delta& d) {
+  return fmt::format("delta: {} rows", d.rows);
+}
+std::string describe(const fused::Backward& b) {
+  return (fused::backward_launches(b) == 3 ? "backward (dk dv, d summaries, dq): "
+                                           : "backward (dk dv, dq): ") +
+         shape(b.pass);
+}
+std::string describe(const fused::RunningMax& r) {
+  return fmt::format("running max{}: {} lines of {}{}",
+                     r.dy ? " backward" : "",
+                     fused::running_max_lines(r),
+                     r.n,
+                     r.reverse ? ", reversed" : "");
+}
+std::string describe(const fused::SegmentMax& m) {
+  return fmt::format("segment max{}: {} x {} rows", m.dy ? " backward" : "", m.segments, m.len);
+}
 
 // A CUDA kernel's host function, or nullptr in a build without the kernels (a parameter type
 // that takes no part in deducing Arg, so that nullptr is accepted).
@@ -36,10 +90,36 @@ void run(const torch::Tensor& on,
          void (*cpu)(const Arg&),
          typename CudaFn<Arg>::type cuda) {
   launched += launches;
-  if (!on.is_cuda()) return cpu(arg);
+  std::unique_ptr<LaunchTimes::Record> record;
+  if (active) {
+    record = std::make_unique<LaunchTimes::Record>();
+    record->what = describe(arg);
+    record->kernels = launches;
+  }
+  if (!on.is_cuda()) {
+    const auto start = std::chrono::steady_clock::now();
+    cpu(arg);
+    if (record) {
+      record->cpu_ms =
+          std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
+              .count();
+      active->add(std::move(record));
+    }
+    return;
+  }
 #ifdef COMBINER_WITH_CUDA_KERNELS
   const c10::cuda::CUDAGuard guard(on.device());
-  cuda(arg, c10::cuda::getCurrentCUDAStream(on.device().index()).stream());
+  const auto stream = c10::cuda::getCurrentCUDAStream(on.device().index());
+  if (record) {
+    record->start.emplace(cudaEventDefault);  // timing enabled
+    record->end.emplace(cudaEventDefault);
+    record->start->record(stream);
+  }
+  cuda(arg, stream.stream());
+  if (record) {
+    record->end->record(stream);
+    active->add(std::move(record));
+  }
 #else
   (void)cuda;
   TORCH_CHECK(false, "fused attention: this build has no CUDA kernels (", on.device(), ")");
@@ -71,6 +151,30 @@ void segment_max_backward(const torch::Tensor& on, const fused::SegmentMax& m) {
 }
 
 #undef COMBINER_CUDA
+
+LaunchTimes::LaunchTimes() : outer_(active) {
+  active = this;
+}
+LaunchTimes::~LaunchTimes() {
+  active = outer_;
+}
+void LaunchTimes::add(std::unique_ptr<Record> record) {
+  records_.push_back(std::move(record));
+}
+std::vector<LaunchTime> LaunchTimes::times() {
+  std::vector<LaunchTime> out;
+  for (const auto& r : records_) {
+    double ms = r->cpu_ms;
+#ifdef COMBINER_WITH_CUDA_KERNELS
+    if (r->start) {
+      r->end->synchronize();
+      ms = r->start->elapsed_time(*r->end);
+    }
+#endif
+    out.push_back({r->what, r->kernels, ms});
+  }
+  return out;
+}
 
 }  // namespace fused_launch
 

@@ -5,9 +5,39 @@
 
 #include <torch/torch.h>
 
+#include <memory>
+#include <string>
+#include <vector>
+
 #include "attention/fused/kernel.h"
 
 namespace combiner::attention::fused_launch {
+
+// Each launch in turn, timed, for combiner-bench's profile: while a LaunchTimes lives, every call
+// below on this thread is recorded with what it ran (the kernel and its pass's shape) and its
+// time: CUDA events around it on the current stream, or the CPU model's wall clock. A profiler
+// groups kernels by name, which the passes of one call share; this tells them apart.
+struct LaunchTime {
+  std::string what;     // e.g. "forward: queries 32 x 96, keys 32 x 96, causal"
+  int64_t kernels = 0;  // GPU kernels the call launches (a backward: 2 or 3)
+  double ms = 0;
+};
+class LaunchTimes {
+ public:
+  LaunchTimes();
+  ~LaunchTimes();
+  LaunchTimes(const LaunchTimes&) = delete;
+  LaunchTimes& operator=(const LaunchTimes&) = delete;
+  // The calls so far, in order (waits for the GPU's events).
+  std::vector<LaunchTime> times();
+
+  struct Record;  // launch.cpp: a call's description and its clock or events
+  void add(std::unique_ptr<Record> record);
+
+ private:
+  std::vector<std::unique_ptr<Record>> records_;
+  LaunchTimes* outer_;  // the one this replaced on its thread
+};
 
 void forward(const torch::Tensor& on, const fused::Forward& f);
 void delta(const torch::Tensor& on, const fused::Delta& d);
