@@ -10,7 +10,8 @@
 #             again with the LibTorch 2 fast paths compiled out, COMBINER_TORCH2_PATHS=OFF);
 #   profile   where the time goes: LibTorch's profiler (combiner-bench --profile) over the fused
 #             attention variants alone (forward + backward, bf16, B 8 x 8 heads x D 64, L 3072
-#             and 12288), then one training step of ours (CIFAR-10 6 x 512 rowmajor, batch 32;
+#             and 12288; then vertical at the 128-layer preset's B 16 x 2 heads x D 128), each
+#             case's fused launches also timed one by one, then one training step of ours (CIFAR-10 6 x 512 rowmajor, batch 32;
 #             the 128-layer preset) and of the eager peer on the same shapes (torch.profiler):
 #             their largest GPU kernels and launches per step, in test-gpu.log, with --count's
 #             launches by the CPU's rule beside them (scripts/count_vs_peer.py's count); then
@@ -231,6 +232,11 @@ stage_profile() {
       --variants "full,$fused_variants" --out "$work/profile-attention.csv" 2>&1 |
       grep -vE "^\[|^results:"
   done
+  echo "-- attention profile: the 128-layer preset's (L 3072, batch 16, 2 heads, D 128, rows 96)"
+  run_for 40 "$bench" attention --device $device --dtype $precision --backward --batch 16 \
+    --heads 2 --dim 128 --lengths 3072 --block 96 --row-len 96 --repeats 3 --profile 8 \
+    --timeout 30 --max-mib 0 --variants "full,combiner-axial-vertical" \
+    --out "$work/profile-attention-deep.csv" 2>&1 | grep -vE "^\[|^results:"
   # shellcheck disable=SC2086  # dataset, L, batch: CIFAR-10's
   set -- ${shapes[0]}
   length=$2 batch=$3
