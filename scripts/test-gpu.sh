@@ -81,6 +81,7 @@ attention_shapes=("3072 8" "12288 8" "49152 2")  # L, batch: one run each, so a 
 ours_shrink=() ours_128=() peer_shape=(--layers 6 --width 512 --heads 8 --mlp 4)
 peer_128=(--layers 128 --width 256 --heads 2 --mlp 2 --dropout 0.25)  # configs/cifar_axial.yaml
 deep_batch=16
+deep_attention=(--batch 16 --heads 2 --dim 128 --lengths 3072 --block 96 --row-len 96)
 scale=1  # multiplies every stage's timeout
 export TORCHINDUCTOR_CACHE_DIR=${TORCHINDUCTOR_CACHE_DIR:-$PWD/.cache/inductor}
 if [ "${COMBINER_GPU_REHEARSAL:-0}" = 1 ]; then
@@ -94,6 +95,7 @@ if [ "${COMBINER_GPU_REHEARSAL:-0}" = 1 ]; then
   peer_shape=(--layers 1 --width 16 --heads 2 --mlp 2 --device cpu)
   peer_128=(--layers 2 --width 16 --heads 2 --mlp 2 --dropout 0.25 --device cpu)
   deep_batch=1
+  deep_attention=(--batch 1 --heads 2 --dim 32 --lengths 288 --block 24 --row-len 24)
   # flex_attention has no backward on the CPU, and compiles there only without the log-sum-exp.
   flex_pass=(--dtype float32 --device cpu --eager)
   quick_shrink=(--set train.steps=4 --set train.warmup_steps=1 --set train.eval_every=4
@@ -232,11 +234,11 @@ stage_profile() {
       --variants "full,$fused_variants" --out "$work/profile-attention.csv" 2>&1 |
       grep -vE "^\[|^results:"
   done
-  echo "-- attention profile: the 128-layer preset's (L 3072, batch 16, 2 heads, D 128, rows 96)"
-  run_for 40 "$bench" attention --device $device --dtype $precision --backward --batch 16 \
-    --heads 2 --dim 128 --lengths 3072 --block 96 --row-len 96 --repeats 3 --profile 8 \
-    --timeout 30 --max-mib 0 --variants "full,combiner-axial-vertical" \
-    --out "$work/profile-attention-deep.csv" 2>&1 | grep -vE "^\[|^results:"
+  echo "-- attention profile: the 128-layer preset's shape (${deep_attention[*]})"
+  run_for 40 "$bench" attention --device $device --dtype $precision --backward \
+    "${deep_attention[@]}" --repeats 3 --profile 8 --timeout 30 --max-mib 0 \
+    --variants "full,combiner-axial-vertical" --out "$work/profile-attention-deep.csv" 2>&1 |
+    grep -vE "^\[|^results:"
   # shellcheck disable=SC2086  # dataset, L, batch: CIFAR-10's
   set -- ${shapes[0]}
   length=$2 batch=$3
