@@ -1,6 +1,7 @@
 #include "model/transformer.h"
 
 #include <cmath>
+#include <tuple>
 
 #include "attention/decode.h"
 #include "attention/heads.h"
@@ -56,9 +57,21 @@ torch::Tensor BlockImpl::forward(const torch::Tensor& x) {
   return h + dropout_(mlp_of_normed(normed));
 }
 
+std::pair<torch::Tensor, torch::Tensor> BlockImpl::forward_deferred(const torch::Tensor& x,
+                                                                    const torch::Tensor& normed) {
+  auto [h, normed_h] = add_and_norm(x, attention_of_normed(normed));
+  return {h, dropout_(mlp_of_normed(normed_h))};
+}
+
 std::pair<torch::Tensor, torch::Tensor> BlockImpl::add_and_norm(const torch::Tensor& x,
                                                                 const torch::Tensor& branch) {
   return ln_mlp_->add_forward(x, branch);
+}
+
+std::pair<torch::Tensor, torch::Tensor> BlockImpl::input_add_and_norm(const torch::Tensor& x,
+                                                                      const torch::Tensor& branch) {
+  if (!branch.defined()) return {x, ln_attn_(x)};
+  return ln_attn_->add_forward(x, branch);
 }
 
 torch::Tensor BlockImpl::attention_half(const torch::Tensor& x) {
@@ -66,14 +79,18 @@ torch::Tensor BlockImpl::attention_half(const torch::Tensor& x) {
 }
 
 torch::Tensor BlockImpl::attention_branch(const torch::Tensor& x) {
-  const int64_t B = x.size(0), L = x.size(1), W = x.size(2), H = heads_;
+  return attention_of_normed(ln_attn_(x));
+}
+
+torch::Tensor BlockImpl::attention_of_normed(const torch::Tensor& normed) {
+  const int64_t B = normed.size(0), L = normed.size(1), W = normed.size(2), H = heads_;
   // [B, L, 3W] -> three [B, H, L, W/H] views. Backward: the projection's gradient in its own
   // layout, passed on as the fused attention writes it (q, k and v's gradients side by side per
   // position), else made in one stack (attention/heads.h).
-  const auto heads = attention::split_heads(linear(qkv_, ln_attn_(x)), H);
+  const auto heads = attention::split_heads(linear(qkv_, normed), H);
   torch::Tensor heads_out;
   {
-    AutocastGuard fp32_attention(false, x.device());  // scores and softmax in fp32 (or fp64)
+    AutocastGuard fp32_attention(false, normed.device());  // scores, softmax in fp32 (or fp64)
     heads_out = attention_->forward(heads[0], heads[1], heads[2]);
   }
   auto merged = heads_out.transpose(1, 2).reshape({B, L, W});
@@ -204,6 +221,9 @@ torch::Tensor ImageTransformerImpl::forward(const torch::Tensor& x) {
               options_.length(),
               "]");
   auto h = embed(input_tokens(x, options_.vocab), 0);
+  // Without recomputation each block's last residual add is left to the LayerNorm after it (the
+  // next block's first, or the final one), in that norm's passes: the output is h + pending.
+  torch::Tensor pending;
   {
     AutocastGuard autocast(options_.bfloat16, h.device());
     const bool grad = torch::GradMode::is_enabled();
@@ -211,12 +231,19 @@ torch::Tensor ImageTransformerImpl::forward(const torch::Tensor& x) {
     const bool mlp = options_.recompute_mlp && grad && !whole;
     for (const auto& module : *blocks_) {
       auto& block = *module->as<Block>();
-      h = whole ? checkpointed_forward(block, h)
-          : mlp ? checkpointed_mlp(block, h, block.attention_branch(h))
-                : block.forward(h);
+      if (whole || mlp) {
+        h = whole ? checkpointed_forward(block, h)
+                  : checkpointed_mlp(block, h, block.attention_branch(h));
+        continue;
+      }
+      auto [x, normed] = block.input_add_and_norm(h, pending);
+      std::tie(h, pending) = block.forward_deferred(x, normed);
     }
   }
-  return linear(head_, ln_final_(h.to(torch::kFloat))).to(torch::kFloat);  // logits from fp32
+  // Logits from fp32.
+  if (!pending.defined()) return linear(head_, ln_final_(h.to(torch::kFloat))).to(torch::kFloat);
+  return linear(head_, ln_final_->add_forward(h.to(torch::kFloat), pending).second)
+      .to(torch::kFloat);
 }
 
 void set_kernel_path(torch::nn::Module& model, const std::string& path) {

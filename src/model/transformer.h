@@ -49,8 +49,18 @@ class BlockImpl : public torch::nn::Module {
   // replays it (a bool mask on CUDA, the scaled noise on the CPU; undefined when it is off: eval
   // mode or p = 0); and the replay of that kept draw on a recomputed branch.
   torch::Tensor mlp_branch(const torch::Tensor& h);
-  // The attention half's branch, dropout(attn_out(Attn(LN(x)))): attention_half(x) = x + it.
+  // forward(x) as (h, branch), forward(x) = h + branch, given normed = ln_attn(x): the two
+  // residual adds each left to the LayerNorm after it (input_add_and_norm of the next block, or
+  // the model's final one) where the kernels add them in the norm's passes.
+  std::pair<torch::Tensor, torch::Tensor> forward_deferred(const torch::Tensor& x,
+                                                           const torch::Tensor& normed);
+  // (x + branch, ln_attn(x + branch)); (x, ln_attn(x)) for an undefined branch.
+  std::pair<torch::Tensor, torch::Tensor> input_add_and_norm(const torch::Tensor& x,
+                                                             const torch::Tensor& branch);
+  // The attention half's branch, dropout(attn_out(Attn(LN(x)))): attention_half(x) = x + it;
+  // attention_of_normed(ln_attn(x)) is the same.
   torch::Tensor attention_branch(const torch::Tensor& x);
+  torch::Tensor attention_of_normed(const torch::Tensor& normed);
   // (h, ln_mlp(h)) for h = x + branch, the add done in the LayerNorm's passes where it is fused;
   // and mlp_branch(h) = mlp_of_normed(ln_mlp(h)) = mlp_out(GELU(mlp_in(ln_mlp(h)))).
   std::pair<torch::Tensor, torch::Tensor> add_and_norm(const torch::Tensor& x,

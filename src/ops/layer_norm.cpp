@@ -170,6 +170,9 @@ class FusedAddNorm : public torch::autograd::Function<FusedAddNorm> {
         norm_forward(x, residual, weight, bias, eps, static_cast<torch::ScalarType>(out_dtype));
     ctx->save_for_backward({o.sum, weight, o.mean, o.rstd});
     ctx->saved_data["residual_dtype"] = int64_t(residual.scalar_type());
+    // An output no one reads (the sum, after the final LayerNorm) gets no gradient, not a
+    // tensor of zeros to fill and read.
+    ctx->set_materialize_grads(false);
     return {o.sum, o.y};
   }
 
