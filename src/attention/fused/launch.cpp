@@ -1,10 +1,9 @@
 #include "attention/fused/launch.h"
 
-#include <fmt/format.h>
-
 #include <atomic>
 #include <chrono>
 #include <optional>
+#include <string>
 
 #include "attention/fused/fused.h"
 
@@ -39,21 +38,21 @@ std::string mask_name(fused::Mask m) {
          : m == fused::Mask::kStrict ? "strict"
                                      : "others";
 }
+// (No fmt here: the Python package builds this library without it.)
+std::string n(int64_t v) {
+  return std::to_string(v);
+}
 std::string shape(const fused::Pass& p) {
-  std::string out = fmt::format("queries {} x {}, keys {} x {}, {}",
-                                p.query.segments,
-                                p.query.seg_len,
-                                p.key.segments,
-                                p.key.seg_len,
-                                mask_name(p.mask));
-  if (p.summaries) out += fmt::format(", + {} summaries", p.summary_count);
+  std::string out = "queries " + n(p.query.segments) + " x " + n(p.query.seg_len) + ", keys " +
+                    n(p.key.segments) + " x " + n(p.key.seg_len) + ", " + mask_name(p.mask);
+  if (p.summaries) out += ", + " + n(p.summary_count) + " summaries";
   return out;
 }
 std::string describe(const fused::Forward& f) {
   return (f.merge ? "forward (merged): " : "forward: ") + shape(f.pass);
 }
 std::string describe(const fused::Delta& d) {
-  return fmt::format("delta: {} rows", d.rows);
+  return "delta: " + n(d.rows) + " rows";
 }
 std::string describe(const fused::Backward& b) {
   return (fused::backward_launches(b) == 3 ? "backward (dk dv, d summaries, dq): "
@@ -61,14 +60,12 @@ std::string describe(const fused::Backward& b) {
          shape(b.pass);
 }
 std::string describe(const fused::RunningMax& r) {
-  return fmt::format("running max{}: {} lines of {}{}",
-                     r.dy ? " backward" : "",
-                     fused::running_max_lines(r),
-                     r.n,
-                     r.reverse ? ", reversed" : "");
+  return std::string(r.dy ? "running max backward: " : "running max: ") +
+         n(fused::running_max_lines(r)) + " lines of " + n(r.n) + (r.reverse ? ", reversed" : "");
 }
 std::string describe(const fused::SegmentMax& m) {
-  return fmt::format("segment max{}: {} x {} rows", m.dy ? " backward" : "", m.segments, m.len);
+  return std::string(m.dy ? "segment max backward: " : "segment max: ") + n(m.segments) + " x " +
+         n(m.len) + " rows";
 }
 
 // A CUDA kernel's host function, or nullptr in a build without the kernels (a parameter type
