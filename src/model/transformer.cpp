@@ -53,8 +53,8 @@ BlockImpl::BlockImpl(const TransformerOptions& o) : heads_(o.heads) {
 }
 
 torch::Tensor BlockImpl::forward(const torch::Tensor& x) {
-  auto [h, normed] = add_and_norm(x, attention_branch(x));
-  return h + dropout_(mlp_of_normed(normed));
+  auto [h, branch] = forward_deferred(x, ln_attn_(x));
+  return h + branch;
 }
 
 std::pair<torch::Tensor, torch::Tensor> BlockImpl::forward_deferred(const torch::Tensor& x,
