@@ -9,20 +9,25 @@
 namespace combiner::attention::fused_glue {
 
 // Whether the segments of g own disjoint rows that together are every row 0..rows-1: blocks,
-// columns, or whole blocks read right to left (which exist whole or not at all).
+// columns, or whole blocks read right to left (which exist whole or not at all); the segments
+// whose first row is below 0 have none (first = -lag * seg_stride: a source `lag` segments behind
+// its queries), and the others count.
 bool covers(const fused::Geometry& g, int64_t rows) {
-  const bool blocks = g.row_stride == 1 && g.seg_stride == g.seg_len && g.first == 0;
-  const bool columns = g.seg_stride == 1 && g.row_stride == g.segments && g.first == 0;
-  const bool reversed = g.row_stride == -1 && g.seg_stride == g.seg_len &&
-                        g.first == g.seg_len - 1 && g.segments * g.seg_len == rows;
-  return (blocks || columns || reversed) && g.segments * g.seg_len >= rows && g.limit >= rows;
+  const int64_t lag =
+      g.first < 0 && g.seg_stride > 0 && -g.first % g.seg_stride == 0 ? -g.first / g.seg_stride : 0;
+  const int64_t first = g.first + lag * g.seg_stride, segments = g.segments - lag;
+  const bool blocks = g.row_stride == 1 && g.seg_stride == g.seg_len && first == 0;
+  const bool columns = g.seg_stride == 1 && g.row_stride == segments && first == 0;
+  const bool reversed = g.row_stride == -1 && g.seg_stride == g.seg_len && first == g.seg_len - 1 &&
+                        segments * g.seg_len == rows;
+  return (blocks || columns || reversed) && segments * g.seg_len >= rows && g.limit >= rows;
 }
 
-// The lowest row a geometry reads is not negative (a right-to-left segment ends at its first
-// row minus seg_len - 1).
+// The lowest row a geometry reads is not negative: a segment whose first row is below 0 has
+// none; one read right to left ends at its first row minus seg_len - 1.
 bool non_negative(const fused::Geometry& g) {
-  const int64_t last = g.row_stride < 0 ? (g.seg_len - 1) * g.row_stride : 0;
-  return g.segments == 0 || g.seg_len == 0 || (g.first + last >= 0 && g.seg_stride >= 0);
+  if (g.segments == 0 || g.seg_len == 0) return true;
+  return g.seg_stride >= 0 && (g.row_stride >= 0 || g.first + (g.seg_len - 1) * g.row_stride >= 0);
 }
 
 // What the kernels index must exist: o, lse and dq have exactly Lq rows, so every pass's queries
@@ -91,13 +96,33 @@ void check_operands(const torch::Tensor& q,
                 "fused attention: a pass reads summaries but ks or u is undefined");
     fits(p.key, p.a_from_summaries ? ks_rows : k.size(2), "source A key");
     fits(p.value, p.a_from_summaries ? u_rows : v.size(2), "source A value");
-    if (p.summaries)
+    if (p.summaries && p.by_segment) {
+      TORCH_CHECK(!p.a_from_summaries,
+                  "fused attention: a pass reads the summaries as source A or as source B by "
+                  "segment, not both");
+      TORCH_CHECK(p.summary_key.segments == p.query.segments &&
+                      p.summary_value.segments == p.query.segments,
+                  "fused attention: source B by segment has ",
+                  p.summary_key.segments,
+                  " key and ",
+                  p.summary_value.segments,
+                  " value segments, the queries ",
+                  p.query.segments);
+      fits(p.summary_key, ks_rows, "source B key");
+      fits(p.summary_value, u_rows, "source B value");
+      for (int64_t g = 0; g < p.query.segments; ++g)
+        TORCH_CHECK(fused::valid_count(p.summary_value, g) >= fused::valid_count(p.summary_key, g),
+                    "fused attention: source B's segment ",
+                    g,
+                    " has fewer values than keys");
+    } else if (p.summaries) {
       TORCH_CHECK(u_rows >= ks_rows,
                   "fused attention: ",
                   ks_rows,
                   " summary keys but only ",
                   u_rows,
                   " summary values");
+    }
   }
 }
 

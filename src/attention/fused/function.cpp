@@ -1,9 +1,9 @@
 // Glue between torch and the fused kernels: dtype and stride checks, allocation, the autograd
 // Function (saved: q, k, v, ks, u in the kernel dtype, o and lse; with a local stage also qs and
-// u's lse), the CUDA stream. Gradient buffers: slot_grad (q, k, v and summaries read as source A:
-// the kernel dtype, each pass adding its part in place; summaries read as source B: an Acc
-// buffer added into atomically). The variants' plans: fused.cpp, fused_axial.cpp; the kernels
-// run through fused/launch.h.
+// u's lse), the CUDA stream. Gradient buffers: slot_grad (q, k, v and summaries read as source A
+// or as source B by segment: the kernel dtype, each pass adding its part in place; summaries read
+// as source B by prefix: an Acc buffer added into atomically). The variants' plans: fused.cpp,
+// fused_axial.cpp; the kernels run through fused/launch.h.
 #include "attention/fused/fused.h"
 
 #include "attention/fused/checks.h"
@@ -49,16 +49,21 @@ fused::Operand operand(const torch::Tensor& x) {
   return {x.data_ptr(), x.stride(0), x.stride(1), x.stride(2)};
 }
 
-// The plan travels in the context as integers: 6 per geometry, then mask and two flags.
-constexpr size_t kPassInts = 3 * 6 + 3;
+// The plan travels in the context as integers: 6 per geometry, then the masks and three flags.
+constexpr size_t kPassInts = 5 * 6 + 5;
 
 std::vector<int64_t> encode(const std::vector<FusedPass>& passes) {
   std::vector<int64_t> out;
   for (const auto& p : passes) {
-    for (const auto* g : {&p.query, &p.key, &p.value})
+    for (const auto* g : {&p.query, &p.key, &p.value, &p.summary_key, &p.summary_value})
       out.insert(out.end(),
                  {g->segments, g->seg_len, g->seg_stride, g->row_stride, g->limit, g->first});
-    out.insert(out.end(), {int64_t(p.mask), int64_t(p.summaries), int64_t(p.a_from_summaries)});
+    out.insert(out.end(),
+               {int64_t(p.mask),
+                int64_t(p.summary_mask),
+                int64_t(p.summaries),
+                int64_t(p.a_from_summaries),
+                int64_t(p.by_segment)});
   }
   return out;
 }
@@ -68,13 +73,15 @@ std::vector<FusedPass> decode(const std::vector<int64_t>& in) {
   for (size_t i = 0; i + kPassInts <= in.size(); i += kPassInts) {
     FusedPass p;
     size_t at = i;
-    for (auto* g : {&p.query, &p.key, &p.value}) {
+    for (auto* g : {&p.query, &p.key, &p.value, &p.summary_key, &p.summary_value}) {
       *g = {in[at], in[at + 1], in[at + 2], in[at + 3], in[at + 4], in[at + 5]};
       at += 6;
     }
     p.mask = fused::Mask(in[at]);
-    p.summaries = in[at + 1] != 0;
-    p.a_from_summaries = in[at + 2] != 0;
+    p.summary_mask = fused::Mask(in[at + 1]);
+    p.summaries = in[at + 2] != 0;
+    p.a_from_summaries = in[at + 3] != 0;
+    p.by_segment = in[at + 4] != 0;
     out.push_back(p);
   }
   return out;
@@ -98,7 +105,11 @@ fused::Pass make_pass(const FusedPass& fp,
   p.value = fp.value;
   p.mask = fp.mask;
   p.summaries = fp.summaries;
-  p.summary_count = fp.summaries ? ks.size(2) : 0;
+  p.summary_count = fp.summaries && !fp.by_segment ? ks.size(2) : 0;
+  p.by_segment = fp.summaries && fp.by_segment;
+  p.summary_key = fp.summary_key;
+  p.summary_value = fp.summary_value;
+  p.summary_mask = fp.summary_mask;
   p.q = operand(q);
   p.k = operand(fp.a_from_summaries ? ks : k);
   p.v = operand(fp.a_from_summaries ? u : v);
@@ -120,7 +131,8 @@ GradOut grad_out(const torch::Tensor& buffer, GradOut::Kind kind) {
 
 // The gradient of one input slot (q, k, v, ks or u) and how each pass writes it. `readers`: the
 // passes whose gradient lands in the slot (for q every pass, for the others the passes reading
-// it as source A) and their geometries; `shared`: whether a pass reads it as source B.
+// it as source A or as source B by segment) and their geometries; `shared`: whether a pass reads
+// it as source B by prefix.
 //  - every reader writes each of its rows once (injective) and the slot is not shared: the
 //    kernel dtype, with no Acc buffer and no atomics; the first reader stores (into an empty
 //    buffer where it covers every row, else a zeroed one), each later reader adds its part in
@@ -136,7 +148,7 @@ struct Grad {
   std::vector<GradOut> by_pass;  // how pass i writes it (kind kNone: not a reader)
 
   GradOut out(size_t pass) const { return by_pass.empty() ? GradOut{} : by_pass[pass]; }
-  // As source B (summaries): the zeroed Acc buffer, added into.
+  // As source B by prefix (summaries): the zeroed Acc buffer, added into.
   GradOut summary_out() const {
     return buffer.defined() ? grad_out(buffer, GradOut::kAtomic) : GradOut{};
   }
@@ -299,13 +311,17 @@ class FusedFunction : public torch::autograd::Function<FusedFunction> {
     const bool local_q = !local.empty() && !qs.defined();
     std::vector<std::pair<size_t, fused::Geometry>> q_uses, k_uses, v_uses, ks_uses, u_uses,
         qs_uses;
-    bool summaries = false;
+    bool summaries = false;  // a pass reads them by prefix
     for (size_t i = 0; i < n; ++i) {
       const auto& p = passes[i];
       q_uses.emplace_back(i, p.query);
       (p.a_from_summaries ? ks_uses : k_uses).emplace_back(i, p.key);
       (p.a_from_summaries ? u_uses : v_uses).emplace_back(i, p.value);
-      summaries = summaries || p.summaries;
+      if (p.summaries && p.by_segment) {
+        ks_uses.emplace_back(i, p.summary_key);
+        u_uses.emplace_back(i, p.summary_value);
+      }
+      summaries = summaries || (p.summaries && !p.by_segment);
     }
     // A local stage whose u no joint pass reads adds no gradient (its passes do not run).
     const bool u_read = !u_uses.empty() || summaries;
@@ -346,7 +362,10 @@ class FusedFunction : public torch::autograd::Function<FusedFunction> {
         bw.dk = grad_out(slabs, GradOut::kStoreAcc);
         bw.dk.segment_rows = key.limit;
       }
-      if (passes[i].summaries) {
+      if (passes[i].summaries && passes[i].by_segment) {
+        bw.dks = dks.out(i);
+        bw.du = du.out(i);
+      } else if (passes[i].summaries) {
         bw.dks = dks.summary_out();
         bw.du = du.summary_out();
       }

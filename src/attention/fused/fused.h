@@ -18,13 +18,28 @@
 
 namespace combiner::attention {
 
-// One pass of the fused core: its geometry, and whether source A reads (k, v) or the summary
-// slots (ks, u) (the axial variants' span passes).
+// One pass of the fused core: its geometry, whether source A reads (k, v) or the summary slots
+// (ks, u), and source B (fused/kernel.h Pass), which reads (ks, u) in the same softmax: by prefix
+// (rows r < g) or, `by_segment`, through its own geometries and mask, a second source like A
+// (the axial variants' spans beside their row or column).
 struct FusedPass {
   fused::Geometry query, key, value;
   fused::Mask mask = fused::Mask::kCausal;
-  bool summaries = false;         // source B = (ks, u), rows r < g
+  bool summaries = false;         // source B = (ks, u)
   bool a_from_summaries = false;  // source A = (ks, u) instead of (k, v)
+  bool by_segment = false;        // source B by segment, else by prefix
+  fused::Geometry summary_key, summary_value;
+  fused::Mask summary_mask = fused::Mask::kNone;
+
+  // Source B by segment: key j of segment g at row row_of(key, g, j) of ks, its value at
+  // row_of(value, g, j) of u, masked by `m`.
+  FusedPass& with_spans(const fused::Geometry& key, const fused::Geometry& value, fused::Mask m) {
+    summaries = by_segment = true;
+    summary_key = key;
+    summary_value = value;
+    summary_mask = m;
+    return *this;
+  }
 };
 
 // A max pool the fused call makes itself, from the first `segments` x `len` rows of k (into ks)
@@ -98,12 +113,12 @@ torch::Tensor fused_attention_with_local(const torch::Tensor& q,
 //   rowmajor: the row pass, then the per-column pass over the earlier rows' summaries;
 //     ks [B, H, spans, D] one pooled key per row, u [B, H, spans * W, D] (u[(r, c)] for query
 //     column c).
-//   vertical: the row pass, the span pass (rows R >= 1, columns c != c'), the column pass;
-//     ks, u [B, H, spans * W, D]: [(r, c)] = column c's rows 0..r (cumulative pooled key, local
-//     expectation).
-//   horizontal: the row pass, the prefix and suffix passes (per column, rows r < R), the column
-//     pass; ks, u [B, H, 2 * spans * W, D]: rows 0..spans*W-1 hold [(r, c)] = row r's columns
-//     0..c, the next spans*W its columns c..W-1.
+//   vertical: the row pass with the spans (rows R >= 1, columns c != c') as its source B, the
+//     column pass; ks, u [B, H, spans * W, D]: [(r, c)] = column c's rows 0..r (cumulative
+//     pooled key, local expectation).
+//   horizontal: the row pass, the suffix pass (per column, rows r < R), the column pass with the
+//     prefixes (rows r < R) as its source B; ks, u [B, H, 2 * spans * W, D]: rows
+//     0..spans*W-1 hold [(r, c)] = row r's columns 0..c, the next spans*W its columns c..W-1.
 std::vector<FusedPass> fixed_joint_passes(int64_t length, int64_t block);
 std::vector<FusedPass> rowmajor_joint_passes(int64_t length, int64_t row_len);
 std::vector<FusedPass> vertical_joint_passes(int64_t length, int64_t row_len);

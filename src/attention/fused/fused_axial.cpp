@@ -1,10 +1,11 @@
 // The fused plans of the axial Combiner variants (rowmajor, vertical, horizontal; the mixture
 // averages the last two): each is one softmax per query over a row pass, a column pass and the
-// span passes, merged by log-sum-exp; the span passes read the summaries (pooled keys ks, local
-// expectations u) as source A, addressed by Geometry::first where a query's span sits one row
-// or one column away from it. Plain max pools (whole rows, running maxes) are made in the fused
-// call (FusedPool); DeepSets maps and running means stay LibTorch ops (autograd); every u is a
-// fused pass too.
+// spans, merged by log-sum-exp; the spans (pooled keys ks, local expectations u) are read as
+// source A of a pass of their own, or as source B of the row or column pass whose queries they
+// serve, addressed by Geometry::first where a query's span sits one row or one column away from
+// it (first = -W: segment g reads row g - 1's spans; segment 0 has none). Plain max pools (whole
+// rows, running maxes) are made in the fused call (FusedPool); DeepSets maps and running means stay
+// LibTorch ops (autograd); every u is a fused pass too.
 #include <torch/torch.h>
 
 #include "attention/fused/fused.h"
@@ -76,19 +77,16 @@ std::vector<FusedPass> rowmajor_joint_passes(int64_t length, int64_t row_len) {
 }
 
 // vertical's spans: (R, c') sees, for every column c != c' and R >= 1, column c above row R, whose
-// key is the cumulative pooled key ks[(R - 1, c)] and value u[(R - 1, c)]: a pass over the rows
-// R >= 1 (query first = W) whose segment g = R - 1 reads row g of ks and u, masked c != c'.
+// key is the cumulative pooled key ks[(R - 1, c)] and value u[(R - 1, c)]: source B of the row
+// pass, whose segment R reads row R - 1 of ks and u (first = -W), masked c != c'. One softmax
+// over the row and its spans: no second pass over the same queries, no merge of o.
 std::vector<FusedPass> vertical_joint_passes(int64_t length, int64_t row_len) {
   const int64_t W = row_len, n = (length + W - 1) / W, spans = n - 1;
   std::vector<FusedPass> passes = {row_pass(length, W)};
   if (spans == 0) return passes;
   if (W > 1) {
-    FusedPass span;
-    span.query = {spans, W, W, 1, length, /*first=*/W};
-    span.key = span.value = {spans, W, W, 1, spans * W};
-    span.mask = fused::Mask::kOthers;
-    span.a_from_summaries = true;
-    passes.push_back(span);
+    const fused::Geometry above = {n, W, W, 1, spans * W, /*first=*/-W};
+    passes[0].with_spans(above, above, fused::Mask::kOthers);
   }
   passes.push_back(column_pass(length, W));
   return passes;
@@ -97,25 +95,26 @@ std::vector<FusedPass> vertical_joint_passes(int64_t length, int64_t row_len) {
 // horizontal's spans: (R, c) sees, for every row r < R, its prefix 0..c-1 (when c > 0) and its
 // suffix c+1..W-1 (when c < W - 1). ks and u hold the inclusive prefix summaries [(r, c)] =
 // columns 0..c in rows 0..spans*W-1 and the inclusive suffix ones (c..W-1) in the next spans*W
-// rows, so (R, c) reads prefix (r, c - 1) and suffix (r, c + 1): two per-column passes, over the
-// columns 1..W-1 (query first = 1) and 0..W-2 (key first = spans * W + 1), masked r < R.
+// rows, so (R, c) reads prefix (r, c - 1) and suffix (r, c + 1), masked r < R: the prefixes as
+// source B of the column pass (column c reads column c - 1 of ks: first = -1, none for c = 0),
+// the suffixes in a per-column pass of their own over the columns 0..W-2 (key first =
+// spans * W + 1).
 std::vector<FusedPass> horizontal_joint_passes(int64_t length, int64_t row_len) {
   const int64_t W = row_len, n = (length + W - 1) / W, spans = n - 1;
   std::vector<FusedPass> passes = {row_pass(length, W)};
   if (spans == 0) return passes;
+  FusedPass column = column_pass(length, W);
   if (W > 1) {
-    FusedPass prefix;
-    prefix.query = {W - 1, n, 1, W, length, /*first=*/1};
-    prefix.key = prefix.value = {W - 1, spans, 1, W, spans * W};
-    prefix.mask = fused::Mask::kStrict;
-    prefix.a_from_summaries = true;
-    FusedPass suffix = prefix;
-    suffix.query.first = 0;
+    FusedPass suffix;
+    suffix.query = {W - 1, n, 1, W, length};
     suffix.key = suffix.value = {W - 1, spans, 1, W, 2 * spans * W, /*first=*/spans * W + 1};
-    passes.push_back(prefix);
+    suffix.mask = fused::Mask::kStrict;
+    suffix.a_from_summaries = true;
     passes.push_back(suffix);
+    const fused::Geometry before = {W, spans, 1, W, spans * W, /*first=*/-1};
+    column.with_spans(before, before, fused::Mask::kStrict);
   }
-  passes.push_back(column_pass(length, W));
+  passes.push_back(column);
   return passes;
 }
 

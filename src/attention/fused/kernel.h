@@ -34,9 +34,10 @@ COMBINER_HD constexpr int backward_query_tile(int64_t dim) {
 constexpr int64_t kSummaryPartRows = 1024;
 
 // Index t of segment g is row first + g * seg_stride + t * row_stride of its tensor; it exists
-// iff t < seg_len and that row < limit. (A block of s: {s, 1}; a column of W-long rows: {1, W};
-// the rows after the first: first = W; a row read right to left: row_stride -1, first = W - 1,
-// which exists whole or not at all.)
+// iff t < seg_len, that row < limit and the segment's first row (t = 0) is not below 0. (A block
+// of s: {s, 1}; a column of W-long rows: {1, W}; the rows after the first: first = W; a row read
+// right to left: row_stride -1, first = W - 1, which exists whole or not at all; a source one
+// segment behind its queries, segment g reading the rows of g - 1: first = -seg_stride.)
 struct Geometry {
   int64_t segments = 0;
   int64_t seg_len = 0;
@@ -76,7 +77,12 @@ struct GradOut {
 
 // One pass: queries of `query`; source A = keys of `key` (rows of k) with values at the same
 // index of `value` (rows of v), same segment as the query, masked by `mask`; source B (when
-// `summaries`) = rows r < min(g, summary_count) of ks and u for every query of segment g.
+// `summaries`), in the same softmax, rows of ks (keys) and u (values):
+//  - by prefix (combiner-fixed's summaries): rows r < min(g, summary_count) for every query of
+//    segment g, unmasked;
+//  - `by_segment` (a second source like A: vertical's spans in its row pass, horizontal's prefix
+//    spans in its column pass): key j of segment g at row_of(summary_key, g, j) of ks, its value
+//    at row_of(summary_value, g, j) of u, masked by summary_mask.
 // D = Dv = dim. Scores are scale * q . k.
 struct Pass {
   int64_t batch = 0, heads = 0, dim = 0;
@@ -85,7 +91,10 @@ struct Pass {
   Geometry query, key, value;
   Mask mask = Mask::kCausal;
   bool summaries = false;
-  int64_t summary_count = 0;
+  int64_t summary_count = 0;  // by prefix
+  bool by_segment = false;
+  Geometry summary_key, summary_value;  // by segment
+  Mask summary_mask = Mask::kNone;      // by segment
   Operand q, k, v, ks, u;
 };
 
@@ -142,7 +151,7 @@ COMBINER_HD int64_t row_of(const Geometry& g, int64_t segment, int64_t t) {
 // How many t of `segment` exist (they are always a prefix 0..count-1).
 COMBINER_HD int64_t valid_count(const Geometry& g, int64_t segment) {
   const int64_t start = row_of(g, segment, 0);
-  if (start >= g.limit) return 0;
+  if (start < 0 || start >= g.limit) return 0;
   if (g.row_stride <= 0) return g.seg_len;
   const int64_t fit = (g.limit - start + g.row_stride - 1) / g.row_stride;
   return fit < g.seg_len ? fit : g.seg_len;
@@ -174,9 +183,29 @@ COMBINER_HD int64_t first_query_tile(Mask mask, int64_t j0, int64_t MQ) {
   return mask == Mask::kCausal || mask == Mask::kStrict ? j0 / MQ * MQ : 0;
 }
 
+// Source B: its keys for segment g (by segment, j < summary_terms are all its keys; by prefix,
+// every query of g sees them all), how many of them queries 0..last of g can see (a prefix),
+// their rows in ks and u, its mask (by prefix: none) and whether query t sees key j.
 COMBINER_HD int64_t summary_terms(const Pass& p, int64_t segment) {
   if (!p.summaries) return 0;
+  if (p.by_segment) return valid_count(p.summary_key, segment);
   return segment < p.summary_count ? segment : p.summary_count;
+}
+COMBINER_HD int64_t summary_keys(const Pass& p, int64_t segment, int64_t last) {
+  const int64_t terms = summary_terms(p, segment);
+  return p.by_segment ? direct_keys(p.summary_mask, terms, last) : terms;
+}
+COMBINER_HD int64_t summary_key_row(const Pass& p, int64_t segment, int64_t j) {
+  return p.by_segment ? row_of(p.summary_key, segment, j) : j;
+}
+COMBINER_HD int64_t summary_value_row(const Pass& p, int64_t segment, int64_t j) {
+  return p.by_segment ? row_of(p.summary_value, segment, j) : j;
+}
+COMBINER_HD Mask summary_mask_of(const Pass& p) {
+  return p.by_segment ? p.summary_mask : Mask::kNone;
+}
+COMBINER_HD bool summary_allows(const Pass& p, int64_t t, int64_t j) {
+  return mask_allows(summary_mask_of(p), t, j);
 }
 
 COMBINER_HD int64_t ceil_div(int64_t a, int64_t b) {
@@ -271,10 +300,21 @@ COMBINER_HD bool segment_max_takes(int64_t t, T v, T best) {
 }
 
 // Kernels one call launches on a GPU (kernel_*.cu): the forward and the delta one each; the
-// backward its dk/dv walk, the summary-gradient walk where the pass reads summaries, and dq. The
-// glue counts these for the CPU model too, so that combiner-bench --count says a GPU's launches.
+// backward its dk/dv walk (source A's keys, and source B's by segment, in one launch), the
+// summary-gradient walk where the pass reads summaries by prefix, and dq. The glue counts these
+// for the CPU model too, so that combiner-bench --count says a GPU's launches.
+COMBINER_HD bool prefix_summaries(const Pass& p) {
+  return p.summaries && !p.by_segment && p.summary_count > 0;
+}
 COMBINER_HD int64_t backward_launches(const Backward& b) {
-  return b.pass.summaries && b.pass.summary_count > 0 ? 3 : 2;
+  return prefix_summaries(b.pass) ? 3 : 2;
+}
+// The dk/dv walk's CTAs: one per key tile of source A's segments, then (by segment) of B's.
+COMBINER_HD int64_t key_tiles(const Geometry& g) {
+  return g.segments * ceil_div(g.seg_len, kKeyTile);
+}
+COMBINER_HD int64_t dkv_ctas(const Pass& p) {
+  return key_tiles(p.key) + (p.summaries && p.by_segment ? key_tiles(p.summary_key) : 0);
 }
 
 // ---- the CPU model (fused/kernel_cpu.cpp): float32, float64, bfloat16 (float32 arithmetic) ----

@@ -112,8 +112,8 @@ KeyTile<T> key_tile(const Pass& p, int64_t b, int64_t h, int64_t g, int64_t tile
     if (j >= count) continue;
     kt.present[c] = true;
     if (kt.summary) {
-      load_row<S>(p.ks, b, h, j, D, &kt.k[c * D]);
-      load_row<S>(p.u, b, h, j, D, &kt.v[c * D]);
+      load_row<S>(p.ks, b, h, summary_key_row(p, g, j), D, &kt.k[c * D]);
+      load_row<S>(p.u, b, h, summary_value_row(p, g, j), D, &kt.v[c * D]);
     } else {
       load_row<S>(p.k, b, h, row_of(p.key, g, j), D, &kt.k[c * D]);
       load_row<S>(p.v, b, h, row_of(p.value, g, j), D, &kt.v[c * D]);
@@ -131,14 +131,16 @@ inline TileCounts tile_counts(const Pass& p, int64_t g, int64_t chunk) {
   const int64_t t0 = chunk * kQueryTile, q_count = valid_count(p.query, g);
   if (t0 >= q_count) return n;
   n.rows = std::min<int64_t>(kQueryTile, q_count - t0);
-  n.direct = ceil_div(direct_keys(p.mask, valid_count(p.key, g), t0 + n.rows - 1), kKeyTile);
-  n.total = n.direct + ceil_div(summary_terms(p, g), kKeyTile);
+  const int64_t last = t0 + n.rows - 1;
+  n.direct = ceil_div(direct_keys(p.mask, valid_count(p.key, g), last), kKeyTile);
+  n.total = n.direct + ceil_div(summary_keys(p, g, last), kKeyTile);
   return n;
 }
 
 template <typename T>
 bool allowed(const Pass& p, const KeyTile<T>& kt, int64_t c, int64_t t) {
-  return kt.present[c] && (kt.summary || mask_allows(p.mask, t, kt.first + c));
+  const int64_t j = kt.first + c;
+  return kt.present[c] && (kt.summary ? summary_allows(p, t, j) : mask_allows(p.mask, t, j));
 }
 
 // One query tile: online softmax over the key tiles, then the epilogue (store or merge).
@@ -230,19 +232,33 @@ struct QueryRef {
   bool valid = false;
 };
 
-// dK, dV of key tile `tile` (of source A in segment g, or of the summaries when `summary`), walking
-// the query tiles that can see it: P^T, dP^T and dS^T per (key, query), summed over queries.
+// The keys a dK, dV tile belongs to: source A's of segment g, source B's of segment g (by
+// segment), or B's summaries by prefix (read by the queries of every later segment).
+enum class Keys { kSourceA, kSegmentSummaries, kPrefixSummaries };
+
+// dK, dV of key tile `tile` of `keys` (segment g; by prefix, summary tile `tile` against the
+// queries of part `part`), walking the query tiles that can see it: P^T, dP^T and dS^T per (key,
+// query), summed over queries.
 template <typename S, typename T>
 void backward_dkv_tile(
-    const Backward& bw, int64_t b, int64_t h, bool summary, int64_t g, int64_t tile, int64_t part) {
+    const Backward& bw, int64_t b, int64_t h, Keys keys, int64_t g, int64_t tile, int64_t part) {
   const Pass& p = bw.pass;
+  const bool a = keys == Keys::kSourceA, prefix = keys == Keys::kPrefixSummaries;
   const int64_t D = p.dim, j0 = tile * kKeyTile, MQ = backward_query_tile(D);
-  const int64_t rows = p.query.limit, key_count = summary ? p.summary_count : valid_count(p.key, g);
+  const int64_t rows = p.query.limit;
+  const int64_t key_count = prefix ? p.summary_count
+                            : a    ? valid_count(p.key, g)
+                                   : summary_terms(p, g);
+  const Mask mask = a ? p.mask : p.summary_mask;
+  auto key_row = [&](int64_t j) { return a ? row_of(p.key, g, j) : summary_key_row(p, g, j); };
+  auto value_row = [&](int64_t j) {
+    return a ? row_of(p.value, g, j) : summary_value_row(p, g, j);
+  };
   const T scale2 = T(p.scale * kLog2e);
-  // The query tiles: source A, the own segment's from the first that can see key j0;
-  // source B, flat indices f = g' * seg_len + t over this part's segments after the tile's first.
+  // The query tiles: by segment, the own segment's from the first that can see key j0; by
+  // prefix, flat indices f = g' * seg_len + t over this part's segments after the tile's first.
   int64_t f_begin, f_end;
-  if (summary) {
+  if (prefix) {
     const int64_t per = segments_per_part(p);
     const int64_t g_lo = std::max(part * per, j0 + 1);
     const int64_t g_hi = std::min((part + 1) * per, p.query.segments);
@@ -250,20 +266,20 @@ void backward_dkv_tile(
     f_begin = g_lo * p.query.seg_len;
     f_end = g_hi * p.query.seg_len;
   } else {
-    f_begin = first_query_tile(p.mask, j0, MQ);
+    f_begin = first_query_tile(mask, j0, MQ);
     f_end = valid_count(p.query, g);
   }
   std::vector<T> dk(kKeyTile * D, 0), dv(kKeyTile * D, 0), ks(kKeyTile * D), us(kKeyTile * D);
   for (int64_t c = 0; c < kKeyTile && j0 + c < key_count; ++c) {
     const int64_t j = j0 + c;
-    load_row<S>(summary ? p.ks : p.k, b, h, summary ? j : row_of(p.key, g, j), D, &ks[c * D]);
-    load_row<S>(summary ? p.u : p.v, b, h, summary ? j : row_of(p.value, g, j), D, &us[c * D]);
+    load_row<S>(a ? p.k : p.ks, b, h, key_row(j), D, &ks[c * D]);
+    load_row<S>(a ? p.v : p.u, b, h, value_row(j), D, &us[c * D]);
   }
   for (int64_t f0 = f_begin; f0 < f_end; f0 += MQ) {
     for (int64_t i = 0; i < MQ && f0 + i < f_end; ++i) {
       QueryRef qr;
-      qr.g = summary ? (f0 + i) / p.query.seg_len : g;
-      qr.t = summary ? (f0 + i) % p.query.seg_len : f0 + i;
+      qr.g = prefix ? (f0 + i) / p.query.seg_len : g;
+      qr.t = prefix ? (f0 + i) % p.query.seg_len : f0 + i;
       qr.valid = qr.t < valid_count(p.query, qr.g);
       if (!qr.valid) continue;
       const int64_t row = row_of(p.query, qr.g, qr.t), at = (b * p.heads + h) * rows + row;
@@ -273,7 +289,7 @@ void backward_dkv_tile(
       const T delta = static_cast<const T*>(bw.delta)[at];
       for (int64_t c = 0; c < kKeyTile && j0 + c < key_count; ++c) {
         const int64_t j = j0 + c;
-        const bool seen = summary ? j < summary_terms(p, qr.g) : mask_allows(p.mask, qr.t, j);
+        const bool seen = prefix ? j < summary_terms(p, qr.g) : mask_allows(mask, qr.t, j);
         if (!seen) continue;
         const T w = std::exp2(dot(&ks[c * D], q.data(), D) * scale2 - lse2);
         const T ds = w * (dot(&us[c * D], d_o.data(), D) - delta);
@@ -287,10 +303,13 @@ void backward_dkv_tile(
   for (auto& x : dk) x *= T(p.scale);
   for (int64_t c = 0; c < kKeyTile && j0 + c < key_count; ++c) {
     const int64_t j = j0 + c;
-    const int64_t k_row = row_of(p.key, g, j) + g * bw.dk.segment_rows;
-    const int64_t v_row = row_of(p.value, g, j) + g * bw.dv.segment_rows;
-    write_grad<S>(summary ? bw.dks : bw.dk, p, b, h, summary ? j : k_row, &dk[c * D]);
-    write_grad<S>(summary ? bw.du : bw.dv, p, b, h, summary ? j : v_row, &dv[c * D]);
+    if (a) {
+      write_grad<S>(bw.dk, p, b, h, key_row(j) + g * bw.dk.segment_rows, &dk[c * D]);
+      write_grad<S>(bw.dv, p, b, h, value_row(j) + g * bw.dv.segment_rows, &dv[c * D]);
+    } else {
+      write_grad<S>(bw.dks, p, b, h, key_row(j), &dk[c * D]);
+      write_grad<S>(bw.du, p, b, h, value_row(j), &dv[c * D]);
+    }
   }
 }
 
@@ -320,14 +339,19 @@ void backward_all(const Backward& bw) {
   for (int64_t b = 0; b < p.batch; ++b)
     for (int64_t h = 0; h < p.heads; ++h) {
       // dk, dv first, as the kernels: dq may overwrite d_o in place (Backward in kernel.h).
+      // One launch on a GPU: source A's key tiles, then source B's by segment.
       for (int64_t g = 0; g < p.key.segments; ++g)
         for (int64_t kt = 0; kt < ceil_div(p.key.seg_len, kKeyTile); ++kt)
-          backward_dkv_tile<S, T>(bw, b, h, false, g, kt, 0);
-      if (p.summaries) {
+          backward_dkv_tile<S, T>(bw, b, h, Keys::kSourceA, g, kt, 0);
+      if (p.summaries && p.by_segment) {
+        for (int64_t g = 0; g < p.summary_key.segments; ++g)
+          for (int64_t kt = 0; kt < ceil_div(p.summary_key.seg_len, kKeyTile); ++kt)
+            backward_dkv_tile<S, T>(bw, b, h, Keys::kSegmentSummaries, g, kt, 0);
+      } else if (p.summaries) {
         const int64_t parts = ceil_div(p.query.segments, segments_per_part(p));
         for (int64_t st = 0; st < ceil_div(p.summary_count, kKeyTile); ++st)
           for (int64_t part = 0; part < parts; ++part)
-            backward_dkv_tile<S, T>(bw, b, h, true, 0, st, part);
+            backward_dkv_tile<S, T>(bw, b, h, Keys::kPrefixSummaries, 0, st, part);
       }
       for (int64_t g = 0; g < p.query.segments; ++g)
         for (int64_t c = 0; c < query_chunks(p); ++c) backward_dq_tile<S, T>(bw, b, h, g, c);

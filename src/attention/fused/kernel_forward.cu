@@ -62,14 +62,12 @@ __global__ void __launch_bounds__(kThreads) forward_kernel(const Forward f) {
   const int rows = min(M, q_count - t0);
   const int a_count = int(valid_count(p.key, g));
   const int n_direct = int(ceil_div(direct_keys(p.mask, a_count, t0 + rows - 1), N));
-  const int s_count = int(summary_terms(p, g));
+  const int s_count = int(summary_keys(p, g, t0 + rows - 1));
   const int n_tiles = n_direct + int(ceil_div(s_count, N));
 
   const T* q0 = at<T>(p.q, b, h, 0);
   const T* k0 = at<T>(p.k, b, h, 0);
   const T* v0 = at<T>(p.v, b, h, 0);
-  const T* ks0 = p.summaries ? at<T>(p.ks, b, h, 0) : k0;
-  const T* u0 = p.summaries ? at<T>(p.u, b, h, 0) : v0;
   load_rows<T, D, M>(
       qs,
       [&](int r) -> const T* {
@@ -79,23 +77,13 @@ __global__ void __launch_bounds__(kThreads) forward_kernel(const Forward f) {
   // Key tile `tile` into stage `stage`: source A's tiles first, then source B's.
   auto load_keys = [&](int tile, int stage) {
     const bool summary = tile >= n_direct;
-    const int j0 = (summary ? tile - n_direct : tile) * N, count = summary ? s_count : a_count;
+    const SourceRows<T> src =
+        summary ? source_b_rows<T>(p, b, h, g, s_count) : source_a_rows<T>(p, b, h, g, a_count);
+    const int j0 = (summary ? tile - n_direct : tile) * N;
     load_rows<T, D, N>(
-        ks + stage * N * P,
-        [&](int c) -> const T* {
-          const int j = j0 + c;
-          if (j >= count) return nullptr;
-          return summary ? ks0 + j * p.ks.row : k0 + row_of(p.key, g, j) * p.k.row;
-        },
-        k0);
+        ks + stage * N * P, [&](int c) { return src.key(j0 + c); }, k0);
     load_rows<T, D, N>(
-        vs + stage * N * P,
-        [&](int c) -> const T* {
-          const int j = j0 + c;
-          if (j >= count) return nullptr;
-          return summary ? u0 + j * p.u.row : v0 + row_of(p.value, g, j) * p.v.row;
-        },
-        v0);
+        vs + stage * N * P, [&](int c) { return src.value(j0 + c); }, v0);
   };
   if (n_tiles > 0) load_keys(0, 0);
   cp_async_commit();
@@ -118,8 +106,10 @@ __global__ void __launch_bounds__(kThreads) forward_kernel(const Forward f) {
     __syncthreads();
     const bool summary = tile >= n_direct;
     const int j0 = (summary ? tile - n_direct : tile) * N, stage = tile & 1;
+    const int count = summary ? s_count : a_count;
+    const Mask mask = summary ? summary_mask_of(p) : p.mask;
     // A warp none of whose queries sees the tile's keys skips it (causal masks: fused/kernel.h).
-    const bool skip = !warp_active || (!summary && may_skip(p.mask, tw + 15, j0));
+    const bool skip = !warp_active || may_skip(mask, tw + 15, j0);
     if (!skip) {
       float s[N / 8][4];
       warp_nt<D, N>(s, qs + warp * 16 * P, ks + stage * N * P, scratch);
@@ -128,8 +118,7 @@ __global__ void __launch_bounds__(kThreads) forward_kernel(const Forward f) {
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
           const int t = tw + gq + 8 * (e / 2), j = j0 + i * 8 + 2 * qq + (e & 1);
-          const bool ok =
-              t < q_count && (summary ? j < s_count : j < a_count && mask_allows(p.mask, t, j));
+          const bool ok = t < q_count && j < count && mask_allows(mask, t, j);
           s[i][e] = ok ? s[i][e] * scale2 : -INFINITY;
         }
 #pragma unroll

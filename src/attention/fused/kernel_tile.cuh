@@ -42,6 +42,56 @@ __device__ __forceinline__ const T* at(const Operand& x, int64_t b, int64_t h, i
   return static_cast<const T*>(x.data) + b * x.batch + h * x.head + row * x.row;
 }
 
+// One source's keys and values in one segment, as a kernel loads them: key j at k + j * k_step,
+// its value at v + j * v_step (elements), for j < count (nullptr past it: a zero row).
+template <typename T>
+struct SourceRows {
+  const T* k = nullptr;
+  const T* v = nullptr;
+  int64_t k_step = 0, v_step = 0;
+  int count = 0;
+
+  __device__ __forceinline__ const T* key(int j) const {
+    return j < count ? k + j * k_step : nullptr;
+  }
+  __device__ __forceinline__ const T* value(int j) const {
+    return j < count ? v + j * v_step : nullptr;
+  }
+};
+template <typename T>
+__device__ __forceinline__ SourceRows<T> source_rows(const Operand& k,
+                                                     const Operand& v,
+                                                     const Geometry& k_at,
+                                                     const Geometry& v_at,
+                                                     int64_t b,
+                                                     int64_t h,
+                                                     int64_t g,
+                                                     int count) {
+  SourceRows<T> s;
+  s.count = count;
+  if (count == 0) return s;  // (segment g may start below row 0: fused/kernel.h Geometry)
+  s.k = at<T>(k, b, h, row_of(k_at, g, 0));
+  s.v = at<T>(v, b, h, row_of(v_at, g, 0));
+  s.k_step = k_at.row_stride * k.row;
+  s.v_step = v_at.row_stride * v.row;
+  return s;
+}
+// Source A's first `count` keys of segment g, and source B's (by segment through its geometries,
+// by prefix rows 0..count-1 of ks and u).
+template <typename T>
+__device__ __forceinline__ SourceRows<T> source_a_rows(
+    const Pass& p, int64_t b, int64_t h, int64_t g, int count) {
+  return source_rows<T>(p.k, p.v, p.key, p.value, b, h, g, count);
+}
+template <typename T>
+__device__ __forceinline__ SourceRows<T> source_b_rows(
+    const Pass& p, int64_t b, int64_t h, int64_t g, int count) {
+  if (p.by_segment)
+    return source_rows<T>(p.ks, p.u, p.summary_key, p.summary_value, b, h, g, count);
+  const Geometry prefix = {1, count, 0, 1, count, 0};  // key j at row j
+  return source_rows<T>(p.ks, p.u, prefix, prefix, b, h, 0, count);
+}
+
 // ---- cp.async: 16 bytes (or 4) per call, zero-filled where the row does not exist ----
 
 __device__ __forceinline__ void cp_async16(void* smem, const void* gmem, bool valid) {

@@ -45,7 +45,11 @@ std::string n(int64_t v) {
 std::string shape(const fused::Pass& p) {
   std::string out = "queries " + n(p.query.segments) + " x " + n(p.query.seg_len) + ", keys " +
                     n(p.key.segments) + " x " + n(p.key.seg_len) + ", " + mask_name(p.mask);
-  if (p.summaries) out += ", + " + n(p.summary_count) + " summaries";
+  if (p.summaries && p.by_segment)
+    out += ", + summaries " + n(p.summary_key.segments) + " x " + n(p.summary_key.seg_len) + ", " +
+           mask_name(p.summary_mask);
+  else if (p.summaries)
+    out += ", + " + n(p.summary_count) + " summaries";
   return out;
 }
 std::string describe(const fused::Forward& f) {
