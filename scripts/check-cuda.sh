@@ -35,7 +35,7 @@ for cu in src/attention/fused/*.cu src/ops/*.cu; do
     while read -r fn regs stack spill; do
       pretty=$(echo "$fn" | c++filt | sed -e 's/combiner::attention::fused::cuda_detail:://' \
         -e 's/combiner::ops::cuda_detail::(anonymous namespace):://' \
-        -e 's/(combiner::\(attention::fused\|ops\)::[A-Za-z]*)//' -e 's/__nv_bfloat16/bf16/')
+        -e 's/(combiner::\(attention::fused\|ops\)::[A-Za-z]*\(<[^()]*>\)\{0,1\})//' -e 's/__nv_bfloat16/bf16/')
       flag=""
       if [ "$spill" != 0 ] || [ "$stack" != 0 ]; then flag="  <-- local memory"; fi
       printf '%-34s %-28s %4s registers, %4s B stack, %4s B spilled%s\n' "$name.cu" "$pretty" \

@@ -3,6 +3,9 @@
 // outside one, and the outer one back after an inner one ends.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <string>
+
 #include "attention/attention.h"
 #include "attention/fused/fused.h"
 #include "attention/fused/launch.h"
@@ -38,17 +41,41 @@ TEST(LaunchTimes, RecordsEveryCallInOrder) {
     EXPECT_FALSE(t.what.empty());
   }
   EXPECT_EQ(kernels, fused_kernel_launches() - before);
-  // The pools first (ks from k, then qs from q), then the local pass that makes u, then the
-  // joint passes, then the backward of each and the pools' backward last.
-  EXPECT_EQ(times.front().what.rfind("running max:", 0), 0u) << times.front().what;
-  EXPECT_EQ(times[2].what, "forward: queries 8 x 7, keys 8 x 7, causal");
-  EXPECT_EQ(times[3].what, "forward: queries 8 x 8, keys 8 x 8, causal, + summaries 8 x 8, others");
-  EXPECT_EQ(times[4].what, "forward (merged): queries 8 x 8, keys 8 x 8, strict");
-  EXPECT_EQ(times.back().what.rfind("running max backward:", 0), 0u) << times.back().what;
-  const auto backward = std::count_if(times.begin(), times.end(), [](const auto& t) {
-    return t.what.rfind("backward (dk dv, dq)", 0) == 0;
-  });
-  EXPECT_EQ(backward, 3);  // the row pass with its spans, the column and the local passes
+  // The pools first (ks from k and qs from q, one launch), then the local pass that makes u, then
+  // the joint passes, then the backward of each and the pools' backward last (one launch).
+  EXPECT_EQ(times.front().what, "running max: 128 lines of 7 + 128 lines of 7");
+  EXPECT_EQ(times[1].what, "forward: queries 8 x 7, keys 8 x 7, causal");
+  EXPECT_EQ(times[2].what, "forward: queries 8 x 8, keys 8 x 8, causal, + summaries 8 x 8, others");
+  EXPECT_EQ(times[3].what, "forward (merged): queries 8 x 8, keys 8 x 8, strict");
+  EXPECT_EQ(times.back().what, "running max backward: 128 lines of 7 + 128 lines of 7");
+  const auto count = [&](const std::string& prefix) {
+    return std::count_if(
+        times.begin(), times.end(), [&](const auto& t) { return t.what.rfind(prefix, 0) == 0; });
+  };
+  EXPECT_EQ(count("running max"), 2);
+  EXPECT_EQ(count("backward (dk dv, dq)"), 3);  // the row pass with its spans, column, local
+}
+
+// horizontal's four pools (prefix and suffix of k and of q): one launch forward; backward, two
+// scans of one side add into the same gradient, so each launch holds one scan of each side: the
+// two prefixes, then the two suffixes.
+TEST(LaunchTimes, PoolsShareLaunchesButNotAGradient) {
+  auto m = make_attention({"combiner-axial-horizontal", 8, 8, "max"}, 64, 8);
+  m->set_path(AttentionImpl::Path::kFused);
+  std::vector<fused_launch::LaunchTime> times;
+  {
+    fused_launch::LaunchTimes timer;
+    forward_backward(*m, 64);
+    times = timer.times();
+  }
+  std::vector<std::string> pools;
+  for (const auto& t : times)
+    if (t.what.rfind("running max", 0) == 0) pools.push_back(t.what);
+  const std::string part = "112 lines of 8", reversed = part + ", reversed";
+  ASSERT_EQ(pools.size(), 3u);
+  EXPECT_EQ(pools[0], "running max: " + part + " + " + reversed + " + " + part + " + " + reversed);
+  EXPECT_EQ(pools[1], "running max backward: " + part + " + " + part);
+  EXPECT_EQ(pools[2], "running max backward: " + reversed + " + " + reversed);
 }
 
 TEST(LaunchTimes, NestedTimersRecordIntoTheInnermost) {

@@ -13,6 +13,7 @@
 
 #include <algorithm>
 #include <array>
+#include <utility>
 #include <vector>
 
 namespace combiner::attention {
@@ -254,8 +255,9 @@ class FusedFunction : public torch::autograd::Function<FusedFunction> {
     auto q = kernel_ready(q_in, dtype), k = kernel_ready(k_in, dtype),
          v = kernel_ready(v_in, dtype), ks = kernel_ready(ks_in, dtype),
          qs = kernel_ready(qs_in, dtype);
-    if (!ks.defined()) ks = fused_pools::make(pools, /*query_side=*/false, k);
-    if (!qs.defined()) qs = fused_pools::make(pools, /*query_side=*/true, q);
+    auto [ks_pooled, qs_pooled] = fused_pools::make(pools, k, q);  // checks.cpp: given or pooled
+    if (!ks.defined()) ks = ks_pooled;
+    if (!qs.defined()) qs = qs_pooled;
     const int64_t B = q.size(0), H = q.size(1), Lq = q.size(2), D = q.size(3);
     const auto acc = q.options().dtype(acc_type(dtype));
     torch::Tensor u = kernel_ready(u_in, dtype), lse_u;
@@ -402,15 +404,17 @@ class FusedFunction : public torch::autograd::Function<FusedFunction> {
       d_u = du.buffer.to(torch::ScalarType(dtypes[3]));
     }
     // Pooled slots are no inputs: their gradients go through the pools into k's and q's.
-    for (const bool query_side : {false, true}) {
-      const bool pooled = std::any_of(pools.begin(), pools.end(), [&](const FusedPool& p) {
-        return p.query_side == query_side;
-      });
-      if (!pooled) continue;
-      Grad& slot = query_side ? dqs : dks;
-      Grad& into = query_side ? dq : dk;
-      fused_pools::add_backward(pools, query_side, query_side ? q : k, slot.buffer, into.buffer);
-      slot.buffer = torch::Tensor();
+    if (!pools.empty()) {
+      const auto pooled = [&](bool query_side) {
+        return std::any_of(pools.begin(), pools.end(), [&](const FusedPool& p) {
+          return p.query_side == query_side;
+        });
+      };
+      const auto through = [&](Grad& slot, bool query_side) {
+        return pooled(query_side) ? std::exchange(slot.buffer, torch::Tensor()) : torch::Tensor();
+      };
+      const auto d_ks = through(dks, false), d_qs = through(dqs, true);
+      fused_pools::add_backward(pools, k, d_ks, dk.buffer, q, d_qs, dq.buffer);
     }
     auto as = [&](const Grad& g, int64_t type) {
       return g.buffer.defined() ? g.buffer.to(torch::ScalarType(type)) : torch::Tensor();

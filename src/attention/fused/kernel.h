@@ -299,6 +299,40 @@ COMBINER_HD bool segment_max_takes(int64_t t, T v, T best) {
   return t == 0 || (v != v && best == best) || v > best;  // v != v: NaN
 }
 
+// Several scans of one kind and dtype in one launch (the pools of a fused call: ks's and qs's,
+// prefixes and suffixes): part i's lines follow part i - 1's. The parts of a backward write
+// disjoint elements of dx (a thread owns its line's; two parts adding into one element would
+// race).
+constexpr int kMaxScanParts = 4;
+template <typename Scan>
+struct ScanParts {
+  Scan part[kMaxScanParts];
+  int count = 0;
+};
+using RunningMaxes = ScanParts<RunningMax>;
+using SegmentMaxes = ScanParts<SegmentMax>;
+
+COMBINER_HD int64_t scan_lines(const RunningMax& r, bool) {
+  return running_max_lines(r);
+}
+COMBINER_HD int64_t scan_lines(const SegmentMax& m, bool backward) {
+  return segment_max_lines(m, backward);
+}
+template <typename Scan>
+COMBINER_HD int64_t scan_lines(const ScanParts<Scan>& s, bool backward) {
+  int64_t lines = 0;
+  for (int i = 0; i < s.count; ++i) lines += scan_lines(s.part[i], backward);
+  return lines;
+}
+// The part that line `line` of the launch belongs to; `line` becomes its line in that part.
+template <typename Scan>
+COMBINER_HD int scan_part(const ScanParts<Scan>& s, bool backward, int64_t& line) {
+  int i = 0;
+  while (i + 1 < s.count && line >= scan_lines(s.part[i], backward))
+    line -= scan_lines(s.part[i++], backward);
+  return i;
+}
+
 // Kernels one call launches on a GPU (kernel_*.cu): the forward and the delta one each; the
 // backward its dk/dv walk (source A's keys, and source B's by segment, in one launch), the
 // summary-gradient walk where the pass reads summaries by prefix, and dq. The glue counts these
@@ -321,10 +355,10 @@ COMBINER_HD int64_t dkv_ctas(const Pass& p) {
 void forward_cpu(const Forward& f);
 void delta_cpu(const Delta& d);
 void backward_cpu(const Backward& b);
-void running_max_forward_cpu(const RunningMax& r);
-void running_max_backward_cpu(const RunningMax& r);
-void segment_max_forward_cpu(const SegmentMax& m);
-void segment_max_backward_cpu(const SegmentMax& m);
+void running_max_forward_cpu(const RunningMaxes& r);
+void running_max_backward_cpu(const RunningMaxes& r);
+void segment_max_forward_cpu(const SegmentMaxes& m);
+void segment_max_backward_cpu(const SegmentMaxes& m);
 
 // ---- the CUDA kernels (kernel_*.cu; CUDA builds only): float32 and bfloat16, D = Dv in
 // {32, 64, 128}, every row 16-byte aligned. `stream` is a cudaStream_t. Errors throw
@@ -333,10 +367,11 @@ bool cuda_supports(Dtype dtype, int64_t dim);
 void forward_cuda(const Forward& f, void* stream);
 void delta_cuda(const Delta& d, void* stream);
 void backward_cuda(const Backward& b, void* stream);
-// The running max in float32 or bfloat16, any inner length (one thread per line).
-void running_max_forward_cuda(const RunningMax& r, void* stream);
-void running_max_backward_cuda(const RunningMax& r, void* stream);
-void segment_max_forward_cuda(const SegmentMax& m, void* stream);
-void segment_max_backward_cuda(const SegmentMax& m, void* stream);
+// The scans in float32 or bfloat16, any inner length (one thread per line), all parts in one
+// launch.
+void running_max_forward_cuda(const RunningMaxes& r, void* stream);
+void running_max_backward_cuda(const RunningMaxes& r, void* stream);
+void segment_max_forward_cuda(const SegmentMaxes& m, void* stream);
+void segment_max_backward_cuda(const SegmentMaxes& m, void* stream);
 
 }  // namespace combiner::attention::fused

@@ -484,28 +484,33 @@ void backward_cpu(const Backward& b) {
       b.pass.dtype, [&](auto s, auto t) { cpu_model::backward_all<decltype(s), decltype(t)>(b); });
 }
 
-void running_max_forward_cpu(const RunningMax& r) {
-  cpu_model::dispatch(r.dtype, [&](auto s, auto t) {
-    cpu_model::running_max_forward_all<decltype(s), decltype(t)>(r);
-  });
+// A launch's parts run one after another here (on a GPU, at once: they write disjoint elements).
+void running_max_forward_cpu(const RunningMaxes& r) {
+  for (int i = 0; i < r.count; ++i)
+    cpu_model::dispatch(r.part[i].dtype, [&](auto s, auto t) {
+      cpu_model::running_max_forward_all<decltype(s), decltype(t)>(r.part[i]);
+    });
 }
 
-void running_max_backward_cpu(const RunningMax& r) {
-  cpu_model::dispatch(r.dtype, [&](auto s, auto t) {
-    cpu_model::running_max_backward_all<decltype(s), decltype(t)>(r);
-  });
+void running_max_backward_cpu(const RunningMaxes& r) {
+  for (int i = 0; i < r.count; ++i)
+    cpu_model::dispatch(r.part[i].dtype, [&](auto s, auto t) {
+      cpu_model::running_max_backward_all<decltype(s), decltype(t)>(r.part[i]);
+    });
 }
 
-void segment_max_forward_cpu(const SegmentMax& m) {
-  cpu_model::dispatch(m.dtype, [&](auto s, auto t) {
-    cpu_model::segment_max_forward_all<decltype(s), decltype(t)>(m);
-  });
+void segment_max_forward_cpu(const SegmentMaxes& m) {
+  for (int i = 0; i < m.count; ++i)
+    cpu_model::dispatch(m.part[i].dtype, [&](auto s, auto t) {
+      cpu_model::segment_max_forward_all<decltype(s), decltype(t)>(m.part[i]);
+    });
 }
 
-void segment_max_backward_cpu(const SegmentMax& m) {
-  cpu_model::dispatch(m.dtype, [&](auto s, auto t) {
-    cpu_model::segment_max_backward_all<decltype(s), decltype(t)>(m);
-  });
+void segment_max_backward_cpu(const SegmentMaxes& m) {
+  for (int i = 0; i < m.count; ++i)
+    cpu_model::dispatch(m.part[i].dtype, [&](auto s, auto t) {
+      cpu_model::segment_max_backward_all<decltype(s), decltype(t)>(m.part[i]);
+    });
 }
 
 }  // namespace combiner::attention::fused

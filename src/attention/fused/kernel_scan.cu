@@ -1,5 +1,6 @@
 // The running max and the segment max of fused/kernel.h (RunningMax, SegmentMax), line for line
-// the CPU model's running_max_*_all and segment_max_*_all (fused/kernel_cpu.cpp): one thread per
+// the CPU model's running_max_*_all and segment_max_*_all (fused/kernel_cpu.cpp), the parts of a
+// launch (ScanParts: a fused call's pools) one after another in its lines: one thread per
 // line, consecutive threads on consecutive inner elements (coalesced), each walking its steps
 // kStepChunk at a time: the chunk's loads are all issued before its first use (the pointers are
 // __restrict__, so a store cannot order the next loads behind it), which keeps kStepChunk loads
@@ -36,10 +37,21 @@ __device__ __forceinline__ __nv_bfloat16 store_as<__nv_bfloat16>(float x) {
 
 constexpr int kStepChunk = 8;
 
+// A launch's thread `line` of the parts' lines: its part, and its line there (or -1: none).
+template <typename Scan>
+__device__ __forceinline__ int64_t part_line(const ScanParts<Scan>& s, bool backward, int& part) {
+  int64_t line = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  part = scan_part(s, backward, line);
+  return line < scan_lines(s.part[part], backward) ? line : -1;
+}
+
 template <typename T>
-__global__ void __launch_bounds__(128) running_max_forward_kernel(const RunningMax r) {
-  const int64_t line = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (line >= running_max_lines(r)) return;
+__global__ void __launch_bounds__(128)
+    running_max_forward_kernel(const __grid_constant__ RunningMaxes parts) {
+  int part = 0;
+  const int64_t line = part_line(parts, false, part);
+  if (line < 0) return;
+  const RunningMax& r = parts.part[part];
   const T* __restrict__ x = static_cast<const T*>(r.x) + running_max_start(r, r.x_at, line);
   T* __restrict__ y = static_cast<T*>(r.y) + running_max_start(r, r.y_at, line);
   const int64_t xs = r.x_at.step_stride, ys = r.y_at.step_stride;
@@ -60,9 +72,12 @@ __global__ void __launch_bounds__(128) running_max_forward_kernel(const RunningM
 }
 
 template <typename T>
-__global__ void __launch_bounds__(128) running_max_backward_kernel(const RunningMax r) {
-  const int64_t line = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (line >= running_max_lines(r)) return;
+__global__ void __launch_bounds__(128)
+    running_max_backward_kernel(const __grid_constant__ RunningMaxes parts) {
+  int part = 0;
+  const int64_t line = part_line(parts, true, part);
+  if (line < 0) return;
+  const RunningMax& r = parts.part[part];
   const T* __restrict__ x = static_cast<const T*>(r.x) + running_max_start(r, r.x_at, line);
   const T* __restrict__ dy = static_cast<const T*>(r.dy) + running_max_start(r, r.y_at, line);
   T* __restrict__ dx = static_cast<T*>(r.dx) + running_max_start(r, r.dx_at, line);
@@ -125,9 +140,12 @@ __device__ __forceinline__ int64_t segment_arg_max(const T* __restrict__ in,
 }
 
 template <typename T>
-__global__ void __launch_bounds__(128) segment_max_forward_kernel(const SegmentMax m) {
-  const int64_t line = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (line >= segment_max_lines(m, false)) return;
+__global__ void __launch_bounds__(128)
+    segment_max_forward_kernel(const __grid_constant__ SegmentMaxes parts) {
+  int part = 0;
+  const int64_t line = part_line(parts, false, part);
+  if (line < 0) return;
+  const SegmentMax& m = parts.part[part];
   const T* x = static_cast<const T*>(m.x);
   const int64_t d = line % m.dim, g = line / m.dim % m.segments;
   const int64_t bh = line / m.dim / m.segments, b = bh / m.heads, h = bh % m.heads;
@@ -137,9 +155,12 @@ __global__ void __launch_bounds__(128) segment_max_forward_kernel(const SegmentM
 }
 
 template <typename T>
-__global__ void __launch_bounds__(128) segment_max_backward_kernel(const SegmentMax m) {
-  const int64_t line = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (line >= segment_max_lines(m, true)) return;
+__global__ void __launch_bounds__(128)
+    segment_max_backward_kernel(const __grid_constant__ SegmentMaxes parts) {
+  int part = 0;
+  const int64_t line = part_line(parts, true, part);
+  if (line < 0) return;
+  const SegmentMax& m = parts.part[part];
   const T* x = static_cast<const T*>(m.x);
   const int64_t groups = (m.rows + m.len - 1) / m.len;
   const int64_t d = line % m.dim, g = line / m.dim % groups;
@@ -170,8 +191,9 @@ void dispatch_storage(Dtype dtype, const char* what, Fn&& fn) {
   throw std::invalid_argument(std::string(what) + ": the CUDA kernels take float32 or bfloat16");
 }
 
-dim3 line_grid(const RunningMax& r) {
-  return dim3(unsigned(ceil_div(running_max_lines(r), 128)));
+template <typename Scan>
+dim3 line_grid(const ScanParts<Scan>& s, bool backward) {
+  return dim3(unsigned(ceil_div(scan_lines(s, backward), 128)));
 }
 
 }  // namespace
@@ -179,37 +201,37 @@ dim3 line_grid(const RunningMax& r) {
 
 namespace combiner::attention::fused {
 
-void running_max_forward_cuda(const RunningMax& r, void* stream) {
+void running_max_forward_cuda(const RunningMaxes& r, void* stream) {
   using namespace cuda_detail;
-  dispatch_storage(r.dtype, "running max", [&](auto type) {
+  dispatch_storage(r.part[0].dtype, "running max", [&](auto type) {
     using T = typename decltype(type)::type;
-    launch(running_max_forward_kernel<T>, line_grid(r), 0, stream, "running max", r);
+    launch(running_max_forward_kernel<T>, line_grid(r, false), 0, stream, "running max", r);
   });
 }
 
-void running_max_backward_cuda(const RunningMax& r, void* stream) {
+void running_max_backward_cuda(const RunningMaxes& r, void* stream) {
   using namespace cuda_detail;
-  dispatch_storage(r.dtype, "running max backward", [&](auto type) {
+  dispatch_storage(r.part[0].dtype, "running max backward", [&](auto type) {
     using T = typename decltype(type)::type;
-    launch(running_max_backward_kernel<T>, line_grid(r), 0, stream, "running max backward", r);
+    launch(
+        running_max_backward_kernel<T>, line_grid(r, true), 0, stream, "running max backward", r);
   });
 }
 
-void segment_max_forward_cuda(const SegmentMax& m, void* stream) {
+void segment_max_forward_cuda(const SegmentMaxes& m, void* stream) {
   using namespace cuda_detail;
-  dispatch_storage(m.dtype, "segment max", [&](auto type) {
+  dispatch_storage(m.part[0].dtype, "segment max", [&](auto type) {
     using T = typename decltype(type)::type;
-    const dim3 grid(unsigned(ceil_div(segment_max_lines(m, false), 128)));
-    launch(segment_max_forward_kernel<T>, grid, 0, stream, "segment max", m);
+    launch(segment_max_forward_kernel<T>, line_grid(m, false), 0, stream, "segment max", m);
   });
 }
 
-void segment_max_backward_cuda(const SegmentMax& m, void* stream) {
+void segment_max_backward_cuda(const SegmentMaxes& m, void* stream) {
   using namespace cuda_detail;
-  dispatch_storage(m.dtype, "segment max backward", [&](auto type) {
+  dispatch_storage(m.part[0].dtype, "segment max backward", [&](auto type) {
     using T = typename decltype(type)::type;
-    const dim3 grid(unsigned(ceil_div(segment_max_lines(m, true), 128)));
-    launch(segment_max_backward_kernel<T>, grid, 0, stream, "segment max backward", m);
+    launch(
+        segment_max_backward_kernel<T>, line_grid(m, true), 0, stream, "segment max backward", m);
   });
 }
 

@@ -63,13 +63,24 @@ std::string describe(const fused::Backward& b) {
                                            : "backward (dk dv, dq): ") +
          shape(b.pass);
 }
-std::string describe(const fused::RunningMax& r) {
-  return std::string(r.dy ? "running max backward: " : "running max: ") +
-         n(fused::running_max_lines(r)) + " lines of " + n(r.n) + (r.reverse ? ", reversed" : "");
+std::string part(const fused::RunningMax& r) {
+  return n(fused::running_max_lines(r)) + " lines of " + n(r.n) + (r.reverse ? ", reversed" : "");
 }
-std::string describe(const fused::SegmentMax& m) {
-  return std::string(m.dy ? "segment max backward: " : "segment max: ") + n(m.segments) + " x " +
-         n(m.len) + " rows";
+std::string part(const fused::SegmentMax& m) {
+  return n(m.segments) + " x " + n(m.len) + " rows";
+}
+// The parts of one launch, joined by " + ".
+template <typename Scan>
+std::string parts(const fused::ScanParts<Scan>& s) {
+  std::string out;
+  for (int i = 0; i < s.count; ++i) out += (i > 0 ? " + " : "") + part(s.part[i]);
+  return out;
+}
+std::string describe(const fused::RunningMaxes& r) {
+  return std::string(r.part[0].dy ? "running max backward: " : "running max: ") + parts(r);
+}
+std::string describe(const fused::SegmentMaxes& m) {
+  return std::string(m.part[0].dy ? "segment max backward: " : "segment max: ") + parts(m);
 }
 
 // A CUDA kernel's host function, or nullptr in a build without the kernels (a parameter type
@@ -138,16 +149,16 @@ void delta(const torch::Tensor& on, const fused::Delta& d) {
 void backward(const torch::Tensor& on, const fused::Backward& b) {
   run(on, b, fused::backward_launches(b), &fused::backward_cpu, COMBINER_CUDA(backward_cuda));
 }
-void running_max(const torch::Tensor& on, const fused::RunningMax& r) {
+void running_max(const torch::Tensor& on, const fused::RunningMaxes& r) {
   run(on, r, 1, &fused::running_max_forward_cpu, COMBINER_CUDA(running_max_forward_cuda));
 }
-void running_max_backward(const torch::Tensor& on, const fused::RunningMax& r) {
+void running_max_backward(const torch::Tensor& on, const fused::RunningMaxes& r) {
   run(on, r, 1, &fused::running_max_backward_cpu, COMBINER_CUDA(running_max_backward_cuda));
 }
-void segment_max(const torch::Tensor& on, const fused::SegmentMax& m) {
+void segment_max(const torch::Tensor& on, const fused::SegmentMaxes& m) {
   run(on, m, 1, &fused::segment_max_forward_cpu, COMBINER_CUDA(segment_max_forward_cuda));
 }
-void segment_max_backward(const torch::Tensor& on, const fused::SegmentMax& m) {
+void segment_max_backward(const torch::Tensor& on, const fused::SegmentMaxes& m) {
   run(on, m, 1, &fused::segment_max_backward_cpu, COMBINER_CUDA(segment_max_backward_cuda));
 }
 

@@ -42,9 +42,10 @@ class LaunchTimes {
 void forward(const torch::Tensor& on, const fused::Forward& f);
 void delta(const torch::Tensor& on, const fused::Delta& d);
 void backward(const torch::Tensor& on, const fused::Backward& b);
-void running_max(const torch::Tensor& on, const fused::RunningMax& r);
-void running_max_backward(const torch::Tensor& on, const fused::RunningMax& r);
-void segment_max(const torch::Tensor& on, const fused::SegmentMax& m);
-void segment_max_backward(const torch::Tensor& on, const fused::SegmentMax& m);
+// The scans: every part in one launch.
+void running_max(const torch::Tensor& on, const fused::RunningMaxes& r);
+void running_max_backward(const torch::Tensor& on, const fused::RunningMaxes& r);
+void segment_max(const torch::Tensor& on, const fused::SegmentMaxes& m);
+void segment_max_backward(const torch::Tensor& on, const fused::SegmentMaxes& m);
 
 }  // namespace combiner::attention::fused_launch

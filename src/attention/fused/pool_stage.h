@@ -8,6 +8,7 @@
 #include "attention/fused/fused.h"
 
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 namespace combiner::attention::fused_pools {
@@ -16,17 +17,25 @@ namespace combiner::attention::fused_pools {
 std::vector<int64_t> encode(const std::vector<FusedPool>& pools);
 std::vector<FusedPool> decode(const std::vector<int64_t>& ints);
 
-// The slot of one side (query_side: qs from q, else ks from k): [B, H, rows, D] in x's dtype,
-// contiguous, every row written by its pool (rows no pool writes are zeros); undefined when no
-// pool is of that side. x: k or q as the kernels read it (last axis contiguous).
-torch::Tensor make(const std::vector<FusedPool>& pools, bool query_side, const torch::Tensor& x);
+// The slots the pools make: ks from k and qs from q, [B, H, rows, D] in x's dtype, contiguous,
+// every row written by its pool (rows no pool writes are zeros); undefined for a side without
+// pools. k, q as the kernels read them (last axis contiguous). Every pool's scan in one launch
+// per kind.
+std::pair<torch::Tensor, torch::Tensor> make(const std::vector<FusedPool>& pools,
+                                             const torch::Tensor& k,
+                                             const torch::Tensor& q);
 
-// dx += the gradient through that side's pools of d_slot (the slot's gradient, any float dtype).
-// dx: x's gradient, contiguous in x's dtype; undefined: made here (zeros, then the pools' part).
+// dk += the gradient through the key side's pools of d_ks (ks's gradient, any float dtype), and
+// dq += the query side's of d_qs (an undefined slot gradient adds nothing). dk, dq: k's and q's
+// gradients, in their dtype with a contiguous last axis; undefined: made here (zeros, then the
+// pools' part). The two sides' scans share launches; two of one side (horizontal's prefix and
+// suffix) do not.
 void add_backward(const std::vector<FusedPool>& pools,
-                  bool query_side,
-                  const torch::Tensor& x,
-                  const torch::Tensor& d_slot,
-                  torch::Tensor& dx);
+                  const torch::Tensor& k,
+                  const torch::Tensor& d_ks,
+                  torch::Tensor& dk,
+                  const torch::Tensor& q,
+                  const torch::Tensor& d_qs,
+                  torch::Tensor& dq);
 
 }  // namespace combiner::attention::fused_pools

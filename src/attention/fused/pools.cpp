@@ -15,6 +15,15 @@ namespace pools_detail {
 using torch::autograd::AutogradContext;
 using torch::autograd::tensor_list;
 
+// One scan as a launch of its own.
+template <typename Scan>
+fused::ScanParts<Scan> one(const Scan& scan) {
+  fused::ScanParts<Scan> parts;
+  parts.part[0] = scan;
+  parts.count = 1;
+  return parts;
+}
+
 fused::Dtype scan_dtype(torch::ScalarType t) {
   return t == torch::kBFloat16 ? fused::Dtype::kBFloat16
          : t == torch::kDouble ? fused::Dtype::kFloat64
@@ -105,7 +114,7 @@ class RunningMaxFunction : public torch::autograd::Function<RunningMaxFunction> 
     r.dtype = scan_dtype(x.scalar_type());
     r.x = x.data_ptr();
     r.y = y.data_ptr();
-    fused_launch::running_max(x, r);
+    fused_launch::running_max(x, one(r));
     ctx->save_for_backward({x});  // what the kernel read: a view of x_in, unless it was copied
     ctx->saved_data["dim"] = dim;
     ctx->saved_data["scan"] = scan;
@@ -133,7 +142,7 @@ class RunningMaxFunction : public torch::autograd::Function<RunningMaxFunction> 
     r.x = x.data_ptr();
     r.dy = dy.data_ptr();
     r.dx = dx.data_ptr();
-    fused_launch::running_max_backward(x, r);
+    fused_launch::running_max_backward(x, one(r));
     if (segments > 0 && dx.size(2) > segments * len)
       dx.narrow(2, segments * len, dx.size(2) - segments * len).zero_();
     return {dx, {}, {}, {}, {}};
@@ -171,7 +180,7 @@ class SegmentMaxFunction : public torch::autograd::Function<SegmentMaxFunction> 
     auto m = segment_max_of(x, segments, len);
     auto y = torch::empty({m.batch, m.heads, segments, m.dim}, x.options());
     m.y = y.data_ptr();
-    fused_launch::segment_max(x, m);
+    fused_launch::segment_max(x, one(m));
     ctx->save_for_backward({x});
     ctx->saved_data["segments"] = segments;
     ctx->saved_data["len"] = len;
@@ -185,19 +194,59 @@ class SegmentMaxFunction : public torch::autograd::Function<SegmentMaxFunction> 
     auto dx = torch::empty(x.sizes(), dy.options());
     m.dy = dy.data_ptr();
     set_dx(m, dx);
-    fused_launch::segment_max_backward(x, m);
+    fused_launch::segment_max_backward(x, one(m));
     return {dx, {}, {}};
   }
 };
 
-// One pool of a fused call (pool_stage.h): forward into rows [first, first + rows) of `slot`;
-// backward (dy: those rows of the slot's gradient) adding into dx.
-void run_pool(const FusedPool& p,
+// The scans of a fused call's pools in one direction, batched into launches: each launch takes
+// every scan of its kind it can (up to kMaxScanParts), except that in the backward a scan joins a
+// launch only if no scan of its side is in it (two scans of one side add into the same
+// gradient: they would race). `copies` run after the launches.
+struct PoolLaunches {
+  template <typename Scan>
+  struct Batch {
+    std::vector<fused::ScanParts<Scan>> launches;
+    std::vector<int> sides;  // per launch: bit 1 key side, bit 2 query side
+    void add(const Scan& scan, int side, bool exclusive) {
+      for (size_t i = 0; i < launches.size(); ++i) {
+        auto& l = launches[i];
+        if (l.count == fused::kMaxScanParts || l.part[0].dtype != scan.dtype) continue;
+        if (exclusive && (sides[i] & side)) continue;
+        l.part[l.count++] = scan;
+        sides[i] |= side;
+        return;
+      }
+      launches.push_back(one(scan));
+      sides.push_back(side);
+    }
+  };
+  Batch<fused::RunningMax> running;
+  Batch<fused::SegmentMax> segment;
+  std::vector<std::pair<torch::Tensor, torch::Tensor>> copies;  // (from, into)
+  std::vector<torch::Tensor> keep;  // tensors a scan reads that nothing else holds
+  bool backward = false;
+
+  void run(const torch::Tensor& on) {
+    for (const auto& l : segment.launches)
+      backward ? fused_launch::segment_max_backward(on, l) : fused_launch::segment_max(on, l);
+    for (const auto& l : running.launches)
+      backward ? fused_launch::running_max_backward(on, l) : fused_launch::running_max(on, l);
+    for (auto& [from, into] : copies) into.copy_(from);
+  }
+};
+
+// One pool of a fused call (pool_stage.h) into `launches`: forward into rows [first, first +
+// rows) of `slot`; backward (dy: those rows of the slot's gradient) adding into dx. The tensors
+// the scan reads and writes are views of these (or kept in `launches`): alive until it runs.
+void add_pool(const FusedPool& p,
               const torch::Tensor& x_in,
               const torch::Tensor& slot,
               const torch::Tensor& dy_slot,
-              const torch::Tensor& dx) {
+              const torch::Tensor& dx,
+              PoolLaunches& launches) {
   const bool backward = dy_slot.defined();
+  const int side = p.query_side ? 2 : 1;
   const auto dy = backward ? dy_slot.narrow(2, p.first, p.rows()) : torch::Tensor();
   if (p.kind == FusedPool::Kind::kSegmentMax) {
     auto m = segment_max_of(x_in, p.segments, p.len);
@@ -207,20 +256,22 @@ void run_pool(const FusedPool& p,
       const auto out =
           y.is_contiguous() ? y : torch::empty_like(y, torch::MemoryFormat::Contiguous);
       m.y = out.data_ptr();
-      fused_launch::segment_max(x_in, m);
-      if (!out.is_same(y)) y.copy_(out);
+      launches.segment.add(m, side, false);
+      if (!out.is_same(y)) launches.copies.emplace_back(out, y);
       return;
     }
     const auto d = dy.contiguous();
+    launches.keep.push_back(d);
     m.dy = d.data_ptr();
     set_dx(m, dx);
     m.accumulate = true;
-    fused_launch::segment_max_backward(x_in, m);
+    launches.segment.add(m, side, true);
     return;
   }
   fused::RunningMax r;
   auto x = segments_of(x_in, p.segments, p.len);
   const int64_t scan = scan_layout(x, p.dim, r);
+  launches.keep.push_back(x);  // (a copy, where scan_layout made one)
   const auto lines = [&](const torch::Tensor& t) {
     return t.view({t.size(0), t.size(1), p.segments, p.len, t.size(3)});
   };
@@ -231,7 +282,7 @@ void run_pool(const FusedPool& p,
     const auto y = lines(slot.narrow(2, p.first, p.rows()));
     r.y_at = layout_of(y, p.dim, scan);
     r.y = y.data_ptr();
-    fused_launch::running_max(x, r);
+    launches.running.add(r, side, false);
     return;
   }
   const auto d = lines(dy);
@@ -240,7 +291,7 @@ void run_pool(const FusedPool& p,
   r.dy = d.data_ptr();
   r.dx = dx.data_ptr();
   r.accumulate = true;
-  fused_launch::running_max_backward(x, r);
+  launches.running.add(r, side, true);
 }
 
 }  // namespace pools_detail
@@ -279,7 +330,11 @@ std::vector<FusedPool> decode(const std::vector<int64_t>& in) {
   return out;
 }
 
-torch::Tensor make(const std::vector<FusedPool>& pools, bool query_side, const torch::Tensor& x) {
+namespace {
+// One side's slot: [B, H, rows, D] like x, every row written by its pool (else zeros).
+torch::Tensor slot_for(const std::vector<FusedPool>& pools,
+                       bool query_side,
+                       const torch::Tensor& x) {
   int64_t rows = 0, written = 0;
   for (const auto& p : pools) {
     if (p.query_side != query_side) continue;
@@ -290,18 +345,11 @@ torch::Tensor make(const std::vector<FusedPool>& pools, bool query_side, const t
   const auto options = x.options().memory_format(torch::MemoryFormat::Contiguous);
   const std::vector<int64_t> shape = {x.size(0), x.size(1), rows, x.size(3)};
   // The pools write disjoint rows (checks.cpp), so `written` == rows means every row.
-  auto slot = written == rows ? torch::empty(shape, options) : torch::zeros(shape, options);
-  for (const auto& p : pools)
-    if (p.query_side == query_side) pools_detail::run_pool(p, x, slot, {}, {});
-  return slot;
+  return written == rows ? torch::empty(shape, options) : torch::zeros(shape, options);
 }
 
-void add_backward(const std::vector<FusedPool>& pools,
-                  bool query_side,
-                  const torch::Tensor& x,
-                  const torch::Tensor& d_slot,
-                  torch::Tensor& dx) {
-  if (!d_slot.defined()) return;
+// dx checked, or made (zeros) where undefined.
+void ready_dx(const torch::Tensor& x, torch::Tensor& dx) {
   if (!dx.defined()) dx = torch::zeros_like(x, torch::MemoryFormat::Contiguous);
   TORCH_CHECK(dx.scalar_type() == x.scalar_type() && dx.sizes() == x.sizes() && dx.stride(3) == 1,
               "fused pools: the gradient they add into must be ",
@@ -310,9 +358,41 @@ void add_backward(const std::vector<FusedPool>& pools,
               dx.scalar_type(),
               " of strides ",
               dx.strides());
-  const auto dy = d_slot.to(x.scalar_type());
+}
+}  // namespace
+
+std::pair<torch::Tensor, torch::Tensor> make(const std::vector<FusedPool>& pools,
+                                             const torch::Tensor& k,
+                                             const torch::Tensor& q) {
+  auto ks = slot_for(pools, false, k), qs = slot_for(pools, true, q);
+  pools_detail::PoolLaunches launches;
   for (const auto& p : pools)
-    if (p.query_side == query_side) pools_detail::run_pool(p, x, {}, dy, dx);
+    pools_detail::add_pool(p, p.query_side ? q : k, p.query_side ? qs : ks, {}, {}, launches);
+  launches.run(k);
+  return {ks, qs};
+}
+
+void add_backward(const std::vector<FusedPool>& pools,
+                  const torch::Tensor& k,
+                  const torch::Tensor& d_ks,
+                  torch::Tensor& dk,
+                  const torch::Tensor& q,
+                  const torch::Tensor& d_qs,
+                  torch::Tensor& dq) {
+  pools_detail::PoolLaunches launches;
+  launches.backward = true;
+  torch::Tensor dy[2];  // the slots' gradients in k's and q's dtype
+  for (const bool query_side : {false, true}) {
+    const auto& d_slot = query_side ? d_qs : d_ks;
+    const auto& x = query_side ? q : k;
+    if (!d_slot.defined()) continue;
+    ready_dx(x, query_side ? dq : dk);
+    dy[query_side] = d_slot.to(x.scalar_type());
+    for (const auto& p : pools)
+      if (p.query_side == query_side)
+        pools_detail::add_pool(p, x, {}, dy[query_side], query_side ? dq : dk, launches);
+  }
+  launches.run(k);
 }
 
 }  // namespace fused_pools
