@@ -183,8 +183,9 @@ std::vector<KernelCheckCase> kernel_check_cases(const std::string& device,
   // 1584 / 24 has columns of 66 queries over 65 summaries under the strict mask (a second query
   // chunk and a second key tile, the second chunk's walk starting past f = 0) in two parts.
   // The vertical, horizontal and mixture rows take the rowmajor shapes: rows of 96 are two key
-  // tiles for vertical's span pass (mask c != c', every query tile sees every key tile) and 1584
-  // / 24 gives columns of 66 queries to the column and prefix/suffix passes.
+  // tiles for vertical's spans (source B of its row pass, mask c != c', every query tile sees
+  // every key tile) and 1584 / 24 gives columns of 66 queries to the column pass (with the
+  // prefixes as its source B) and the suffix pass.
   std::vector<std::pair<std::string, std::vector<int64_t>>> layouts = {
       {"combiner-fixed", {200, 200, 24}},
       {"combiner-fixed", {300, 300, 96}},
