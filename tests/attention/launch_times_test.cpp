@@ -42,7 +42,8 @@ TEST(LaunchTimes, RecordsEveryCallInOrder) {
   }
   EXPECT_EQ(kernels, fused_kernel_launches() - before);
   // The pools first (ks from k and qs from q, one launch), then the local pass that makes u, then
-  // the joint passes, then the backward of each and the pools' backward last (one launch).
+  // the joint passes; the backward makes the pools again (they are not kept), then runs the
+  // backward of each pass and the pools' backward last (one launch).
   EXPECT_EQ(times.front().what, "running max: 128 lines of 7 + 128 lines of 7");
   EXPECT_EQ(times[1].what, "forward: queries 8 x 7, keys 8 x 7, causal");
   EXPECT_EQ(times[2].what, "forward: queries 8 x 8, keys 8 x 8, causal, + summaries 8 x 8, others");
@@ -52,13 +53,17 @@ TEST(LaunchTimes, RecordsEveryCallInOrder) {
     return std::count_if(
         times.begin(), times.end(), [&](const auto& t) { return t.what.rfind(prefix, 0) == 0; });
   };
-  EXPECT_EQ(count("running max"), 2);
+  EXPECT_EQ(count("running max"), 3);
+  const auto delta = std::find_if(
+      times.begin(), times.end(), [](const auto& t) { return t.what.rfind("delta", 0) == 0; });
+  ASSERT_NE(delta, times.begin());
+  EXPECT_EQ((delta - 1)->what, times.front().what);
   EXPECT_EQ(count("backward (dk dv, dq)"), 3);  // the row pass with its spans, column, local
 }
 
-// horizontal's four pools (prefix and suffix of k and of q): one launch forward; backward, two
-// scans of one side add into the same gradient, so each launch holds one scan of each side: the
-// two prefixes, then the two suffixes.
+// horizontal's four pools (prefix and suffix of k and of q): one launch forward (and again at the
+// start of the backward); backward, two scans of one side add into the same gradient, so each
+// launch holds one scan of each side: the two prefixes, then the two suffixes.
 TEST(LaunchTimes, PoolsShareLaunchesButNotAGradient) {
   auto m = make_attention({"combiner-axial-horizontal", 8, 8, "max"}, 64, 8);
   m->set_path(AttentionImpl::Path::kFused);
@@ -72,10 +77,11 @@ TEST(LaunchTimes, PoolsShareLaunchesButNotAGradient) {
   for (const auto& t : times)
     if (t.what.rfind("running max", 0) == 0) pools.push_back(t.what);
   const std::string part = "112 lines of 8", reversed = part + ", reversed";
-  ASSERT_EQ(pools.size(), 3u);
+  ASSERT_EQ(pools.size(), 4u);
   EXPECT_EQ(pools[0], "running max: " + part + " + " + reversed + " + " + part + " + " + reversed);
-  EXPECT_EQ(pools[1], "running max backward: " + part + " + " + part);
-  EXPECT_EQ(pools[2], "running max backward: " + reversed + " + " + reversed);
+  EXPECT_EQ(pools[1], pools[0]);
+  EXPECT_EQ(pools[2], "running max backward: " + part + " + " + part);
+  EXPECT_EQ(pools[3], "running max backward: " + reversed + " + " + reversed);
 }
 
 TEST(LaunchTimes, NestedTimersRecordIntoTheInnermost) {

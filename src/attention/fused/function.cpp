@@ -1,9 +1,10 @@
 // Glue between torch and the fused kernels: dtype and stride checks, allocation, the autograd
 // Function (saved: q, k, v, ks, u in the kernel dtype, o and lse; with a local stage also qs and
-// u's lse), the CUDA stream. Gradient buffers: slot_grad (q, k, v and summaries read as source A
-// or as source B by segment: the kernel dtype, each pass adding its part in place; summaries read
-// as source B by prefix: an Acc buffer added into atomically). The variants' plans: fused.cpp,
-// fused_axial.cpp; the kernels run through fused/launch.h.
+// u's lse; cumulative pools made again in backward instead), the CUDA stream. Gradient buffers:
+// slot_grad (q, k, v and summaries read as source A or as source B by segment: the kernel dtype,
+// each pass adding its part in place; summaries read as source B by prefix: an Acc buffer added
+// into atomically). The variants' plans: fused.cpp, fused_axial.cpp; the kernels run through
+// fused/launch.h.
 #include "attention/fused/fused.h"
 
 #include "attention/fused/checks.h"
@@ -230,8 +231,9 @@ void forward_stage(const std::vector<FusedPass>& passes,
 
 // One call: optionally max pools making ks from k and qs from q, and a local stage making the
 // summary values u from the summary queries qs (or q) and k, v; then the joint stage over
-// (q, k, v, ks, u). Saved: q, k, v, ks, u, o, lse and, with a local stage, qs and u's lse. The
-// backward runs the joint passes, then the local ones with u's gradient as their d_o, then the
+// (q, k, v, ks, u). Saved: q, k, v, ks, u, o, lse and, with a local stage, qs and u's lse (the
+// slots of cumulative pools are made again in backward instead, fused_pools::remade_in_backward).
+// The backward runs the joint passes, then the local ones with u's gradient as their d_o, then the
 // pools' backward; every pass and pool adds its part of dk, dv (and dq) in place.
 class FusedFunction : public torch::autograd::Function<FusedFunction> {
  public:
@@ -276,7 +278,13 @@ class FusedFunction : public torch::autograd::Function<FusedFunction> {
     auto o = torch::empty({B, Lq, H, D}, q.options()).transpose(1, 2);
     auto lse = torch::empty({B, H, Lq}, acc);
     forward_stage(passes, q, k, v, ks, u, scale, /*merge=*/true, o, lse);
-    ctx->save_for_backward({q, k, v, ks, u, o, lse, qs, lse_u});
+    // Cumulative pools are as large as the k or q they are made from: made again in backward from
+    // the saved k and q (the same kernel on the same inputs: the same bits) rather than kept.
+    const bool remake = fused_pools::remade_in_backward(pools);
+    const auto kept = [&](const torch::Tensor& slot, const torch::Tensor& given) {
+      return remake && !given.defined() ? torch::Tensor() : slot;  // pooled: not kept
+    };
+    ctx->save_for_backward({q, k, v, kept(ks, ks_in), u, o, lse, kept(qs, qs_in), lse_u});
     // q, k and v read in place from one packed projection: their gradients are written into one
     // packed gradient too, which split_heads' backward then passes on as it is.
     ctx->saved_data["packed"] = packed_parts(q, k, v).defined();
@@ -294,11 +302,17 @@ class FusedFunction : public torch::autograd::Function<FusedFunction> {
 
   static tensor_list backward(AutogradContext* ctx, tensor_list grads) {
     const auto saved = ctx->get_saved_variables();
-    const auto &q = saved[0], &k = saved[1], &v = saved[2], &ks = saved[3], &u = saved[4],
-               &o = saved[5], &lse = saved[6], &qs = saved[7], &lse_u = saved[8];
+    const auto &q = saved[0], &k = saved[1], &v = saved[2], &u = saved[4], &o = saved[5],
+               &lse = saved[6], &lse_u = saved[8];
     const auto passes = decode(ctx->saved_data["plan"].toIntVector());
     const auto local = decode(ctx->saved_data["local"].toIntVector());
     const auto pools = fused_pools::decode(ctx->saved_data["pools"].toIntVector());
+    auto ks = saved[3], qs = saved[7];
+    if (fused_pools::remade_in_backward(pools)) {
+      auto [ks_pooled, qs_pooled] = fused_pools::make(pools, k, q);
+      if (!ks.defined()) ks = ks_pooled;
+      if (!qs.defined()) qs = qs_pooled;
+    }
     const double scale = ctx->saved_data["scale"].toDouble();
     const auto dtypes = ctx->saved_data["dtypes"].toIntVector();
     if (!grads[0].defined()) return tensor_list(10);

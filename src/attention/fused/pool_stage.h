@@ -25,6 +25,11 @@ std::pair<torch::Tensor, torch::Tensor> make(const std::vector<FusedPool>& pools
                                              const torch::Tensor& k,
                                              const torch::Tensor& q);
 
+// Whether the call makes its pooled slots again in backward rather than keeping them: where a
+// pool is a running max (the cumulative pools of vertical and horizontal, as many rows as the k
+// or q they pool); plain segment maxes (one row per segment) are kept.
+bool remade_in_backward(const std::vector<FusedPool>& pools);
+
 // dk += the gradient through the key side's pools of d_ks (ks's gradient, any float dtype), and
 // dq += the query side's of d_qs (an undefined slot gradient adds nothing). dk, dq: k's and q's
 // gradients, in their dtype with a contiguous last axis; undefined: made here (zeros, then the

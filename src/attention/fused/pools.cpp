@@ -372,6 +372,12 @@ std::pair<torch::Tensor, torch::Tensor> make(const std::vector<FusedPool>& pools
   return {ks, qs};
 }
 
+bool remade_in_backward(const std::vector<FusedPool>& pools) {
+  return std::any_of(pools.begin(), pools.end(), [](const FusedPool& p) {
+    return p.kind == FusedPool::Kind::kRunningMax;
+  });
+}
+
 void add_backward(const std::vector<FusedPool>& pools,
                   const torch::Tensor& k,
                   const torch::Tensor& d_ks,
