@@ -1,6 +1,7 @@
 // What a fused call keeps for its backward (attention/fused/function.cpp): the cumulative pools
-// (vertical's, as many rows as k and q) are made again in backward rather than kept; the plain
-// segment maxes (one row per block) are kept. Counted in bytes on the CPU allocator, as
+// (vertical's, as many rows as k and q) and the local expectations u made from them are made
+// again in backward rather than kept; the plain segment maxes (one row per block) and the u they
+// feed are kept. Counted in bytes on the CPU allocator, as
 // `combiner-bench train --memory tensors` counts a model's, with the gradients checked against
 // the composed path's so that making them again changes no result.
 #include <gtest/gtest.h>
@@ -35,14 +36,14 @@ Kept forward_backward(const std::string& variant, int64_t L, int64_t W, Attentio
   return kept;
 }
 
-TEST(FusedSaved, CumulativePoolsAreMadeAgainNotKept) {
+TEST(FusedSaved, CumulativePoolsAndTheirSummariesAreMadeAgainNotKept) {
   util::count_cpu_tensor_bytes();
   const int64_t L = 64, W = 8, rows = (L / W - 1) * W;  // ks, qs, u: the rows above the last
   const auto fused = forward_backward("combiner-axial-vertical", L, W, AttentionImpl::Path::kFused);
-  // o and lse of the queries, u and its lse: nothing of ks's or qs's size.
-  const int64_t floats = kB * kH * (L * kD + L + rows * kD + rows);
+  // o and lse of the queries, as flash keeps: nothing of ks's, qs's or u's size.
+  const int64_t floats = kB * kH * (L * kD + L);
   EXPECT_EQ(fused.bytes, floats * 4)
-      << "ks and qs are " << 2 * kB * kH * rows * kD * 4 << " bytes more";
+      << "ks, qs and u are " << 3 * kB * kH * rows * kD * 4 << " bytes more";
   const auto composed =
       forward_backward("combiner-axial-vertical", L, W, AttentionImpl::Path::kComposed);
   for (int i = 0; i < 3; ++i)

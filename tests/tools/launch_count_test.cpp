@@ -72,9 +72,9 @@ TEST(LaunchCount, FusedKernelsCountAsTheGpuLaunchesThem) {
 // One forward + backward per fused variant at B 1 x 2 heads, L 256, s = W = 16, D 32, bfloat16
 // (the GPU's dtype), through the kernels' CPU model. The bounds are this tree's counts: lower
 // them when the glue shrinks, and never raise them to pass. (Raised once, for a stated trade:
-// vertical's and horizontal's cumulative pools are made again in backward, one launch and the
-// slots' bytes allocated twice, instead of kept between forward and backward,
-// tests/attention/fused_saved_test.cpp.)
+// vertical's and horizontal's cumulative pools and the local expectations made from them are
+// made again in backward, their launches run and their bytes allocated twice, instead of kept
+// between forward and backward: tests/attention/fused_saved_test.cpp.)
 TEST(LaunchCount, FusedVariantsStayWithinTheirBounds) {
   struct Bound {
     int64_t launches;
@@ -83,8 +83,8 @@ TEST(LaunchCount, FusedVariantsStayWithinTheirBounds) {
   const std::map<std::string, Bound> bounds = {
       {"combiner-fixed", {15, 0.1457}},
       {"combiner-axial-rowmajor", {20, 0.2649}},
-      {"combiner-axial-vertical", {14, 0.3377}},
-      {"combiner-axial-horizontal", {23, 0.5464}},
+      {"combiner-axial-vertical", {15, 0.3688}},
+      {"combiner-axial-horizontal", {25, 0.6087}},
   };
   for (const auto& [variant, bound] : bounds) {
     attention::BenchCase c;

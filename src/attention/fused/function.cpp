@@ -1,10 +1,10 @@
 // Glue between torch and the fused kernels: dtype and stride checks, allocation, the autograd
 // Function (saved: q, k, v, ks, u in the kernel dtype, o and lse; with a local stage also qs and
-// u's lse; cumulative pools made again in backward instead), the CUDA stream. Gradient buffers:
-// slot_grad (q, k, v and summaries read as source A or as source B by segment: the kernel dtype,
-// each pass adding its part in place; summaries read as source B by prefix: an Acc buffer added
-// into atomically). The variants' plans: fused.cpp, fused_axial.cpp; the kernels run through
-// fused/launch.h.
+// u's lse; cumulative pools and the u they feed made again in backward instead), the CUDA stream.
+// Gradient buffers: slot_grad (q, k, v and summaries read as source A or as source B by segment:
+// the kernel dtype, each pass adding its part in place; summaries read as source B by prefix: an
+// Acc buffer added into atomically). The variants' plans: fused.cpp, fused_axial.cpp; the kernels
+// run through fused/launch.h.
 #include "attention/fused/fused.h"
 
 #include "attention/fused/checks.h"
@@ -14,6 +14,7 @@
 
 #include <algorithm>
 #include <array>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -229,10 +230,29 @@ void forward_stage(const std::vector<FusedPass>& passes,
   }
 }
 
+// The local stage: u (and its lse) from its passes over `queries` (qs, or q itself) and k, v,
+// each pass storing its own rows (rows no local query writes are zeros).
+std::pair<torch::Tensor, torch::Tensor> local_stage(const std::vector<FusedPass>& local,
+                                                    const torch::Tensor& queries,
+                                                    const torch::Tensor& k,
+                                                    const torch::Tensor& v,
+                                                    double scale) {
+  const int64_t B = queries.size(0), H = queries.size(1), Lu = queries.size(2);
+  const auto writes = local_writes(local, Lu);
+  const bool every_row = std::find(writes.begin(), writes.end(), 0) == writes.end();
+  const auto options = queries.options();
+  auto u = every_row ? torch::empty({B, H, Lu, queries.size(3)}, options)
+                     : torch::zeros({B, H, Lu, queries.size(3)}, options);
+  auto lse_u = torch::empty({B, H, Lu}, options.dtype(acc_type(queries.scalar_type())));
+  forward_stage(local, queries, k, v, {}, {}, scale, /*merge=*/false, u, lse_u);
+  return {u, lse_u};
+}
+
 // One call: optionally max pools making ks from k and qs from q, and a local stage making the
 // summary values u from the summary queries qs (or q) and k, v; then the joint stage over
-// (q, k, v, ks, u). Saved: q, k, v, ks, u, o, lse and, with a local stage, qs and u's lse (the
-// slots of cumulative pools are made again in backward instead, fused_pools::remade_in_backward).
+// (q, k, v, ks, u). Saved: q, k, v, ks, u, o, lse and, with a local stage, qs and u's lse (with
+// cumulative pools, fused_pools::remade_in_backward, their slots and the local stage's u are made
+// again in backward instead).
 // The backward runs the joint passes, then the local ones with u's gradient as their d_o, then the
 // pools' backward; every pass and pool adds its part of dk, dv (and dq) in place.
 class FusedFunction : public torch::autograd::Function<FusedFunction> {
@@ -263,15 +283,7 @@ class FusedFunction : public torch::autograd::Function<FusedFunction> {
     const int64_t B = q.size(0), H = q.size(1), Lq = q.size(2), D = q.size(3);
     const auto acc = q.options().dtype(acc_type(dtype));
     torch::Tensor u = kernel_ready(u_in, dtype), lse_u;
-    if (!local.empty()) {
-      const auto& queries = qs.defined() ? qs : q;
-      const auto writes = local_writes(local, queries.size(2));
-      const bool every_row = std::find(writes.begin(), writes.end(), 0) == writes.end();
-      u = every_row ? torch::empty({B, H, queries.size(2), D}, q.options())
-                    : torch::zeros({B, H, queries.size(2), D}, q.options());
-      lse_u = torch::empty({B, H, queries.size(2)}, acc);
-      forward_stage(local, queries, k, v, {}, {}, scale, /*merge=*/false, u, lse_u);
-    }
+    if (!local.empty()) std::tie(u, lse_u) = local_stage(local, qs.defined() ? qs : q, k, v, scale);
     // o [B, H, Lq, D] laid out as [B, Lq, H, D], as SDPA's: the model's merge of the heads,
     // o.transpose(1, 2).reshape({B, Lq, H * D}), is then a view, and the output projection keeps
     // the tensor this call keeps, not a copy of it.
@@ -279,12 +291,14 @@ class FusedFunction : public torch::autograd::Function<FusedFunction> {
     auto lse = torch::empty({B, H, Lq}, acc);
     forward_stage(passes, q, k, v, ks, u, scale, /*merge=*/true, o, lse);
     // Cumulative pools are as large as the k or q they are made from: made again in backward from
-    // the saved k and q (the same kernel on the same inputs: the same bits) rather than kept.
+    // the saved k and q (the same kernels on the same inputs: the same bits) rather than kept, and
+    // with them the local stage's u and lse, which they feed.
     const bool remake = fused_pools::remade_in_backward(pools);
-    const auto kept = [&](const torch::Tensor& slot, const torch::Tensor& given) {
-      return remake && !given.defined() ? torch::Tensor() : slot;  // pooled: not kept
+    const auto kept = [&](const torch::Tensor& made, const torch::Tensor& given) {
+      return remake && !given.defined() ? torch::Tensor() : made;  // made in the call: not kept
     };
-    ctx->save_for_backward({q, k, v, kept(ks, ks_in), u, o, lse, kept(qs, qs_in), lse_u});
+    ctx->save_for_backward(
+        {q, k, v, kept(ks, ks_in), kept(u, u_in), o, lse, kept(qs, qs_in), kept(lse_u, u_in)});
     // q, k and v read in place from one packed projection: their gradients are written into one
     // packed gradient too, which split_heads' backward then passes on as it is.
     ctx->saved_data["packed"] = packed_parts(q, k, v).defined();
@@ -302,18 +316,19 @@ class FusedFunction : public torch::autograd::Function<FusedFunction> {
 
   static tensor_list backward(AutogradContext* ctx, tensor_list grads) {
     const auto saved = ctx->get_saved_variables();
-    const auto &q = saved[0], &k = saved[1], &v = saved[2], &u = saved[4], &o = saved[5],
-               &lse = saved[6], &lse_u = saved[8];
+    const auto &q = saved[0], &k = saved[1], &v = saved[2], &o = saved[5], &lse = saved[6];
     const auto passes = decode(ctx->saved_data["plan"].toIntVector());
     const auto local = decode(ctx->saved_data["local"].toIntVector());
     const auto pools = fused_pools::decode(ctx->saved_data["pools"].toIntVector());
-    auto ks = saved[3], qs = saved[7];
-    if (fused_pools::remade_in_backward(pools)) {
+    const double scale = ctx->saved_data["scale"].toDouble();
+    auto ks = saved[3], u = saved[4], qs = saved[7], lse_u = saved[8];
+    if (fused_pools::remade_in_backward(pools)) {  // what the forward made and did not keep
       auto [ks_pooled, qs_pooled] = fused_pools::make(pools, k, q);
       if (!ks.defined()) ks = ks_pooled;
       if (!qs.defined()) qs = qs_pooled;
+      if (!local.empty() && !u.defined())
+        std::tie(u, lse_u) = local_stage(local, qs.defined() ? qs : q, k, v, scale);
     }
-    const double scale = ctx->saved_data["scale"].toDouble();
     const auto dtypes = ctx->saved_data["dtypes"].toIntVector();
     if (!grads[0].defined()) return tensor_list(10);
     const auto dtype = q.scalar_type();
