@@ -37,21 +37,23 @@ __device__ __forceinline__ __nv_bfloat16 store_as<__nv_bfloat16>(float x) {
 
 constexpr int kStepChunk = 8;
 
-// A launch's thread `line` of the parts' lines: its part, and its line there (or -1: none).
+// This thread's scan of the launch's parts, and its line there (nullptr: past the last line).
 template <typename Scan>
-__device__ __forceinline__ int64_t part_line(const ScanParts<Scan>& s, bool backward, int& part) {
-  int64_t line = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  part = scan_part(s, backward, line);
-  return line < scan_lines(s.part[part], backward) ? line : -1;
+__device__ __forceinline__ const Scan* scan_of(const ScanParts<Scan>& s,
+                                               bool backward,
+                                               int64_t& line) {
+  line = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  const Scan& scan = s.part[scan_part(s, backward, line)];
+  return line < scan_lines(scan, backward) ? &scan : nullptr;
 }
 
 template <typename T>
 __global__ void __launch_bounds__(128)
     running_max_forward_kernel(const __grid_constant__ RunningMaxes parts) {
-  int part = 0;
-  const int64_t line = part_line(parts, false, part);
-  if (line < 0) return;
-  const RunningMax& r = parts.part[part];
+  int64_t line = 0;
+  const RunningMax* scan = scan_of(parts, false, line);
+  if (!scan) return;
+  const RunningMax& r = *scan;
   const T* __restrict__ x = static_cast<const T*>(r.x) + running_max_start(r, r.x_at, line);
   T* __restrict__ y = static_cast<T*>(r.y) + running_max_start(r, r.y_at, line);
   const int64_t xs = r.x_at.step_stride, ys = r.y_at.step_stride;
@@ -74,10 +76,10 @@ __global__ void __launch_bounds__(128)
 template <typename T>
 __global__ void __launch_bounds__(128)
     running_max_backward_kernel(const __grid_constant__ RunningMaxes parts) {
-  int part = 0;
-  const int64_t line = part_line(parts, true, part);
-  if (line < 0) return;
-  const RunningMax& r = parts.part[part];
+  int64_t line = 0;
+  const RunningMax* scan = scan_of(parts, true, line);
+  if (!scan) return;
+  const RunningMax& r = *scan;
   const T* __restrict__ x = static_cast<const T*>(r.x) + running_max_start(r, r.x_at, line);
   const T* __restrict__ dy = static_cast<const T*>(r.dy) + running_max_start(r, r.y_at, line);
   T* __restrict__ dx = static_cast<T*>(r.dx) + running_max_start(r, r.dx_at, line);
@@ -142,10 +144,10 @@ __device__ __forceinline__ int64_t segment_arg_max(const T* __restrict__ in,
 template <typename T>
 __global__ void __launch_bounds__(128)
     segment_max_forward_kernel(const __grid_constant__ SegmentMaxes parts) {
-  int part = 0;
-  const int64_t line = part_line(parts, false, part);
-  if (line < 0) return;
-  const SegmentMax& m = parts.part[part];
+  int64_t line = 0;
+  const SegmentMax* scan = scan_of(parts, false, line);
+  if (!scan) return;
+  const SegmentMax& m = *scan;
   const T* x = static_cast<const T*>(m.x);
   const int64_t d = line % m.dim, g = line / m.dim % m.segments;
   const int64_t bh = line / m.dim / m.segments, b = bh / m.heads, h = bh % m.heads;
@@ -157,10 +159,10 @@ __global__ void __launch_bounds__(128)
 template <typename T>
 __global__ void __launch_bounds__(128)
     segment_max_backward_kernel(const __grid_constant__ SegmentMaxes parts) {
-  int part = 0;
-  const int64_t line = part_line(parts, true, part);
-  if (line < 0) return;
-  const SegmentMax& m = parts.part[part];
+  int64_t line = 0;
+  const SegmentMax* scan = scan_of(parts, true, line);
+  if (!scan) return;
+  const SegmentMax& m = *scan;
   const T* x = static_cast<const T*>(m.x);
   const int64_t groups = (m.rows + m.len - 1) / m.len;
   const int64_t d = line % m.dim, g = line / m.dim % groups;
