@@ -321,6 +321,8 @@ class FusedFunction : public torch::autograd::Function<FusedFunction> {
     const auto local = decode(ctx->saved_data["local"].toIntVector());
     const auto pools = fused_pools::decode(ctx->saved_data["pools"].toIntVector());
     const double scale = ctx->saved_data["scale"].toDouble();
+    const auto dtypes = ctx->saved_data["dtypes"].toIntVector();
+    if (!grads[0].defined()) return tensor_list(10);
     auto ks = saved[3], u = saved[4], qs = saved[7], lse_u = saved[8];
     if (fused_pools::remade_in_backward(pools)) {  // what the forward made and did not keep
       auto [ks_pooled, qs_pooled] = fused_pools::make(pools, k, q);
@@ -329,8 +331,6 @@ class FusedFunction : public torch::autograd::Function<FusedFunction> {
       if (!local.empty() && !u.defined())
         std::tie(u, lse_u) = local_stage(local, qs.defined() ? qs : q, k, v, scale);
     }
-    const auto dtypes = ctx->saved_data["dtypes"].toIntVector();
-    if (!grads[0].defined()) return tensor_list(10);
     const auto dtype = q.scalar_type();
     const auto d_o = kernel_ready(grads[0], dtype);
     const int64_t B = q.size(0), H = q.size(1), D = q.size(3);
