@@ -17,6 +17,7 @@ constexpr int64_t kB = 1, kH = 2, kD = 8;
 
 struct Kept {
   int64_t bytes = 0;  // alive after the forward, less the inputs
+  int64_t peak = 0;   // the most alive in the forward and backward, less the inputs and d_o
   std::vector<torch::Tensor> grads;
 };
 
@@ -26,12 +27,16 @@ Kept forward_backward(const std::string& variant, int64_t L, int64_t W, Attentio
   torch::manual_seed(3);
   std::vector<torch::Tensor> in;
   for (int i = 0; i < 3; ++i) in.push_back(torch::randn({kB, kH, L, kD}).requires_grad_());
+  const auto d_o = torch::ones({kB, kH, L, kD});
   const torch::Device cpu(torch::kCPU);
+  util::reset_peak_memory(cpu);
   const double before = util::device_allocated_mib(cpu);
+  const auto bytes = [&](double mib) { return std::llround((mib - before) * 1024 * 1024); };
   auto out = m->forward(in[0], in[1], in[2]);
   Kept kept;
-  kept.bytes = std::llround((util::device_allocated_mib(cpu) - before) * 1024 * 1024);
-  out.backward(torch::ones_like(out));
+  kept.bytes = bytes(util::device_allocated_mib(cpu));
+  out.backward(d_o);
+  kept.peak = bytes(util::device_peak_mib(cpu));
   for (auto& x : in) kept.grads.push_back(x.grad());
   return kept;
 }
@@ -48,6 +53,22 @@ TEST(FusedSaved, CumulativePoolsAndTheirSummariesAreMadeAgainNotKept) {
       forward_backward("combiner-axial-vertical", L, W, AttentionImpl::Path::kComposed);
   for (int i = 0; i < 3; ++i)
     EXPECT_TRUE(torch::allclose(fused.grads[i], composed.grads[i], 1e-5, 1e-5)) << "input " << i;
+}
+
+// The backward makes the slots again a summary group at a time (attention/fused/backward.cpp):
+// vertical's ks, qs and u are one group of `rows` rows; horizontal's hold its prefix and its suffix
+// summaries, two groups of `rows` rows each. At most four slot-sized tensors of one group are
+// alive at once (ks, u and their gradients; then u, qs and the two gradients), beside o, lse,
+// delta, dq, dk and dv and the group's u's lse and delta: the same peak for both variants.
+TEST(FusedSaved, BackwardHoldsOneSummaryGroupAtATime) {
+  util::count_cpu_tensor_bytes();
+  const int64_t L = 64, W = 8, rows = (L / W - 1) * W;
+  const int64_t floats = kB * kH * (L * kD + 2 * L + 3 * L * kD + 4 * rows * kD + 2 * rows);
+  for (const char* variant : {"combiner-axial-vertical", "combiner-axial-horizontal"}) {
+    const auto fused = forward_backward(variant, L, W, AttentionImpl::Path::kFused);
+    EXPECT_EQ(fused.peak, floats * 4)
+        << variant << ": a slot-sized tensor is " << kB * kH * rows * kD * 4 << " bytes";
+  }
 }
 
 TEST(FusedSaved, SegmentMaxesAreKept) {

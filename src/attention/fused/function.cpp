@@ -1,11 +1,9 @@
-// Glue between torch and the fused kernels: dtype and stride checks, allocation, the autograd
-// Function (saved: q, k, v, ks, u in the kernel dtype, o and lse; with a local stage also qs and
-// u's lse; cumulative pools and the u they feed made again in backward instead), the CUDA stream.
-// Gradient buffers: slot_grad (q, k, v and summaries read as source A or as source B by segment:
-// the kernel dtype, each pass adding its part in place; summaries read as source B by prefix: an
-// Acc buffer added into atomically). The variants' plans: fused.cpp, fused_axial.cpp; the kernels
-// run through fused/launch.h.
-#include "attention/fused/fused.h"
+// Glue between torch and the fused kernels: dtype and stride checks, allocation, the plan as
+// integers, the forward of the autograd Function (function.h; saved: q, k, v, ks, u in the kernel
+// dtype, o and lse; with a local stage also qs and u's lse; cumulative pools and the u they feed
+// made again in backward instead), the entry points. Its backward: backward.cpp. The variants'
+// plans: fused.cpp, fused_axial.cpp; the kernels run through fused/launch.h.
+#include "attention/fused/function.h"
 
 #include "attention/fused/checks.h"
 #include "attention/fused/launch.h"
@@ -13,7 +11,6 @@
 #include "attention/heads.h"
 
 #include <algorithm>
-#include <array>
 #include <tuple>
 #include <utility>
 #include <vector>
@@ -24,7 +21,6 @@ namespace fused_glue {
 
 using fused::GradOut;
 using torch::autograd::AutogradContext;
-using torch::autograd::tensor_list;
 
 fused::Dtype kernel_dtype(torch::ScalarType t) {
   if (t == torch::kFloat) return fused::Dtype::kFloat32;
@@ -37,7 +33,6 @@ torch::ScalarType acc_type(torch::ScalarType t) {
   return t == torch::kDouble ? torch::kDouble : torch::kFloat;
 }
 
-// x in `dtype` with a contiguous last axis and 16-byte aligned rows (what cp.async needs).
 torch::Tensor kernel_ready(const torch::Tensor& x, torch::ScalarType dtype) {
   if (!x.defined()) return x;
   auto y = x.to(dtype);
@@ -123,7 +118,6 @@ fused::Pass make_pass(const FusedPass& fp,
   return p;
 }
 
-// Writes into `buffer` ([B, H, rows, D], the last axis contiguous) in `kind`.
 GradOut grad_out(const torch::Tensor& buffer, GradOut::Kind kind) {
   GradOut g;
   g.data = buffer.data_ptr();
@@ -132,63 +126,6 @@ GradOut grad_out(const torch::Tensor& buffer, GradOut::Kind kind) {
   return g;
 }
 
-// The gradient of one input slot (q, k, v, ks or u) and how each pass writes it. `readers`: the
-// passes whose gradient lands in the slot (for q every pass, for the others the passes reading
-// it as source A or as source B by segment) and their geometries; `shared`: whether a pass reads
-// it as source B by prefix.
-//  - every reader writes each of its rows once (injective) and the slot is not shared: the
-//    kernel dtype, with no Acc buffer and no atomics; the first reader stores (into an empty
-//    buffer where it covers every row, else a zeroed one), each later reader adds its part in
-//    place (addend = the buffer itself). Each pass's part is rounded to the kernel dtype before
-//    it is added: bfloat16 sums a few partial gradients (two or three passes) in bfloat16.
-//  - otherwise (summaries read by every later segment, key rows shared by segments): a zeroed
-//    Acc buffer every reader adds into, converted when returned.
-// `home`, when defined, is where the gradient is returned: a part of the packed gradient of q, k
-// and v when they were the parts of one packed tensor (attention/heads.h). The kernel-dtype
-// buffer is then `home` itself; an Acc one is copied into it at the end.
-struct Grad {
-  torch::Tensor buffer;          // the slot's gradient: kernel dtype or Acc
-  std::vector<GradOut> by_pass;  // how pass i writes it (kind kNone: not a reader)
-
-  GradOut out(size_t pass) const { return by_pass.empty() ? GradOut{} : by_pass[pass]; }
-  // As source B by prefix (summaries): the zeroed Acc buffer, added into.
-  GradOut summary_out() const {
-    return buffer.defined() ? grad_out(buffer, GradOut::kAtomic) : GradOut{};
-  }
-};
-
-Grad slot_grad(const torch::Tensor& x,
-               const std::vector<std::pair<size_t, fused::Geometry>>& readers,
-               size_t passes,
-               bool shared,
-               const torch::Tensor& home = {}) {
-  Grad g;
-  if (!x.defined() || (readers.empty() && !shared)) return g;
-  g.by_pass.assign(passes, GradOut{});
-  const int64_t rows = x.size(2);
-  bool in_place = !shared && !readers.empty();
-  for (const auto& r : readers) in_place = in_place && injective(r.second, rows);
-  if (in_place && home.defined()) {
-    g.buffer = covers(readers[0].second, rows) ? home : home.zero_();
-  } else if (in_place) {
-    g.buffer = covers(readers[0].second, rows)
-                   ? torch::empty_like(x, torch::MemoryFormat::Contiguous)
-                   : torch::zeros_like(x, torch::MemoryFormat::Contiguous);
-  } else {
-    g.buffer = torch::zeros(x.sizes(), x.options().dtype(acc_type(x.scalar_type())));
-  }
-  for (size_t i = 0; i < readers.size(); ++i) {
-    GradOut& o = g.by_pass[readers[i].first];
-    o = grad_out(g.buffer, in_place ? GradOut::kStore : GradOut::kAtomic);
-    if (in_place && i > 0) {
-      o.addend = g.buffer.data_ptr();
-      o.addend_in_storage = true;
-    }
-  }
-  return g;
-}
-
-// delta = rowsum(o * d_o) per query row (the backward's D of FlashAttention).
 torch::Tensor row_delta(const torch::Tensor& o,
                         const torch::Tensor& d_o,
                         const torch::Tensor& lse) {
@@ -230,8 +167,6 @@ void forward_stage(const std::vector<FusedPass>& passes,
   }
 }
 
-// The local stage: u (and its lse) from its passes over `queries` (qs, or q itself) and k, v,
-// each pass storing its own rows (rows no local query writes are zeros).
 std::pair<torch::Tensor, torch::Tensor> local_stage(const std::vector<FusedPass>& local,
                                                     const torch::Tensor& queries,
                                                     const torch::Tensor& k,
@@ -248,225 +183,62 @@ std::pair<torch::Tensor, torch::Tensor> local_stage(const std::vector<FusedPass>
   return {u, lse_u};
 }
 
-// One call: optionally max pools making ks from k and qs from q, and a local stage making the
-// summary values u from the summary queries qs (or q) and k, v; then the joint stage over
-// (q, k, v, ks, u). Saved: q, k, v, ks, u, o, lse and, with a local stage, qs and u's lse (with
-// cumulative pools, fused_pools::remade_in_backward, their slots and the local stage's u are made
-// again in backward instead).
-// The backward runs the joint passes, then the local ones with u's gradient as their d_o, then the
-// pools' backward; every pass and pool adds its part of dk, dv (and dq) in place.
-class FusedFunction : public torch::autograd::Function<FusedFunction> {
- public:
-  static torch::Tensor forward(AutogradContext* ctx,
-                               const torch::Tensor& q_in,
-                               const torch::Tensor& k_in,
-                               const torch::Tensor& v_in,
-                               const c10::optional<torch::Tensor>& ks_opt,
-                               const c10::optional<torch::Tensor>& u_opt,
-                               const c10::optional<torch::Tensor>& qs_opt,
-                               const std::vector<int64_t>& plan,
-                               const std::vector<int64_t>& local_plan,
-                               const std::vector<int64_t>& pool_plan,
-                               double scale) {
-    // Optional tensors travel as optionals: an undefined tensor is no autograd input.
-    const auto ks_in = ks_opt.value_or(torch::Tensor()), u_in = u_opt.value_or(torch::Tensor()),
-               qs_in = qs_opt.value_or(torch::Tensor());
-    const auto passes = decode(plan), local = decode(local_plan);
-    const auto pools = fused_pools::decode(pool_plan);
-    const auto dtype = q_in.scalar_type();
-    auto q = kernel_ready(q_in, dtype), k = kernel_ready(k_in, dtype),
-         v = kernel_ready(v_in, dtype), ks = kernel_ready(ks_in, dtype),
-         qs = kernel_ready(qs_in, dtype);
-    auto [ks_pooled, qs_pooled] = fused_pools::make(pools, k, q);  // checks.cpp: given or pooled
-    if (!ks.defined()) ks = ks_pooled;
-    if (!qs.defined()) qs = qs_pooled;
-    const int64_t B = q.size(0), H = q.size(1), Lq = q.size(2), D = q.size(3);
-    const auto acc = q.options().dtype(acc_type(dtype));
-    torch::Tensor u = kernel_ready(u_in, dtype), lse_u;
-    if (!local.empty()) std::tie(u, lse_u) = local_stage(local, qs.defined() ? qs : q, k, v, scale);
-    // o [B, H, Lq, D] laid out as [B, Lq, H, D], as SDPA's: the model's merge of the heads,
-    // o.transpose(1, 2).reshape({B, Lq, H * D}), is then a view, and the output projection keeps
-    // the tensor this call keeps, not a copy of it.
-    auto o = torch::empty({B, Lq, H, D}, q.options()).transpose(1, 2);
-    auto lse = torch::empty({B, H, Lq}, acc);
-    forward_stage(passes, q, k, v, ks, u, scale, /*merge=*/true, o, lse);
-    // Cumulative pools are as large as the k or q they are made from: made again in backward from
-    // the saved k and q (the same kernels on the same inputs: the same bits) rather than kept, and
-    // with them the local stage's u and lse, which they feed.
-    const bool remake = fused_pools::remade_in_backward(pools);
-    const auto kept = [&](const torch::Tensor& made, const torch::Tensor& given) {
-      return remake && !given.defined() ? torch::Tensor() : made;  // made in the call: not kept
-    };
-    ctx->save_for_backward(
-        {q, k, v, kept(ks, ks_in), kept(u, u_in), o, lse, kept(qs, qs_in), kept(lse_u, u_in)});
-    // q, k and v read in place from one packed projection: their gradients are written into one
-    // packed gradient too, which split_heads' backward then passes on as it is.
-    ctx->saved_data["packed"] = packed_parts(q, k, v).defined();
-    ctx->saved_data["plan"] = plan;
-    ctx->saved_data["local"] = local_plan;
-    ctx->saved_data["pools"] = pool_plan;
-    ctx->saved_data["scale"] = scale;
-    auto type_of = [&](const torch::Tensor& x) {
-      return int64_t(x.defined() ? x.scalar_type() : dtype);
-    };
-    ctx->saved_data["dtypes"] = std::vector<int64_t>{
-        type_of(k_in), type_of(v_in), type_of(ks_in), type_of(u_in), type_of(qs_in)};
-    return o;
-  }
-
-  static tensor_list backward(AutogradContext* ctx, tensor_list grads) {
-    const auto saved = ctx->get_saved_variables();
-    const auto &q = saved[0], &k = saved[1], &v = saved[2], &o = saved[5], &lse = saved[6];
-    const auto passes = decode(ctx->saved_data["plan"].toIntVector());
-    const auto local = decode(ctx->saved_data["local"].toIntVector());
-    const auto pools = fused_pools::decode(ctx->saved_data["pools"].toIntVector());
-    const double scale = ctx->saved_data["scale"].toDouble();
-    const auto dtypes = ctx->saved_data["dtypes"].toIntVector();
-    if (!grads[0].defined()) return tensor_list(10);
-    auto ks = saved[3], u = saved[4], qs = saved[7], lse_u = saved[8];
-    if (fused_pools::remade_in_backward(pools)) {  // what the forward made and did not keep
-      auto [ks_pooled, qs_pooled] = fused_pools::make(pools, k, q);
-      if (!ks.defined()) ks = ks_pooled;
-      if (!qs.defined()) qs = qs_pooled;
-      if (!local.empty() && !u.defined())
-        std::tie(u, lse_u) = local_stage(local, qs.defined() ? qs : q, k, v, scale);
-    }
-    const auto dtype = q.scalar_type();
-    const auto d_o = kernel_ready(grads[0], dtype);
-    const int64_t B = q.size(0), H = q.size(1), D = q.size(3);
-    const auto delta = row_delta(o, d_o, lse);
-
-    // Who writes each gradient, in the order the passes run: the joint passes 0..n-1, then the
-    // local ones n..n+m-1 (their queries are qs, or q itself).
-    const size_t n = passes.size(), total = n + local.size();
-    const bool local_q = !local.empty() && !qs.defined();
-    std::vector<std::pair<size_t, fused::Geometry>> q_uses, k_uses, v_uses, ks_uses, u_uses,
-        qs_uses;
-    bool summaries = false;  // a pass reads them by prefix
-    for (size_t i = 0; i < n; ++i) {
-      const auto& p = passes[i];
-      q_uses.emplace_back(i, p.query);
-      (p.a_from_summaries ? ks_uses : k_uses).emplace_back(i, p.key);
-      (p.a_from_summaries ? u_uses : v_uses).emplace_back(i, p.value);
-      if (p.summaries && p.by_segment) {
-        ks_uses.emplace_back(i, p.summary_key);
-        u_uses.emplace_back(i, p.summary_value);
-      }
-      summaries = summaries || (p.summaries && !p.by_segment);
-    }
-    // A local stage whose u no joint pass reads adds no gradient (its passes do not run).
-    const bool u_read = !u_uses.empty() || summaries;
-    // Where the local passes store every row of qs once, qs's gradient is written over u's (the
-    // local passes' d_o): each pass reads a row's d_o before it writes that row's dq (kernel.h).
-    const auto writes = qs.defined() ? local_writes(local, qs.size(2)) : std::vector<int64_t>{};
-    const bool dqs_over_du =
-        !writes.empty() &&
-        std::all_of(writes.begin(), writes.end(), [](int64_t w) { return w == 1; });
-    for (size_t j = 0; u_read && j < local.size(); ++j) {
-      if (!dqs_over_du) (local_q ? q_uses : qs_uses).emplace_back(n + j, local[j].query);
-      k_uses.emplace_back(n + j, local[j].key);
-      v_uses.emplace_back(n + j, local[j].value);
-    }
-    std::array<torch::Tensor, 3> homes;  // where dq, dk, dv are returned (undefined: anywhere)
-    if (ctx->saved_data["packed"].toBool()) homes = new_packed_parts(q);
-    Grad dq = slot_grad(q, q_uses, total, false, homes[0]),
-         dk = slot_grad(k, k_uses, total, false, homes[1]),
-         dv = slot_grad(v, v_uses, total, false, homes[2]),
-         dks = slot_grad(ks, ks_uses, total, summaries),
-         du = slot_grad(u, u_uses, total, summaries), dqs = slot_grad(qs, qs_uses, total, false);
-    for (size_t i = 0; i < n; ++i) {
-      fused::Backward bw;
-      bw.pass = make_pass(passes[i], q, k, v, ks, u, scale);
-      bw.d_o = operand(d_o);
-      bw.lse = lse.data_ptr();
-      bw.delta = delta.data_ptr();
-      bw.dq = dq.out(i);
-      const bool a_summ = passes[i].a_from_summaries;
-      Grad& key_grad = a_summ ? dks : dk;
-      bw.dk = key_grad.out(i);
-      bw.dv = (a_summ ? du : dv).out(i);
-      // Segments sharing their key rows: one slab each (no atomics), summed after the pass.
-      const auto& key = passes[i].key;
-      torch::Tensor slabs;
-      if (bw.dk.kind == GradOut::kAtomic && key.seg_stride == 0 && key.segments > 1) {
-        slabs = torch::zeros({B, H, key.segments * key.limit, D}, lse.options());
-        bw.dk = grad_out(slabs, GradOut::kStoreAcc);
-        bw.dk.segment_rows = key.limit;
-      }
-      if (passes[i].summaries && passes[i].by_segment) {
-        bw.dks = dks.out(i);
-        bw.du = du.out(i);
-      } else if (passes[i].summaries) {
-        bw.dks = dks.summary_out();
-        bw.du = du.summary_out();
-      }
-      fused_launch::backward(q, bw);
-      if (slabs.defined()) {
-        key_grad.buffer.narrow(2, 0, key.limit)
-            .add_(slabs.view({B, H, key.segments, key.limit, D}).sum(2));
-      }
-    }
-    torch::Tensor d_u;  // u's gradient when it is an input; else the local passes' d_o
-    if (!local.empty() && du.buffer.defined()) {
-      const auto d_o_u = kernel_ready(du.buffer, dtype);
-      const auto delta_u = row_delta(u, d_o_u, lse_u);
-      if (dqs_over_du) {
-        dqs.buffer = d_o_u;
-        dqs.by_pass.assign(total, GradOut{});
-        for (size_t j = 0; j < local.size(); ++j) {
-          dqs.by_pass[n + j] = grad_out(d_o_u, GradOut::kStore);
-        }
-      }
-      const auto& queries = local_q ? q : qs;
-      for (size_t j = 0; j < local.size(); ++j) {
-        fused::Backward bw;
-        bw.pass = make_pass(local[j], queries, k, v, {}, {}, scale);
-        bw.d_o = operand(d_o_u);
-        bw.lse = lse_u.data_ptr();
-        bw.delta = delta_u.data_ptr();
-        bw.dq = (local_q ? dq : dqs).out(n + j);
-        bw.dk = dk.out(n + j);
-        bw.dv = dv.out(n + j);
-        fused_launch::backward(q, bw);
-      }
-    } else if (du.buffer.defined()) {
-      d_u = du.buffer.to(torch::ScalarType(dtypes[3]));
-    }
-    // Pooled slots are no inputs: their gradients go through the pools into k's and q's.
-    if (!pools.empty()) {
-      const auto pooled = [&](bool query_side) {
-        return std::any_of(pools.begin(), pools.end(), [&](const FusedPool& p) {
-          return p.query_side == query_side;
-        });
-      };
-      const auto through = [&](Grad& slot, bool query_side) {
-        return pooled(query_side) ? std::exchange(slot.buffer, torch::Tensor()) : torch::Tensor();
-      };
-      const auto d_ks = through(dks, false), d_qs = through(dqs, true);
-      fused_pools::add_backward(pools, k, d_ks, dk.buffer, q, d_qs, dq.buffer);
-    }
-    auto as = [&](const Grad& g, int64_t type) {
-      return g.buffer.defined() ? g.buffer.to(torch::ScalarType(type)) : torch::Tensor();
-    };
-    // A packed part: the buffer itself, or the buffer copied into it (zeros where none).
-    auto at_home = [&](const Grad& g, const torch::Tensor& home, int64_t type) -> torch::Tensor {
-      if (!home.defined()) return as(g, type);
-      if (!g.buffer.defined()) return home.zero_();
-      if (!g.buffer.is_same(home)) home.copy_(g.buffer);
-      return home;
-    };
-    return {at_home(dq, homes[0], int64_t(dtype)),
-            at_home(dk, homes[1], dtypes[0]),
-            at_home(dv, homes[2], dtypes[1]),
-            as(dks, dtypes[2]),
-            d_u,
-            as(dqs, dtypes[4]),
-            {},
-            {},
-            {},
-            {}};
-  }
-};
+torch::Tensor FusedFunction::forward(AutogradContext* ctx,
+                                     const torch::Tensor& q_in,
+                                     const torch::Tensor& k_in,
+                                     const torch::Tensor& v_in,
+                                     const c10::optional<torch::Tensor>& ks_opt,
+                                     const c10::optional<torch::Tensor>& u_opt,
+                                     const c10::optional<torch::Tensor>& qs_opt,
+                                     const std::vector<int64_t>& plan,
+                                     const std::vector<int64_t>& local_plan,
+                                     const std::vector<int64_t>& pool_plan,
+                                     double scale) {
+  // Optional tensors travel as optionals: an undefined tensor is no autograd input.
+  const auto ks_in = ks_opt.value_or(torch::Tensor()), u_in = u_opt.value_or(torch::Tensor()),
+             qs_in = qs_opt.value_or(torch::Tensor());
+  const auto passes = decode(plan), local = decode(local_plan);
+  const auto pools = fused_pools::decode(pool_plan);
+  const auto dtype = q_in.scalar_type();
+  auto q = kernel_ready(q_in, dtype), k = kernel_ready(k_in, dtype),
+       v = kernel_ready(v_in, dtype), ks = kernel_ready(ks_in, dtype),
+       qs = kernel_ready(qs_in, dtype);
+  auto [ks_pooled, qs_pooled] = fused_pools::make(pools, k, q);  // checks.cpp: given or pooled
+  if (!ks.defined()) ks = ks_pooled;
+  if (!qs.defined()) qs = qs_pooled;
+  const int64_t B = q.size(0), H = q.size(1), Lq = q.size(2), D = q.size(3);
+  const auto acc = q.options().dtype(acc_type(dtype));
+  torch::Tensor u = kernel_ready(u_in, dtype), lse_u;
+  if (!local.empty()) std::tie(u, lse_u) = local_stage(local, qs.defined() ? qs : q, k, v, scale);
+  // o [B, H, Lq, D] laid out as [B, Lq, H, D], as SDPA's: the model's merge of the heads,
+  // o.transpose(1, 2).reshape({B, Lq, H * D}), is then a view, and the output projection keeps
+  // the tensor this call keeps, not a copy of it.
+  auto o = torch::empty({B, Lq, H, D}, q.options()).transpose(1, 2);
+  auto lse = torch::empty({B, H, Lq}, acc);
+  forward_stage(passes, q, k, v, ks, u, scale, /*merge=*/true, o, lse);
+  // Cumulative pools are as large as the k or q they are made from: made again in backward from
+  // the saved k and q (the same kernels on the same inputs: the same bits) rather than kept, and
+  // with them the local stage's u and lse, which they feed.
+  const bool remake = fused_pools::remade_in_backward(pools);
+  const auto kept = [&](const torch::Tensor& made, const torch::Tensor& given) {
+    return remake && !given.defined() ? torch::Tensor() : made;  // made in the call: not kept
+  };
+  ctx->save_for_backward(
+      {q, k, v, kept(ks, ks_in), kept(u, u_in), o, lse, kept(qs, qs_in), kept(lse_u, u_in)});
+  // q, k and v read in place from one packed projection: their gradients are written into one
+  // packed gradient too, which split_heads' backward then passes on as it is.
+  ctx->saved_data["packed"] = packed_parts(q, k, v).defined();
+  ctx->saved_data["plan"] = plan;
+  ctx->saved_data["local"] = local_plan;
+  ctx->saved_data["pools"] = pool_plan;
+  ctx->saved_data["scale"] = scale;
+  auto type_of = [&](const torch::Tensor& x) {
+    return int64_t(x.defined() ? x.scalar_type() : dtype);
+  };
+  ctx->saved_data["dtypes"] = std::vector<int64_t>{
+      type_of(k_in), type_of(v_in), type_of(ks_in), type_of(u_in), type_of(qs_in)};
+  return o;
+}
 
 }  // namespace fused_glue
 

@@ -1,0 +1,449 @@
+// The backward of the fused call (function.h): the joint passes, then the local ones with u's
+// gradient as their d_o, then the pools' backward; every pass and pool adds its part of dk, dv
+// (and dq) in place. The summary slots (ks, qs, u) are read a summary group at a time
+// (SummaryGroup); where the call made them from cumulative pools, and so did not keep them, each
+// group's slots are made here just before its passes run and dropped after its pools' backward:
+// at most one group's ks and u and their gradients are alive beside q, k, v, o and theirs
+// (horizontal: its prefix and its suffix summaries, each half of the slots).
+#include "attention/fused/function.h"
+
+#include "attention/fused/checks.h"
+#include "attention/fused/launch.h"
+#include "attention/fused/pool_stage.h"
+#include "attention/heads.h"
+
+#include <algorithm>
+#include <array>
+#include <limits>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+namespace combiner::attention::fused_glue {
+
+using fused::GradOut;
+using torch::autograd::AutogradContext;
+using torch::autograd::tensor_list;
+
+namespace {
+
+// The gradient of one input slot (q, k, v, ks or u) and how each pass writes it. `readers`: the
+// steps (passes, in the order they run) whose gradient lands in the slot (for q every pass, for the others the passes reading
+// it as source A or as source B by segment) and their geometries; `shared`: whether a pass reads
+// it as source B by prefix.
+//  - every reader writes each of its rows once (injective) and the slot is not shared: the
+//    kernel dtype, with no Acc buffer and no atomics; the first reader stores (into an empty
+//    buffer where it covers every row, else a zeroed one), each later reader adds its part in
+//    place (addend = the buffer itself). Each pass's part is rounded to the kernel dtype before
+//    it is added: bfloat16 sums a few partial gradients (two or three passes) in bfloat16.
+//  - otherwise (summaries read by every later segment, key rows shared by segments): a zeroed
+//    Acc buffer every reader adds into, converted when returned.
+// `home`, when defined, is where the gradient is returned: a part of the packed gradient of q, k
+// and v when they were the parts of one packed tensor (attention/heads.h). The kernel-dtype
+// buffer is then `home` itself; an Acc one is copied into it at the end.
+struct Grad {
+  torch::Tensor buffer;          // the slot's gradient: kernel dtype or Acc
+  std::vector<GradOut> by_pass;  // how step i writes it (kind kNone: not a reader)
+
+  GradOut out(size_t step) const { return by_pass.empty() ? GradOut{} : by_pass[step]; }
+  // As source B by prefix (summaries): the zeroed Acc buffer, added into.
+  GradOut summary_out() const {
+    return buffer.defined() ? grad_out(buffer, GradOut::kAtomic) : GradOut{};
+  }
+};
+
+Grad slot_grad(const torch::Tensor& x,
+               const std::vector<std::pair<size_t, fused::Geometry>>& readers,
+               size_t steps,
+               bool shared,
+               const torch::Tensor& home = {}) {
+  Grad g;
+  if (!x.defined() || (readers.empty() && !shared)) return g;
+  g.by_pass.assign(steps, GradOut{});
+  const int64_t rows = x.size(2);
+  bool in_place = !shared && !readers.empty();
+  for (const auto& r : readers) in_place = in_place && injective(r.second, rows);
+  if (in_place && home.defined()) {
+    g.buffer = covers(readers[0].second, rows) ? home : home.zero_();
+  } else if (in_place) {
+    g.buffer = covers(readers[0].second, rows)
+                   ? torch::empty_like(x, torch::MemoryFormat::Contiguous)
+                   : torch::zeros_like(x, torch::MemoryFormat::Contiguous);
+  } else {
+    g.buffer = torch::zeros(x.sizes(), x.options().dtype(acc_type(x.scalar_type())));
+  }
+  for (size_t i = 0; i < readers.size(); ++i) {
+    GradOut& o = g.by_pass[readers[i].first];
+    o = grad_out(g.buffer, in_place ? GradOut::kStore : GradOut::kAtomic);
+    if (in_place && i > 0) {
+      o.addend = g.buffer.data_ptr();
+      o.addend_in_storage = true;
+    }
+  }
+  return g;
+}
+
+// Rows [lo, hi) of the slots ks, qs and u that one set of pools makes, one set of local passes
+// writes (u) and reads (qs), and one set of joint passes reads (ks, u). Geometries and pools are
+// kept relative to row lo of the group's own slots.
+struct SummaryGroup {
+  int64_t lo = 0, hi = std::numeric_limits<int64_t>::max();
+  std::vector<FusedPool> pools;
+  std::vector<FusedPass> local;
+  std::vector<size_t> joint;  // the joint passes reading its slots
+  std::vector<FusedPass> joint_plan;
+  bool made_here = false;  // its slots are made in backward, for it alone
+};
+
+bool reads_slots(const FusedPass& p) {
+  return p.a_from_summaries || p.summaries;
+}
+
+// The rows [lo, hi) that g's indices name (lo >= hi: none).
+std::pair<int64_t, int64_t> rows_named(const fused::Geometry& g) {
+  int64_t lo = std::numeric_limits<int64_t>::max(), hi = std::numeric_limits<int64_t>::min();
+  for (int64_t s = 0; s < g.segments; ++s) {
+    const int64_t n = fused::valid_count(g, s);
+    if (n == 0) continue;
+    const int64_t a = fused::row_of(g, s, 0), b = fused::row_of(g, s, n - 1);
+    lo = std::min({lo, a, b});
+    hi = std::max({hi, a + 1, b + 1});
+  }
+  return {lo, hi};
+}
+
+// g as it reads a group's slots, whose row 0 is row lo of the whole ones: the same indices name
+// the same rows, less lo (g names no row at or past hi).
+fused::Geometry within(fused::Geometry g, int64_t lo, int64_t hi) {
+  g.first -= lo;
+  g.limit = std::min(g.limit, hi) - lo;
+  return g;
+}
+
+// The pass's slot reads (source A from the summaries, source B by segment) relative to `group`.
+FusedPass within(FusedPass p, const SummaryGroup& group) {
+  if (p.a_from_summaries) {
+    p.key = within(p.key, group.lo, group.hi);
+    p.value = within(p.value, group.lo, group.hi);
+  }
+  if (p.summaries && p.by_segment) {
+    p.summary_key = within(p.summary_key, group.lo, group.hi);
+    p.summary_value = within(p.summary_value, group.lo, group.hi);
+  }
+  return p;
+}
+
+// One group of the whole slots (given, kept, or made in full): every pool, local pass and joint
+// pass that reads a slot.
+SummaryGroup whole_slots(const std::vector<FusedPass>& passes,
+                         const std::vector<FusedPass>& local,
+                         const std::vector<FusedPool>& pools) {
+  SummaryGroup g;
+  g.pools = pools;
+  g.local = local;
+  for (size_t i = 0; i < passes.size(); ++i)
+    if (reads_slots(passes[i])) {
+      g.joint.push_back(i);
+      g.joint_plan.push_back(passes[i]);
+    }
+  return g;
+}
+
+// The call's slots split into groups that can be made and read one at a time: the pools' row
+// ranges, each written by one key-side and one query-side pool, with every local pass's queries
+// and every joint pass's slot reads inside one of them. Empty where the plan does not split so
+// (summaries by prefix, which every later segment reads; a local stage over q itself).
+std::vector<SummaryGroup> split_slots(const std::vector<FusedPass>& passes,
+                                      const std::vector<FusedPass>& local,
+                                      const std::vector<FusedPool>& pools) {
+  std::vector<SummaryGroup> groups;
+  for (const auto& p : pools) {
+    const int64_t lo = p.first, hi = p.first + p.rows();
+    auto at = std::find_if(groups.begin(), groups.end(), [&](const SummaryGroup& g) {
+      return g.lo == lo && g.hi == hi;
+    });
+    if (at == groups.end()) {
+      groups.emplace_back();
+      groups.back().lo = lo;
+      groups.back().hi = hi;
+      at = groups.end() - 1;
+    }
+    FusedPool shifted = p;
+    shifted.first = 0;
+    at->pools.push_back(shifted);
+    at->made_here = true;
+  }
+  std::sort(groups.begin(), groups.end(), [](const SummaryGroup& a, const SummaryGroup& b) {
+    return a.lo < b.lo;
+  });
+  for (size_t i = 0; i < groups.size(); ++i) {
+    const auto& g = groups[i];
+    const bool both_sides =
+        g.pools.size() == 2 && g.pools[0].query_side != g.pools[1].query_side;
+    if (!both_sides || (i > 0 && g.lo < groups[i - 1].hi)) return {};
+  }
+  // The group holding rows [lo, hi), or none.
+  const auto group_of = [&](std::pair<int64_t, int64_t> rows) -> SummaryGroup* {
+    for (auto& g : groups)
+      if (rows.first < rows.second && rows.first >= g.lo && rows.second <= g.hi) return &g;
+    return nullptr;
+  };
+  for (const auto& p : local) {
+    auto* g = group_of(rows_named(p.query));
+    if (g == nullptr) return {};
+    FusedPass shifted = p;
+    shifted.query = within(p.query, g->lo, g->hi);
+    g->local.push_back(shifted);
+  }
+  for (size_t i = 0; i < passes.size(); ++i) {
+    const auto& p = passes[i];
+    if (!reads_slots(p)) continue;
+    if (p.summaries && !p.by_segment) return {};
+    SummaryGroup* g = nullptr;
+    std::vector<fused::Geometry> reads;
+    if (p.a_from_summaries) reads = {p.key, p.value};
+    if (p.summaries) reads.insert(reads.end(), {p.summary_key, p.summary_value});
+    for (const auto& r : reads) {
+      auto* of = group_of(rows_named(r));
+      if (of == nullptr || (g != nullptr && of != g)) return {};
+      g = of;
+    }
+    g->joint.push_back(i);
+    g->joint_plan.push_back(within(p, *g));
+  }
+  return groups;
+}
+
+// One step of the backward: joint pass `index` or local pass `index` of group `group` (joint
+// passes reading no slot: no group), with the plan it runs.
+struct Step {
+  bool local = false;
+  size_t index = 0;
+  int group = -1;
+  FusedPass plan;
+};
+
+// The backward's readers of one gradient: (step, the geometry it writes through).
+using Readers = std::vector<std::pair<size_t, fused::Geometry>>;
+
+}  // namespace
+
+tensor_list FusedFunction::backward(AutogradContext* ctx, tensor_list grads) {
+  const auto saved = ctx->get_saved_variables();
+  const auto &q = saved[0], &k = saved[1], &v = saved[2], &o = saved[5], &lse = saved[6];
+  const auto passes = decode(ctx->saved_data["plan"].toIntVector());
+  const auto local = decode(ctx->saved_data["local"].toIntVector());
+  const auto pools = fused_pools::decode(ctx->saved_data["pools"].toIntVector());
+  const double scale = ctx->saved_data["scale"].toDouble();
+  const auto dtypes = ctx->saved_data["dtypes"].toIntVector();
+  if (!grads[0].defined()) return tensor_list(10);
+  auto ks = saved[3], u = saved[4], qs = saved[7], lse_u = saved[8];
+
+  // The summary groups. Slots the forward made and did not keep (fused_pools::remade_in_backward)
+  // are made again, a group at a time where the plan splits, else whole, here.
+  std::vector<SummaryGroup> groups;
+  const bool remade = fused_pools::remade_in_backward(pools);
+  if (remade && !ks.defined() && !qs.defined() && !u.defined())
+    groups = split_slots(passes, local, pools);
+  if (groups.empty()) {
+    groups = {whole_slots(passes, local, pools)};
+    if (remade) {
+      auto [ks_pooled, qs_pooled] = fused_pools::make(pools, k, q);
+      if (!ks.defined()) ks = ks_pooled;
+      if (!qs.defined()) qs = qs_pooled;
+      if (!local.empty() && !u.defined())
+        std::tie(u, lse_u) = local_stage(local, qs.defined() ? qs : q, k, v, scale);
+    }
+  }
+  const bool split = groups[0].made_here;  // else the one group of the whole slots
+  const auto dtype = q.scalar_type();
+  const auto d_o = kernel_ready(grads[0], dtype);
+  const int64_t B = q.size(0), H = q.size(1), D = q.size(3);
+  const auto delta = row_delta(o, d_o, lse);
+
+  // The steps in the order they run: the joint passes reading no slot; then per group its joint
+  // passes and, where they read its u, its local passes (their queries are qs, or q itself).
+  std::vector<Step> steps;
+  for (size_t i = 0; i < passes.size(); ++i)
+    if (!reads_slots(passes[i])) steps.push_back({false, i, -1, passes[i]});
+  for (size_t gi = 0; gi < groups.size(); ++gi) {
+    const auto& g = groups[gi];
+    for (size_t j = 0; j < g.joint.size(); ++j)
+      steps.push_back({false, g.joint[j], int(gi), g.joint_plan[j]});
+    for (size_t j = 0; !g.joint.empty() && j < g.local.size(); ++j)
+      steps.push_back({true, j, int(gi), g.local[j]});
+  }
+  const size_t total = steps.size();
+  const bool local_q = !local.empty() && !split && !qs.defined();
+  const size_t G = groups.size();
+  // Where a group's local passes store every row of its qs once, qs's gradient is written over
+  // u's (the local passes' d_o): each pass reads a row's d_o before it writes that row's dq
+  // (kernel.h).
+  std::vector<char> dqs_over_du(G, 0);
+  for (size_t gi = 0; gi < G; ++gi) {
+    const int64_t rows = split ? groups[gi].hi - groups[gi].lo : qs.defined() ? qs.size(2) : 0;
+    if (rows == 0 || groups[gi].local.empty()) continue;
+    const auto writes = local_writes(groups[gi].local, rows);
+    dqs_over_du[gi] = std::all_of(writes.begin(), writes.end(), [](int64_t w) { return w == 1; });
+  }
+  Readers q_uses, k_uses, v_uses;
+  std::vector<Readers> ks_uses(G), u_uses(G), qs_uses(G);
+  std::vector<char> by_prefix(G, 0);  // a pass reads the group's summaries by prefix
+  for (size_t s = 0; s < total; ++s) {
+    const auto& p = steps[s].plan;
+    const int gi = steps[s].group;
+    if (steps[s].local) {
+      if (!dqs_over_du[gi]) (local_q ? q_uses : qs_uses[gi]).emplace_back(s, p.query);
+      k_uses.emplace_back(s, p.key);
+      v_uses.emplace_back(s, p.value);
+      continue;
+    }
+    q_uses.emplace_back(s, p.query);
+    if (p.a_from_summaries) {
+      ks_uses[gi].emplace_back(s, p.key);
+      u_uses[gi].emplace_back(s, p.value);
+    } else {
+      k_uses.emplace_back(s, p.key);
+      v_uses.emplace_back(s, p.value);
+    }
+    if (p.summaries && p.by_segment) {
+      ks_uses[gi].emplace_back(s, p.summary_key);
+      u_uses[gi].emplace_back(s, p.summary_value);
+    }
+    if (p.summaries && !p.by_segment) by_prefix[gi] = 1;
+  }
+  std::array<torch::Tensor, 3> homes;  // where dq, dk, dv are returned (undefined: anywhere)
+  if (ctx->saved_data["packed"].toBool()) homes = new_packed_parts(q);
+  Grad dq = slot_grad(q, q_uses, total, false, homes[0]),
+       dk = slot_grad(k, k_uses, total, false, homes[1]),
+       dv = slot_grad(v, v_uses, total, false, homes[2]);
+
+  // One joint step over the slots ks and u (undefined where it reads none), writing their
+  // gradients through dks and du.
+  const auto run_joint = [&](size_t s, const torch::Tensor& ks_g, const torch::Tensor& u_g,
+                             const Grad& dks, const Grad& du) {
+    const auto& p = steps[s].plan;
+    fused::Backward bw;
+    bw.pass = make_pass(p, q, k, v, ks_g, u_g, scale);
+    bw.d_o = operand(d_o);
+    bw.lse = lse.data_ptr();
+    bw.delta = delta.data_ptr();
+    bw.dq = dq.out(s);
+    const Grad& key_grad = p.a_from_summaries ? dks : dk;
+    bw.dk = key_grad.out(s);
+    bw.dv = (p.a_from_summaries ? du : dv).out(s);
+    // Segments sharing their key rows: one slab each (no atomics), summed after the pass.
+    const auto& key = p.key;
+    torch::Tensor slabs;
+    if (bw.dk.kind == GradOut::kAtomic && key.seg_stride == 0 && key.segments > 1) {
+      slabs = torch::zeros({B, H, key.segments * key.limit, D}, lse.options());
+      bw.dk = grad_out(slabs, GradOut::kStoreAcc);
+      bw.dk.segment_rows = key.limit;
+    }
+    if (p.summaries && p.by_segment) {
+      bw.dks = dks.out(s);
+      bw.du = du.out(s);
+    } else if (p.summaries) {
+      bw.dks = dks.summary_out();
+      bw.du = du.summary_out();
+    }
+    fused_launch::backward(q, bw);
+    if (slabs.defined()) {
+      key_grad.buffer.narrow(2, 0, key.limit)
+          .add_(slabs.view({B, H, key.segments, key.limit, D}).sum(2));
+    }
+  };
+  for (size_t s = 0; s < total && steps[s].group < 0; ++s) run_joint(s, {}, {}, {}, {});
+
+  torch::Tensor d_ks, d_u, d_qs;  // the whole slots' gradients, where they are inputs
+  for (size_t gi = 0; gi < G; ++gi) {
+    const auto& group = groups[gi];
+    if (group.joint.empty()) continue;  // nothing read its slots: no gradient flows into them
+    torch::Tensor ks_g = ks, qs_g = qs, u_g = u, lse_u_g = lse_u;
+    if (group.made_here) {
+      // qs only makes u here: dropped until the local passes read it again, so that the joint
+      // passes run beside four of the group's slots (ks, u and their gradients), not five.
+      std::tie(ks_g, qs_g) = fused_pools::make(group.pools, k, q);
+      std::tie(u_g, lse_u_g) = local_stage(group.local, qs_g, k, v, scale);
+      qs_g = torch::Tensor();
+    }
+    Grad dks = slot_grad(ks_g, ks_uses[gi], total, by_prefix[gi]),
+         du = slot_grad(u_g, u_uses[gi], total, by_prefix[gi]);
+    for (size_t s = 0; s < total; ++s)
+      if (steps[s].group == int(gi) && !steps[s].local) run_joint(s, ks_g, u_g, dks, du);
+    if (group.made_here && du.buffer.defined()) {
+      ks_g = torch::Tensor();  // read by the joint passes alone
+      std::vector<FusedPool> query_side;
+      for (const auto& p : group.pools)
+        if (p.query_side) query_side.push_back(p);
+      qs_g = fused_pools::make(query_side, k, q).second;
+    }
+    Grad dqs = slot_grad(qs_g, qs_uses[gi], total, false);
+    if (!group.local.empty() && du.buffer.defined()) {
+      const auto d_o_u = kernel_ready(du.buffer, dtype);
+      const auto delta_u = row_delta(u_g, d_o_u, lse_u_g);
+      u_g = torch::Tensor();  // (a group's own: its last read)
+      if (dqs_over_du[gi]) {
+        dqs.buffer = d_o_u;
+        dqs.by_pass.assign(total, GradOut{});
+        for (size_t s = 0; s < total; ++s)
+          if (steps[s].group == int(gi) && steps[s].local)
+            dqs.by_pass[s] = grad_out(d_o_u, GradOut::kStore);
+      }
+      const auto& queries = local_q ? q : qs_g;
+      for (size_t s = 0; s < total; ++s) {
+        if (steps[s].group != int(gi) || !steps[s].local) continue;
+        fused::Backward bw;
+        bw.pass = make_pass(steps[s].plan, queries, k, v, {}, {}, scale);
+        bw.d_o = operand(d_o_u);
+        bw.lse = lse_u_g.data_ptr();
+        bw.delta = delta_u.data_ptr();
+        bw.dq = (local_q ? dq : dqs).out(s);
+        bw.dk = dk.out(s);
+        bw.dv = dv.out(s);
+        fused_launch::backward(q, bw);
+      }
+    } else if (du.buffer.defined()) {
+      d_u = du.buffer.to(torch::ScalarType(dtypes[3]));
+    }
+    // Pooled slots are no inputs: their gradients go through the pools into k's and q's.
+    if (!group.pools.empty()) {
+      const auto pooled = [&](bool query_side) {
+        return std::any_of(group.pools.begin(), group.pools.end(), [&](const FusedPool& p) {
+          return p.query_side == query_side;
+        });
+      };
+      const auto through = [&](Grad& slot, bool query_side) {
+        return pooled(query_side) ? std::exchange(slot.buffer, torch::Tensor()) : torch::Tensor();
+      };
+      const auto dks_pooled = through(dks, false), dqs_pooled = through(dqs, true);
+      fused_pools::add_backward(group.pools, k, dks_pooled, dk.buffer, q, dqs_pooled, dq.buffer);
+    }
+    if (!group.made_here) {
+      d_ks = dks.buffer;
+      d_qs = dqs.buffer;
+    }
+  }
+  auto as = [&](const torch::Tensor& g, int64_t type) {
+    return g.defined() ? g.to(torch::ScalarType(type)) : torch::Tensor();
+  };
+  // A packed part: the buffer itself, or the buffer copied into it (zeros where none).
+  auto at_home = [&](const Grad& g, const torch::Tensor& home, int64_t type) -> torch::Tensor {
+    if (!home.defined()) return as(g.buffer, type);
+    if (!g.buffer.defined()) return home.zero_();
+    if (!g.buffer.is_same(home)) home.copy_(g.buffer);
+    return home;
+  };
+  return {at_home(dq, homes[0], int64_t(dtype)),
+          at_home(dk, homes[1], dtypes[0]),
+          at_home(dv, homes[2], dtypes[1]),
+          as(d_ks, dtypes[2]),
+          d_u,
+          as(d_qs, dtypes[4]),
+          {},
+          {},
+          {},
+          {}};
+}
+
+}  // namespace combiner::attention::fused_glue

@@ -1,0 +1,74 @@
+// The fused call's autograd Function and the glue its forward (function.cpp) and backward
+// (backward.cpp) share: dtypes and strides as the kernels take them, the plan as integers, a pass
+// over given tensors, the forward of a stage.
+#pragma once
+
+#include <torch/torch.h>
+
+#include "attention/fused/fused.h"
+
+#include <cstdint>
+#include <utility>
+#include <vector>
+
+namespace combiner::attention::fused_glue {
+
+fused::Dtype kernel_dtype(torch::ScalarType t);
+// The accumulation dtype: double for double, float otherwise.
+torch::ScalarType acc_type(torch::ScalarType t);
+// x in `dtype` with a contiguous last axis and 16-byte aligned rows (what cp.async needs).
+torch::Tensor kernel_ready(const torch::Tensor& x, torch::ScalarType dtype);
+fused::Operand operand(const torch::Tensor& x);
+
+// The plan as integers (it travels in the autograd context), and back.
+std::vector<int64_t> encode(const std::vector<FusedPass>& passes);
+std::vector<FusedPass> decode(const std::vector<int64_t>& in);
+
+// The kernels' pass: `fp` over q, k, v and the slots ks, u (undefined where it reads none).
+fused::Pass make_pass(const FusedPass& fp,
+                      const torch::Tensor& q,
+                      const torch::Tensor& k,
+                      const torch::Tensor& v,
+                      const torch::Tensor& ks,
+                      const torch::Tensor& u,
+                      double scale);
+
+// Writes into `buffer` ([B, H, rows, D], the last axis contiguous) in `kind`.
+fused::GradOut grad_out(const torch::Tensor& buffer, fused::GradOut::Kind kind);
+
+// delta = rowsum(o * d_o) per query row (the backward's D of FlashAttention).
+torch::Tensor row_delta(const torch::Tensor& o, const torch::Tensor& d_o, const torch::Tensor& lse);
+
+// The local stage: u (and its lse) from its passes over `queries` (qs, or q itself) and k, v,
+// each pass storing its own rows (rows no local query writes are zeros).
+std::pair<torch::Tensor, torch::Tensor> local_stage(const std::vector<FusedPass>& local,
+                                                    const torch::Tensor& queries,
+                                                    const torch::Tensor& k,
+                                                    const torch::Tensor& v,
+                                                    double scale);
+
+// One call: optionally max pools making ks from k and qs from q, and a local stage making the
+// summary values u from the summary queries qs (or q) and k, v; then the joint stage over
+// (q, k, v, ks, u). Saved: q, k, v, ks, u, o, lse and, with a local stage, qs and u's lse (with
+// cumulative pools, fused_pools::remade_in_backward, their slots and the local stage's u are made
+// again in backward instead, a summary group at a time: backward.cpp).
+// The backward runs the joint passes, then the local ones with u's gradient as their d_o, then the
+// pools' backward; every pass and pool adds its part of dk, dv (and dq) in place.
+class FusedFunction : public torch::autograd::Function<FusedFunction> {
+ public:
+  static torch::Tensor forward(torch::autograd::AutogradContext* ctx,
+                               const torch::Tensor& q_in,
+                               const torch::Tensor& k_in,
+                               const torch::Tensor& v_in,
+                               const c10::optional<torch::Tensor>& ks_opt,
+                               const c10::optional<torch::Tensor>& u_opt,
+                               const c10::optional<torch::Tensor>& qs_opt,
+                               const std::vector<int64_t>& plan,
+                               const std::vector<int64_t>& local_plan,
+                               const std::vector<int64_t>& pool_plan,
+                               double scale);
+  static torch::autograd::tensor_list backward(torch::autograd::AutogradContext* ctx,
+                                               torch::autograd::tensor_list grads);
+};
+
+}  // namespace combiner::attention::fused_glue
