@@ -185,7 +185,9 @@ std::vector<KernelCheckCase> kernel_check_cases(const std::string& device,
   // The vertical, horizontal and mixture rows take the rowmajor shapes: rows of 96 are two key
   // tiles for vertical's spans (source B of its row pass, mask c != c', every query tile sees
   // every key tile) and 1584 / 24 gives columns of 66 queries to the column pass (with the
-  // prefixes as its source B) and the suffix pass.
+  // prefixes as its source B) and the suffix pass. 768 / 24 gives columns of 32 queries over 31
+  // or 32 keys, as CIFAR-10's rows of 96 do: two columns share each tile (kernel.h
+  // segment_pack), whose 64 queries are two of the key-side walk's tiles at D 128.
   std::vector<std::pair<std::string, std::vector<int64_t>>> layouts = {
       {"combiner-fixed", {200, 200, 24}},
       {"combiner-fixed", {300, 300, 96}},
@@ -201,6 +203,9 @@ std::vector<KernelCheckCase> kernel_check_cases(const std::string& device,
     layouts.push_back({"combiner-axial-rowmajor", {1584, 1584, 24}});
     layouts.push_back({"combiner-axial-vertical", {1584, 1584, 24}});
     layouts.push_back({"combiner-axial-horizontal", {1584, 1584, 24}});
+    for (const char* variant :
+         {"combiner-axial-rowmajor", "combiner-axial-vertical", "combiner-axial-horizontal"})
+      layouts.push_back({variant, {768, 768, 24}});
   }
   const auto& abstractions = abstraction_names();
   std::vector<KernelCheckCase> out;

@@ -49,19 +49,20 @@ TEST(LaunchTimes, RecordsEveryCallInOrder) {
   const std::string local = "queries 8 x 7, keys 8 x 7, causal";
   const std::string row = "queries 8 x 8, keys 8 x 8, causal, + summaries 8 x 8, others";
   const std::string column = "queries 8 x 8, keys 8 x 8, strict";
-  const std::vector<std::string> expected = {pools,
-                                             "forward: " + local,
-                                             "forward: " + row,
-                                             "forward (merged): " + column,
-                                             "delta: 64 rows",
-                                             "backward (dk dv, dq): " + column,
-                                             pools,
-                                             "forward: " + local,
-                                             "backward (dk dv, dq): " + row,
-                                             "running max: 128 lines of 7",
-                                             "delta: 56 rows",
-                                             "backward (dk dv, dq): " + local,
-                                             "running max backward: 128 lines of 7 + 128 lines of 7"};
+  const std::vector<std::string> expected = {
+      pools,
+      "forward: " + local,
+      "forward: " + row,
+      "forward (merged): " + column,
+      "delta: 64 rows",
+      "backward (dk dv, dq): " + column,
+      pools,
+      "forward: " + local,
+      "backward (dk dv, dq): " + row,
+      "running max: 128 lines of 7",
+      "delta: 56 rows",
+      "backward (dk dv, dq): " + local,
+      "running max backward: 128 lines of 7 + 128 lines of 7"};
   std::vector<std::string> what;
   for (const auto& t : times) what.push_back(t.what);
   EXPECT_EQ(what, expected);

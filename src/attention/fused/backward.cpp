@@ -28,9 +28,9 @@ using torch::autograd::tensor_list;
 namespace {
 
 // The gradient of one input slot (q, k, v, ks or u) and how each pass writes it. `readers`: the
-// steps (passes, in the order they run) whose gradient lands in the slot (for q every pass, for the others the passes reading
-// it as source A or as source B by segment) and their geometries; `shared`: whether a pass reads
-// it as source B by prefix.
+// steps (passes, in the order they run) whose gradient lands in the slot (for q every pass, for the
+// others the passes reading it as source A or as source B by segment) and their geometries;
+// `shared`: whether a pass reads it as source B by prefix.
 //  - every reader writes each of its rows once (injective) and the slot is not shared: the
 //    kernel dtype, with no Acc buffer and no atomics; the first reader stores (into an empty
 //    buffer where it covers every row, else a zeroed one), each later reader adds its part in
@@ -178,8 +178,7 @@ std::vector<SummaryGroup> split_slots(const std::vector<FusedPass>& passes,
   });
   for (size_t i = 0; i < groups.size(); ++i) {
     const auto& g = groups[i];
-    const bool both_sides =
-        g.pools.size() == 2 && g.pools[0].query_side != g.pools[1].query_side;
+    const bool both_sides = g.pools.size() == 2 && g.pools[0].query_side != g.pools[1].query_side;
     if (!both_sides || (i > 0 && g.lo < groups[i - 1].hi)) return {};
   }
   // The group holding rows [lo, hi), or none.
@@ -320,8 +319,11 @@ tensor_list FusedFunction::backward(AutogradContext* ctx, tensor_list grads) {
 
   // One joint step over the slots ks and u (undefined where it reads none), writing their
   // gradients through dks and du.
-  const auto run_joint = [&](size_t s, const torch::Tensor& ks_g, const torch::Tensor& u_g,
-                             const Grad& dks, const Grad& du) {
+  const auto run_joint = [&](size_t s,
+                             const torch::Tensor& ks_g,
+                             const torch::Tensor& u_g,
+                             const Grad& dks,
+                             const Grad& du) {
     const auto& p = steps[s].plan;
     fused::Backward bw;
     bw.pass = make_pass(p, q, k, v, ks_g, u_g, scale);

@@ -200,9 +200,8 @@ torch::Tensor FusedFunction::forward(AutogradContext* ctx,
   const auto passes = decode(plan), local = decode(local_plan);
   const auto pools = fused_pools::decode(pool_plan);
   const auto dtype = q_in.scalar_type();
-  auto q = kernel_ready(q_in, dtype), k = kernel_ready(k_in, dtype),
-       v = kernel_ready(v_in, dtype), ks = kernel_ready(ks_in, dtype),
-       qs = kernel_ready(qs_in, dtype);
+  auto q = kernel_ready(q_in, dtype), k = kernel_ready(k_in, dtype), v = kernel_ready(v_in, dtype),
+       ks = kernel_ready(ks_in, dtype), qs = kernel_ready(qs_in, dtype);
   auto [ks_pooled, qs_pooled] = fused_pools::make(pools, k, q);  // checks.cpp: given or pooled
   if (!ks.defined()) ks = ks_pooled;
   if (!qs.defined()) qs = qs_pooled;

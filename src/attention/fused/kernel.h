@@ -221,6 +221,121 @@ COMBINER_HD int64_t segments_per_part(const Pass& p) {
   return s > 0 ? s : 1;
 }
 
+// ---- tiles: which queries and keys each CTA holds ----
+
+// Short segments share tiles. A pass whose segments hold at most half a query tile of queries
+// packs `pack` consecutive segments (a *pack group*) into each query tile, segment
+// group * pack + i's query t at tile row i * query.seg_len + t, and their keys into one key tile
+// per source, key j at column i * seg_len + j (source A's seg_len, or source B's by segment): one
+// CTA where there were `pack`, its tiles up to `pack` times fuller (vertical's columns at W 96:
+// 32 queries and 31 or 32 keys each, two to a tile). A query sees its own segment's keys only.
+// Summaries by prefix, which every segment shares, are not packed.
+COMBINER_HD int64_t segment_pack(const Pass& p) {
+  if ((p.summaries && !p.by_segment) || p.query.seg_len < 1) return 1;
+  int64_t pack = kQueryTile / p.query.seg_len;
+  const int64_t b_len = p.summaries ? p.summary_key.seg_len : 0;
+  while (pack > 1 && (pack * p.key.seg_len > kKeyTile || pack * b_len > kKeyTile)) --pack;
+  return pack < 1 ? 1 : pack;
+}
+
+// Query i of segment g, or key i of segment g, as a tile holds it (valid: it exists).
+struct TileIndex {
+  int64_t g = 0, i = 0;
+  bool valid = false;
+};
+
+// The forward's and dq's CTAs (per head): a query tile each, one chunk of a segment or one pack
+// group.
+COMBINER_HD int64_t query_ctas(const Pass& p) {
+  const int64_t pack = segment_pack(p);
+  return pack > 1 ? ceil_div(p.query.segments, pack) : p.query.segments * query_chunks(p);
+}
+// Row r of query CTA `cta`'s tile.
+COMBINER_HD TileIndex tile_query(const Pass& p, int64_t cta, int64_t r) {
+  const int64_t pack = segment_pack(p), len = p.query.seg_len;
+  TileIndex q;
+  if (pack > 1) {
+    if (r >= pack * len) return q;
+    q.g = cta * pack + r / len;
+    q.i = r % len;
+  } else {
+    const int64_t chunks = query_chunks(p);
+    q.g = cta / chunks;
+    q.i = cta % chunks * kQueryTile + r;
+  }
+  q.valid = q.g < p.query.segments && q.i < valid_count(p.query, q.g);
+  return q;
+}
+// Query f of pack group `group` (f < pack * query.seg_len), as the key-side walk numbers them.
+COMBINER_HD TileIndex packed_query(const Pass& p, int64_t group, int64_t f) {
+  const int64_t pack = segment_pack(p), len = p.query.seg_len;
+  TileIndex q;
+  if (f >= pack * len) return q;
+  q.g = group * pack + f / len;
+  q.i = f % len;
+  q.valid = q.g < p.query.segments && q.i < valid_count(p.query, q.g);
+  return q;
+}
+// Column c of pack group `group`'s key tile of source A or (`b`) of source B by segment.
+COMBINER_HD TileIndex packed_key(const Pass& p, bool b, int64_t group, int64_t c) {
+  const Geometry& at = b ? p.summary_key : p.key;
+  const int64_t pack = segment_pack(p), len = at.seg_len;
+  TileIndex k;
+  if (len < 1 || c >= pack * len) return k;
+  k.g = group * pack + c / len;
+  k.i = c % len;
+  k.valid = k.g < at.segments && k.i < (b ? summary_terms(p, k.g) : valid_count(p.key, k.g));
+  return k;
+}
+
+// The key tiles query CTA `cta` walks: source A's (`direct`: an unpacked tile's up to the keys
+// its last query sees), then source B's, `total` in all.
+struct QueryTileKeys {
+  int64_t direct = 0, total = 0;
+};
+COMBINER_HD QueryTileKeys query_tile_keys(const Pass& p, int64_t cta) {
+  QueryTileKeys n;
+  if (segment_pack(p) > 1) {
+    n.direct = p.key.seg_len > 0 ? 1 : 0;
+    n.total = n.direct + (p.summaries && p.summary_key.seg_len > 0 ? 1 : 0);
+    return n;
+  }
+  const int64_t chunks = query_chunks(p), g = cta / chunks, t0 = cta % chunks * kQueryTile;
+  const int64_t q_count = valid_count(p.query, g);
+  if (t0 >= q_count) return n;
+  const int64_t last = (t0 + kQueryTile < q_count ? t0 + kQueryTile : q_count) - 1;
+  n.direct = ceil_div(direct_keys(p.mask, valid_count(p.key, g), last), kKeyTile);
+  n.total = n.direct + ceil_div(summary_keys(p, g, last), kKeyTile);
+  return n;
+}
+// Column c of key tile `tile` of query CTA `cta` (source B's from tile `direct` on): an unpacked
+// tile's key of segment cta / chunks, up to the keys its last query sees; a packed one's, of its
+// group.
+COMBINER_HD TileIndex
+tile_key(const Pass& p, int64_t cta, int64_t tile, int64_t direct, int64_t c) {
+  const bool b = tile >= direct;
+  if (segment_pack(p) > 1) return packed_key(p, b, cta, c);
+  const int64_t chunks = query_chunks(p), g = cta / chunks, t0 = cta % chunks * kQueryTile;
+  const int64_t q_count = valid_count(p.query, g);
+  const int64_t last = (t0 + kQueryTile < q_count ? t0 + kQueryTile : q_count) - 1;
+  TileIndex k;
+  k.g = g;
+  k.i = (b ? tile - direct : tile) * kKeyTile + c;
+  k.valid = k.i < (b ? summary_keys(p, g, last) : valid_count(p.key, g));
+  return k;
+}
+// Column c of dk/dv CTA `cta` of source A or (`b`) of source B by segment.
+COMBINER_HD TileIndex dkv_key(const Pass& p, bool b, int64_t cta, int64_t c) {
+  if (segment_pack(p) > 1) return packed_key(p, b, cta, c);
+  const Geometry& at = b ? p.summary_key : p.key;
+  const int64_t tiles = ceil_div(at.seg_len, kKeyTile);
+  TileIndex k;
+  k.g = cta / tiles;
+  k.i = cta % tiles * kKeyTile + c;
+  k.valid = k.i < (b ? summary_terms(p, k.g) : valid_count(p.key, k.g));
+  return k;
+}
+
 // The inclusive running max along one axis (the cumulative max pools of the axial variants'
 // spans: down each column for vertical, along each row both ways for horizontal), in one launch
 // where LibTorch's cummax, flips, scatter-add and copies take dozens. The tensors are viewed as
@@ -343,12 +458,15 @@ COMBINER_HD bool prefix_summaries(const Pass& p) {
 COMBINER_HD int64_t backward_launches(const Backward& b) {
   return prefix_summaries(b.pass) ? 3 : 2;
 }
-// The dk/dv walk's CTAs: one per key tile of source A's segments, then (by segment) of B's.
-COMBINER_HD int64_t key_tiles(const Geometry& g) {
-  return g.segments * ceil_div(g.seg_len, kKeyTile);
+// The dk/dv walk's CTAs: one per key tile of source A's segments (a pack group's: one), then
+// (by segment) of B's.
+COMBINER_HD int64_t key_ctas(const Pass& p, bool b) {
+  const Geometry& g = b ? p.summary_key : p.key;
+  const int64_t pack = segment_pack(p);
+  return pack > 1 ? ceil_div(g.segments, pack) : g.segments * ceil_div(g.seg_len, kKeyTile);
 }
 COMBINER_HD int64_t dkv_ctas(const Pass& p) {
-  return key_tiles(p.key) + (p.summaries && p.by_segment ? key_tiles(p.summary_key) : 0);
+  return key_ctas(p, false) + (p.summaries && p.by_segment ? key_ctas(p, true) : 0);
 }
 
 // ---- the CPU model (fused/kernel_cpu.cpp): float32, float64, bfloat16 (float32 arithmetic) ----

@@ -2,13 +2,15 @@
 // (fused/kernel_cpu.cpp). Weights are recomputed from the saved log-sum-exp: P = exp2(S * scale
 // * log2 e - lse * log2 e); dP = dO V^T; dS = P (dP - delta), delta = rowsum(dO * O).
 //   dq kernel: one CTA per query tile (as the forward), dQ += dS K over the same key tiles.
-//   dkv kernel: one CTA per 64-key tile; each warp owns 16 keys and computes S^T = K Q^T and
-//   dP^T = V dO^T directly (no transposes), dV += P^T dO, dK += dS^T Q, walking the query tiles
+//   dkv kernel: one CTA per 64-key tile (a segment's, or a pack group's keys of short segments,
+//   kernel.h segment_pack, whose queries it walks); each warp owns 16 keys and computes S^T = K Q^T
+//   and dP^T = V dO^T directly (no transposes), dV += P^T dO, dK += dS^T Q, walking the query tiles
 //   that see its keys: its own segment's (source A, and source B by segment, in one launch), or
 //   for a summary tile by prefix the queries of a run of later segments, whose partial sums are
 //   added atomically (fp32).
-// Shared memory (D = 32 / 64 / 128): dq bf16 30 / 54 / 102 KB, fp32 71 / 119 / 215 KB; dkv bf16
-// 32 / 56 / 69 KB, fp32 73 / 121 / 142 KB (D = 128 walks 32-query tiles).
+// Shared memory (D = 32 / 64 / 128): dq bf16 30 / 54 / 102 KB, fp32 71 / 119 / 215 KB (packed:
+// 0.75 KB more); dkv bf16 33 / 57 / 70 KB, fp32 74 / 122 / 143 KB (D = 128 walks 32-query
+// tiles).
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -19,23 +21,42 @@
 
 namespace combiner::attention::fused::cuda_detail {
 
+// Q and dO, K and V (two stages) and the fp32 path's scratch.
 template <typename T, int D>
-__host__ __device__ constexpr size_t dq_smem() {
+__host__ __device__ constexpr size_t dq_tile_bytes() {
   return size_t(2 * kQueryTile + 4 * kKeyTile) * pitch<T, D>() * sizeof(T) +
          size_t(kWarps) * scratch_floats<T, kKeyTile>() * sizeof(float);
 }
+template <typename T, int D, bool PACKED>
+__host__ __device__ constexpr size_t dq_smem() {
+  return dq_tile_bytes<T, D>() + (PACKED ? packed_table_bytes(kQueryTile, kKeyTile) : 0);
+}
 
+// Q and dO (two stages), K and V, lse, delta and the per-query rows and indices (two stages of
+// each), the fp32 path's scratch; packed, each query's segment too (two stages) and each key's
+// segment and index.
 template <typename T, int D>
 __host__ __device__ constexpr size_t dkv_smem() {
   constexpr int MQ = backward_query_tile(D);
   return size_t(2 * kKeyTile + 4 * MQ) * pitch<T, D>() * sizeof(T) + 2 * 4 * MQ * sizeof(float) +
-         size_t(kWarps) * scratch_floats<T, MQ>() * sizeof(float);
+         size_t(kWarps) * scratch_floats<T, MQ>() * sizeof(float) +
+         size_t(2 * MQ + 2 * kKeyTile) * sizeof(int);
 }
 
+// CTAs per SM the dq kernel is built for: three for bf16 up to D 64 (at most 168 registers a
+// thread), else two. Stated, not left to ptxas's guess, which for some packed instances aimed at
+// one more CTA than their registers allow, and spilled.
 template <typename T, int D>
-__global__ void __launch_bounds__(kThreads) dq_kernel(const Backward bw) {
+__host__ __device__ constexpr int dq_blocks_per_sm() {
+  return sizeof(T) == 2 && D <= 64 ? 3 : 2;
+}
+
+// As the forward: PACKED, a pack group's tile through the index tables.
+template <typename T, int D, bool PACKED>
+__global__ void __launch_bounds__(kThreads, dq_blocks_per_sm<T, D>()) dq_kernel(const Backward bw) {
   constexpr int P = pitch<T, D>(), M = kQueryTile, N = kKeyTile;
-  static_assert(M == kStagedRows && staged_bytes<D>() <= dq_smem<T, D>(), "the epilogue's tile");
+  static_assert(M == kStagedRows && staged_bytes<D>() <= dq_tile_bytes<T, D>(),
+                "the epilogue's tile (the index tables after it survive it)");
   extern __shared__ __align__(16) unsigned char smem[];
   T* qs = reinterpret_cast<T*>(smem);
   T* dos = qs + M * P;
@@ -43,32 +64,55 @@ __global__ void __launch_bounds__(kThreads) dq_kernel(const Backward bw) {
   T* vs = ks + 2 * N * P;  // [2][N][P]
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, gq = lane / 4, qq = lane % 4;
   float* scratch = reinterpret_cast<float*>(vs + 2 * N * P) + warp * scratch_floats<T, N>();
+  const PackedTables<M, N> tables(smem + dq_tile_bytes<T, D>());
 
   const Pass& p = bw.pass;
+  const int64_t cta = blockIdx.x, b = blockIdx.y / p.heads, h = blockIdx.y % p.heads;
   const int64_t chunks = query_chunks(p);
-  const int64_t g = blockIdx.x / chunks, b = blockIdx.y / p.heads, h = blockIdx.y % p.heads;
-  const int q_count = int(valid_count(p.query, g)), t0 = int(blockIdx.x % chunks) * M;
+  const int64_t g = PACKED ? cta * segment_pack(p) : cta / chunks;
+  const int q_count = PACKED ? M : int(valid_count(p.query, g));
+  const int t0 = PACKED ? 0 : int(cta % chunks) * M;
   if (t0 >= q_count) return;
   const int rows = min(M, q_count - t0);
-  const int a_count = int(valid_count(p.key, g));
-  const int n_direct = int(ceil_div(direct_keys(p.mask, a_count, t0 + rows - 1), N));
-  const int s_count = int(summary_keys(p, g, t0 + rows - 1));
-  const int n_tiles = n_direct + int(ceil_div(s_count, N));
+  const int a_count = PACKED ? 0 : int(valid_count(p.key, g));
+  const QueryTileKeys n = query_tile_keys(p, cta);
+  const int n_direct = int(n.direct), n_tiles = int(n.total);
+  const int s_count = PACKED ? 0 : int(summary_keys(p, g, t0 + rows - 1));
+  if constexpr (PACKED) tables.fill_queries(p, cta, g);  // then synchronised
 
   const T* q0 = at<T>(p.q, b, h, 0);
   const T* do0 = at<T>(bw.d_o, b, h, 0);
   const T* k0 = at<T>(p.k, b, h, 0);
   const T* v0 = at<T>(p.v, b, h, 0);
-  auto query_row = [&](const T* base, int64_t stride) {
+  // Tile row r's row of the query tensors, or -1.
+  auto query_row = [&](int r) -> int64_t {
+    if constexpr (PACKED)
+      return tables.q_idx(r) >= 0 ? row_of(p.query, g + tables.q_seg(r), tables.q_idx(r)) : -1;
+    return t0 + r < q_count ? row_of(p.query, g, t0 + r) : -1;
+  };
+  auto rows_of = [&](const T* base, int64_t stride) {
     return [=](int r) -> const T* {
-      return t0 + r < q_count ? base + row_of(p.query, g, t0 + r) * stride : nullptr;
+      const int64_t row = query_row(r);
+      return row >= 0 ? base + row * stride : nullptr;
     };
   };
-  load_rows<T, D, M>(qs, query_row(q0, p.q.row), q0);
-  load_rows<T, D, M>(dos, query_row(do0, bw.d_o.row), do0);
+  load_rows<T, D, M>(qs, rows_of(q0, p.q.row), q0);
+  load_rows<T, D, M>(dos, rows_of(do0, bw.d_o.row), do0);
   // Key tile `tile` into stage `stage`: source A's tiles first, then source B's.
   auto load_keys = [&](int tile, int stage) {
     const bool summary = tile >= n_direct;
+    if constexpr (PACKED) {
+      tables.fill_keys(p, cta, tile, n_direct, stage, g);  // then synchronised
+      load_rows<T, D, N>(
+          ks + stage * N * P,
+          [&](int c) { return tables.key_row<T>(p, summary, b, h, g, stage, c, false); },
+          k0);
+      load_rows<T, D, N>(
+          vs + stage * N * P,
+          [&](int c) { return tables.key_row<T>(p, summary, b, h, g, stage, c, true); },
+          v0);
+      return;
+    }
     const SourceRows<T> src =
         summary ? source_b_rows<T>(p, b, h, g, s_count) : source_a_rows<T>(p, b, h, g, a_count);
     const int j0 = (summary ? tile - n_direct : tile) * N;
@@ -81,16 +125,24 @@ __global__ void __launch_bounds__(kThreads) dq_kernel(const Backward bw) {
   cp_async_commit();
 
   const int tw = t0 + warp * 16;
-  const bool warp_active = tw < q_count;
+  int my_seg[2] = {0, 0}, my_t[2] = {-1, -1};  // packed: this thread's rows' segment and index
+  if constexpr (PACKED) {
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      my_seg[r] = tables.q_seg(warp * 16 + gq + 8 * r);
+      my_t[r] = tables.q_idx(warp * 16 + gq + 8 * r);
+    }
+  }
+  const bool warp_active =
+      PACKED ? __any_sync(0xffffffffu, my_t[0] >= 0 || my_t[1] >= 0) : tw < q_count;
   const int64_t base = (b * p.heads + h) * p.query.limit;
   float lse2[2] = {0.f, 0.f}, delta[2] = {0.f, 0.f};
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
-    const int t = tw + gq + 8 * r;
-    if (t >= q_count) continue;
-    const int64_t row = base + row_of(p.query, g, t);
-    lse2[r] = static_cast<const float*>(bw.lse)[row] * kLog2e;
-    delta[r] = static_cast<const float*>(bw.delta)[row];
+    const int64_t row = query_row(warp * 16 + gq + 8 * r);
+    if (row < 0) continue;
+    lse2[r] = static_cast<const float*>(bw.lse)[base + row] * kLog2e;
+    delta[r] = static_cast<const float*>(bw.delta)[base + row];
   }
   const float scale2 = float(p.scale) * kLog2e;
   float dq[D / 8][4];
@@ -110,7 +162,7 @@ __global__ void __launch_bounds__(kThreads) dq_kernel(const Backward bw) {
     const int j0 = (summary ? tile - n_direct : tile) * N, stage = tile & 1;
     const int count = summary ? s_count : a_count;
     const Mask mask = summary ? summary_mask_of(p) : p.mask;
-    const bool skip = !warp_active || may_skip(mask, tw + 15, j0);
+    const bool skip = !warp_active || (!PACKED && may_skip(mask, tw + 15, j0));
     if (!skip) {
       float s[N / 8][4], dp[N / 8][4];
       warp_nt<D, N>(s, qs + warp * 16 * P, ks + stage * N * P, scratch);
@@ -119,8 +171,14 @@ __global__ void __launch_bounds__(kThreads) dq_kernel(const Backward bw) {
       for (int i = 0; i < N / 8; ++i)
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
-          const int t = tw + gq + 8 * (e / 2), j = j0 + i * 8 + 2 * qq + (e & 1);
-          const bool ok = t < q_count && j < count && mask_allows(mask, t, j);
+          const int c = i * 8 + 2 * qq + (e & 1);
+          bool ok;
+          if constexpr (PACKED) {
+            ok = tables.sees(stage, c, my_seg[e / 2], my_t[e / 2], mask);
+          } else {
+            const int t = tw + gq + 8 * (e / 2), j = j0 + c;
+            ok = t < q_count && j < count && mask_allows(mask, t, j);
+          }
           const float w = ok ? exp2f(s[i][e] * scale2 - lse2[e / 2]) : 0.f;
           s[i][e] = w * (dp[i][e] - delta[e / 2]);  // dS
         }
@@ -136,8 +194,8 @@ __global__ void __launch_bounds__(kThreads) dq_kernel(const Backward bw) {
                        float(p.scale),
                        warp_active,
                        [&](int r) -> int64_t {
-                         return t0 + r < q_count ? grad_at(bw.dq, b, h, row_of(p.query, g, t0 + r))
-                                                 : -1;
+                         const int64_t row = query_row(r);
+                         return row >= 0 ? grad_at(bw.dq, b, h, row) : -1;
                        });
 }
 
@@ -145,13 +203,13 @@ __global__ void __launch_bounds__(kThreads) dq_kernel(const Backward bw) {
 // segment, or of the summaries by prefix (read by the queries of every later segment).
 enum class Keys { kSourceA, kSegmentSummaries, kPrefixSummaries };
 
-// One dk/dv CTA: `cta` numbers the CTAs of its kind of keys (segment g, key tile) or, by prefix,
-// (summary tile, part).
-template <typename T, int D, Keys KEYS>
+// One dk/dv CTA: `cta` numbers the CTAs of its kind of keys (segment g, key tile; PACKED, a pack
+// group's keys, kernel.h dkv_key) or, by prefix, (summary tile, part).
+template <typename T, int D, Keys KEYS, bool PACKED>
 __device__ __forceinline__ void dkv_tile(const Backward& bw, int64_t cta, unsigned char* smem) {
   constexpr int P = pitch<T, D>(), N = kKeyTile, MQ = backward_query_tile(D);
   constexpr bool A = KEYS == Keys::kSourceA, SUMMARY = KEYS == Keys::kPrefixSummaries;
-  static_assert(N == kStagedRows && staged_bytes<D>() <= dkv_smem<T, D>(), "the epilogue's tile");
+  static_assert(!(SUMMARY && PACKED), "summaries by prefix are not packed");
   T* ks = reinterpret_cast<T*>(smem);
   T* vs = ks + N * P;
   T* qs = vs + N * P;                                        // [2][MQ][P]
@@ -160,15 +218,20 @@ __device__ __forceinline__ void dkv_tile(const Backward& bw, int64_t cta, unsign
   float* deltas = lses + 2 * MQ;                             // [2][MQ]
   int* seen = reinterpret_cast<int*>(deltas + 2 * MQ);       // [2][MQ]
   int* rows = seen + 2 * MQ;                                 // [2][MQ]
+  int* q_seg = rows + 2 * MQ;                                // [2][MQ] (packed)
+  int* k_seg = q_seg + 2 * MQ;                               // [N] (packed)
+  int* k_idx = k_seg + N;                                    // [N] (packed)
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, gq = lane / 4, qq = lane % 4;
-  float* scratch = reinterpret_cast<float*>(rows + 2 * MQ) + warp * scratch_floats<T, MQ>();
+  float* scratch = reinterpret_cast<float*>(k_idx + N) + warp * scratch_floats<T, MQ>();
+  static_assert(N == kStagedRows && staged_bytes<D>() <= size_t(2 * N + 4 * MQ) * P * sizeof(T),
+                "the epilogue's tile (the index tables after it survive it)");
 
   const Pass& p = bw.pass;
   const Mask mask = A ? p.mask : p.summary_mask;
   const int64_t b = blockIdx.y / p.heads, h = blockIdx.y % p.heads;
   int64_t g = 0, f_begin = 0, f_end = 0;
   int j0 = 0, key_count = 0;
-  if (SUMMARY) {
+  if constexpr (SUMMARY) {
     const int64_t parts = ceil_div(p.query.segments, segments_per_part(p));
     const int64_t per = segments_per_part(p), part = cta % parts;
     j0 = int(cta / parts) * N;
@@ -178,6 +241,21 @@ __device__ __forceinline__ void dkv_tile(const Backward& bw, int64_t cta, unsign
     if (g_hi <= g_lo || j0 >= key_count) return;  // atomic outputs: nothing to add
     f_begin = g_lo * p.query.seg_len;
     f_end = g_hi * p.query.seg_len;
+  } else if constexpr (PACKED) {
+    // The group's keys by table (its first segment g: k_seg is relative to it); every query of
+    // its segments, as flat indices f (kernel.h packed_query).
+    const int64_t pack = segment_pack(p);
+    g = cta * pack;
+    bool any = false;
+    for (int c = threadIdx.x; c < N; c += kThreads) {
+      const TileIndex k = dkv_key(p, !A, cta, c);
+      k_seg[c] = int(k.g - g);
+      k_idx[c] = k.valid ? int(k.i) : -1;
+      any = any || k.valid;
+    }
+    if (!__syncthreads_or(any)) return;  // no key: no gradient to write
+    key_count = N;
+    f_end = pack * p.query.seg_len;
   } else {
     const int64_t tiles = ceil_div(A ? p.key.seg_len : p.summary_key.seg_len, N);
     g = cta / tiles;
@@ -192,37 +270,55 @@ __device__ __forceinline__ void dkv_tile(const Backward& bw, int64_t cta, unsign
   const T* k0 = at<T>(A ? p.k : p.ks, b, h, 0);
   const T* v0 = at<T>(A ? p.v : p.u, b, h, 0);
   const int64_t k_row = A ? p.k.row : p.ks.row, v_row = A ? p.v.row : p.u.row;
-  auto key_row = [&](int j) { return A ? row_of(p.key, g, j) : summary_key_row(p, g, j); };
-  auto value_row = [&](int j) { return A ? row_of(p.value, g, j) : summary_value_row(p, g, j); };
+  // Key column c's segment and index (-1: none).
+  auto key_seg = [&](int c) -> int64_t {
+    if constexpr (PACKED) return g + k_seg[c];
+    return g;
+  };
+  auto key_idx = [&](int c) -> int {
+    if constexpr (PACKED) return k_idx[c];
+    return j0 + c < key_count ? j0 + c : -1;
+  };
+  auto key_row = [&](int c) {
+    return A ? row_of(p.key, key_seg(c), key_idx(c)) : summary_key_row(p, key_seg(c), key_idx(c));
+  };
+  auto value_row = [&](int c) {
+    return A ? row_of(p.value, key_seg(c), key_idx(c))
+             : summary_value_row(p, key_seg(c), key_idx(c));
+  };
   load_rows<T, D, N>(
       ks,
-      [&](int c) -> const T* {
-        return j0 + c < key_count ? k0 + key_row(j0 + c) * k_row : nullptr;
-      },
+      [&](int c) -> const T* { return key_idx(c) >= 0 ? k0 + key_row(c) * k_row : nullptr; },
       k0);
   load_rows<T, D, N>(
       vs,
-      [&](int c) -> const T* {
-        return j0 + c < key_count ? v0 + value_row(j0 + c) * v_row : nullptr;
-      },
+      [&](int c) -> const T* { return key_idx(c) >= 0 ? v0 + value_row(c) * v_row : nullptr; },
       v0);
   // Query tile at flat index f0 into stage `stage`, all asynchronous: per query once (not per
   // 16-byte chunk) its row (-1 if none), lse and delta by cp.async and `seen` (source A: its
-  // index t, -1 if none; by prefix: how many summaries it sees); then the rows of q and dO.
+  // index t, -1 if none; by prefix: how many summaries it sees); packed, its segment; then the
+  // rows of q and dO.
   const float* lse0 = static_cast<const float*>(bw.lse) + (b * p.heads + h) * p.query.limit;
   const float* delta0 = static_cast<const float*>(bw.delta) + (b * p.heads + h) * p.query.limit;
   auto load_queries = [&](int64_t f0, int stage) {
     for (int i = threadIdx.x; i < MQ; i += kThreads) {
       const int64_t f = f0 + i;
-      const int64_t gi = SUMMARY ? f / p.query.seg_len : g;
-      const int64_t t = SUMMARY ? f % p.query.seg_len : f;
-      const bool valid = f < f_end && t < valid_count(p.query, gi);
-      const int64_t row = valid ? row_of(p.query, gi, t) : 0;
+      TileIndex q;
+      if constexpr (PACKED) {
+        q = packed_query(p, cta, f);
+        q_seg[stage * MQ + i] = int(q.g - g);
+      } else {
+        q.g = SUMMARY ? f / p.query.seg_len : g;
+        q.i = SUMMARY ? f % p.query.seg_len : f;
+        q.valid = q.i < valid_count(p.query, q.g);
+      }
+      const bool valid = f < f_end && q.valid;
+      const int64_t row = valid ? row_of(p.query, q.g, q.i) : 0;
       rows[stage * MQ + i] = valid ? int(row) : -1;
       cp_async4(lses + stage * MQ + i, lse0 + row, valid);
       cp_async4(deltas + stage * MQ + i, delta0 + row, valid);
       seen[stage * MQ + i] =
-          SUMMARY ? (valid ? int(summary_terms(p, gi)) : 0) : (valid ? int(t) : -1);
+          SUMMARY ? (valid ? int(summary_terms(p, q.g)) : 0) : (valid ? int(q.i) : -1);
     }
     __syncthreads();  // every thread reads the rows below
     auto rows_of = [&](const T* x0, int64_t stride) {
@@ -238,8 +334,18 @@ __device__ __forceinline__ void dkv_tile(const Backward& bw, int64_t cta, unsign
   if (n_tiles > 0) load_queries(f_begin, 0);
   cp_async_commit();
 
-  const int jw = j0 + warp * 16;  // this warp's first key
-  const bool warp_active = jw < key_count;
+  const int jw = j0 + warp * 16;  // this warp's first key (unpacked)
+  // This thread's two keys (warp rows gq and gq + 8): packed, their segment and index.
+  int my_seg[2] = {0, 0}, my_j[2] = {-1, -1};
+  if constexpr (PACKED) {
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      my_seg[r] = k_seg[warp * 16 + gq + 8 * r];
+      my_j[r] = k_idx[warp * 16 + gq + 8 * r];
+    }
+  }
+  const bool warp_active =
+      PACKED ? __any_sync(0xffffffffu, my_j[0] >= 0 || my_j[1] >= 0) : jw < key_count;
   const float scale2 = float(p.scale) * kLog2e;
   float dk[D / 8][4], dv[D / 8][4];
 #pragma unroll
@@ -259,7 +365,7 @@ __device__ __forceinline__ void dkv_tile(const Backward& bw, int64_t cta, unsign
     __syncthreads();
     const int stage = tile & 1;
     // By segment: a warp none of whose keys a query of the tile sees skips it (causal masks).
-    const bool skip = !warp_active || (!SUMMARY && may_skip(mask, f0 + MQ - 1, jw));
+    const bool skip = !warp_active || (!SUMMARY && !PACKED && may_skip(mask, f0 + MQ - 1, jw));
     if (!skip) {
       const T* qt = qs + stage * MQ * P;
       const T* dot = dos + stage * MQ * P;
@@ -270,10 +376,17 @@ __device__ __forceinline__ void dkv_tile(const Backward& bw, int64_t cta, unsign
       for (int i = 0; i < MQ / 8; ++i)
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
-          const int j = jw + gq + 8 * (e / 2), c = i * 8 + 2 * qq + (e & 1);
+          const int c = i * 8 + 2 * qq + (e & 1);
           const int info = seen[stage * MQ + c];
-          const bool ok =
-              j < key_count && (SUMMARY ? j < info : info >= 0 && mask_allows(mask, info, j));
+          bool ok;
+          if constexpr (PACKED) {
+            const int j = my_j[e / 2];
+            ok = j >= 0 && info >= 0 && q_seg[stage * MQ + c] == my_seg[e / 2] &&
+                 mask_allows(mask, info, j);
+          } else {
+            const int j = jw + gq + 8 * (e / 2);
+            ok = j < key_count && (SUMMARY ? j < info : info >= 0 && mask_allows(mask, info, j));
+          }
           const float w = ok ? exp2f(s[i][e] * scale2 - lses[stage * MQ + c] * kLog2e) : 0.f;
           s[i][e] = w;                                         // P^T
           dp[i][e] = w * (dp[i][e] - deltas[stage * MQ + c]);  // dS^T
@@ -289,26 +402,24 @@ __device__ __forceinline__ void dkv_tile(const Backward& bw, int64_t cta, unsign
   const GradOut& out_v = A ? bw.dv : bw.du;
   float* tile = reinterpret_cast<float*>(smem);
   write_gradient<T, D>(tile, out_k, dk, float(p.scale), warp_active, [&](int c) -> int64_t {
-    const int j = j0 + c;
-    if (j >= key_count) return -1;
-    return grad_at(out_k, b, h, key_row(j) + (A ? g * out_k.segment_rows : 0));
+    if (key_idx(c) < 0) return -1;
+    return grad_at(out_k, b, h, key_row(c) + (A ? key_seg(c) * out_k.segment_rows : 0));
   });
   write_gradient<T, D>(tile, out_v, dv, 1.f, warp_active, [&](int c) -> int64_t {
-    const int j = j0 + c;
-    if (j >= key_count) return -1;
-    return grad_at(out_v, b, h, value_row(j) + (A ? g * out_v.segment_rows : 0));
+    if (key_idx(c) < 0) return -1;
+    return grad_at(out_v, b, h, value_row(c) + (A ? key_seg(c) * out_v.segment_rows : 0));
   });
 }
 
 // The dk/dv walk of a pass in one launch: source A's key tiles, then source B's by segment.
-template <typename T, int D>
+template <typename T, int D, bool PACKED>
 __global__ void __launch_bounds__(kThreads, 1) dkv_kernel(const __grid_constant__ Backward bw) {
   extern __shared__ __align__(16) unsigned char smem[];
-  const int64_t a_ctas = key_tiles(bw.pass.key);
+  const int64_t a_ctas = key_ctas(bw.pass, false);
   if (blockIdx.x < a_ctas)
-    dkv_tile<T, D, Keys::kSourceA>(bw, blockIdx.x, smem);
+    dkv_tile<T, D, Keys::kSourceA, PACKED>(bw, blockIdx.x, smem);
   else
-    dkv_tile<T, D, Keys::kSegmentSummaries>(bw, blockIdx.x - a_ctas, smem);
+    dkv_tile<T, D, Keys::kSegmentSummaries, PACKED>(bw, blockIdx.x - a_ctas, smem);
 }
 
 // The summaries' dk/dv walk (by prefix): CTA (summary tile, part).
@@ -316,7 +427,7 @@ template <typename T, int D>
 __global__ void __launch_bounds__(kThreads, 1)
     dkv_summary_kernel(const __grid_constant__ Backward bw) {
   extern __shared__ __align__(16) unsigned char smem[];
-  dkv_tile<T, D, Keys::kPrefixSummaries>(bw, blockIdx.x, smem);
+  dkv_tile<T, D, Keys::kPrefixSummaries, false>(bw, blockIdx.x, smem);
 }
 
 }  // namespace combiner::attention::fused::cuda_detail
@@ -331,12 +442,22 @@ void backward_cuda(const Backward& bw, void* stream) {
     constexpr int D = decltype(dim)::value;
     const unsigned heads = unsigned(p.batch * p.heads);
     // dk, dv first: they read d_o, which dq may overwrite in place (Backward in kernel.h).
-    launch(dkv_kernel<T, D>,
-           dim3(unsigned(dkv_ctas(p)), heads),
-           dkv_smem<T, D>(),
-           stream,
-           "fused backward (dk, dv)",
-           bw);
+    const bool packed = segment_pack(p) > 1;
+    const dim3 dkv_grid(unsigned(dkv_ctas(p)), heads);
+    if (packed)
+      launch(dkv_kernel<T, D, true>,
+             dkv_grid,
+             dkv_smem<T, D>(),
+             stream,
+             "fused backward (dk, dv)",
+             bw);
+    else
+      launch(dkv_kernel<T, D, false>,
+             dkv_grid,
+             dkv_smem<T, D>(),
+             stream,
+             "fused backward (dk, dv)",
+             bw);
     if (backward_launches(bw) == 3)
       launch(dkv_summary_kernel<T, D>,
              dim3(unsigned(ceil_div(p.summary_count, kKeyTile) *
@@ -346,12 +467,17 @@ void backward_cuda(const Backward& bw, void* stream) {
              stream,
              "fused backward (d summaries)",
              bw);
-    launch(dq_kernel<T, D>,
-           dim3(unsigned(p.query.segments * query_chunks(p)), heads),
-           dq_smem<T, D>(),
-           stream,
-           "fused backward (dq)",
-           bw);
+    const dim3 dq_grid(unsigned(query_ctas(p)), heads);
+    if (packed)
+      launch(
+          dq_kernel<T, D, true>, dq_grid, dq_smem<T, D, true>(), stream, "fused backward (dq)", bw);
+    else
+      launch(dq_kernel<T, D, false>,
+             dq_grid,
+             dq_smem<T, D, false>(),
+             stream,
+             "fused backward (dq)",
+             bw);
   });
 }
 

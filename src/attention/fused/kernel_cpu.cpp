@@ -87,78 +87,85 @@ void write_grad(const GradOut& out, const Pass& p, int64_t b, int64_t h, int64_t
   }
 }
 
-// The keys of one tile: the tile index runs over source A's tiles, then source B's. Row c of k
-// and v holds key first + c where `present[c]`.
+// The keys of one tile of query CTA `cta` (fused/kernel.h tile_key): the tile index runs over
+// source A's tiles, then source B's; column c holds key[c] (where valid).
 template <typename T>
 struct KeyTile {
   bool summary = false;
-  int64_t first = 0;  // j (source A) or r (source B) of column 0
-  std::vector<bool> present;
+  std::vector<TileIndex> key;
   std::vector<T> k, v;  // [kKeyTile, D]
 };
 
+// Key rows of segment g's key i: source A's (k, v) or B's (ks, u).
+inline int64_t key_row_of(const Pass& p, bool summary, int64_t g, int64_t i) {
+  return summary ? summary_key_row(p, g, i) : row_of(p.key, g, i);
+}
+inline int64_t value_row_of(const Pass& p, bool summary, int64_t g, int64_t i) {
+  return summary ? summary_value_row(p, g, i) : row_of(p.value, g, i);
+}
+
 template <typename S, typename T>
-KeyTile<T> key_tile(const Pass& p, int64_t b, int64_t h, int64_t g, int64_t tile, int64_t n_a) {
+void load_key_rows(const Pass& p, int64_t b, int64_t h, KeyTile<T>& kt) {
   const int64_t D = p.dim;
-  KeyTile<T> kt;
-  kt.summary = tile >= n_a;
-  kt.first = (kt.summary ? tile - n_a : tile) * kKeyTile;
-  kt.present.assign(kKeyTile, false);
   kt.k.assign(kKeyTile * D, 0);
   kt.v.assign(kKeyTile * D, 0);
-  const int64_t count = kt.summary ? summary_terms(p, g) : valid_count(p.key, g);
   for (int64_t c = 0; c < kKeyTile; ++c) {
-    const int64_t j = kt.first + c;
-    if (j >= count) continue;
-    kt.present[c] = true;
-    if (kt.summary) {
-      load_row<S>(p.ks, b, h, summary_key_row(p, g, j), D, &kt.k[c * D]);
-      load_row<S>(p.u, b, h, summary_value_row(p, g, j), D, &kt.v[c * D]);
-    } else {
-      load_row<S>(p.k, b, h, row_of(p.key, g, j), D, &kt.k[c * D]);
-      load_row<S>(p.v, b, h, row_of(p.value, g, j), D, &kt.v[c * D]);
-    }
+    const TileIndex& key = kt.key[c];
+    if (!key.valid) continue;
+    load_row<S>(
+        kt.summary ? p.ks : p.k, b, h, key_row_of(p, kt.summary, key.g, key.i), D, &kt.k[c * D]);
+    load_row<S>(
+        kt.summary ? p.u : p.v, b, h, value_row_of(p, kt.summary, key.g, key.i), D, &kt.v[c * D]);
   }
+}
+
+template <typename S, typename T>
+KeyTile<T> key_tile(
+    const Pass& p, int64_t b, int64_t h, int64_t cta, int64_t tile, int64_t direct) {
+  KeyTile<T> kt;
+  kt.summary = tile >= direct;
+  for (int64_t c = 0; c < kKeyTile; ++c) kt.key.push_back(tile_key(p, cta, tile, direct, c));
+  load_key_rows<S>(p, b, h, kt);
   return kt;
 }
 
-// Source A / B tile counts of query tile `chunk` of segment g (the kernels' loop bounds).
-struct TileCounts {
-  int64_t rows = 0, direct = 0, total = 0;
-};
-inline TileCounts tile_counts(const Pass& p, int64_t g, int64_t chunk) {
-  TileCounts n;
-  const int64_t t0 = chunk * kQueryTile, q_count = valid_count(p.query, g);
-  if (t0 >= q_count) return n;
-  n.rows = std::min<int64_t>(kQueryTile, q_count - t0);
-  const int64_t last = t0 + n.rows - 1;
-  n.direct = ceil_div(direct_keys(p.mask, valid_count(p.key, g), last), kKeyTile);
-  n.total = n.direct + ceil_div(summary_keys(p, g, last), kKeyTile);
-  return n;
+// Whether query q sees column c of the tile: a key of its own segment that its mask allows.
+template <typename T>
+bool allowed(const Pass& p, const KeyTile<T>& kt, int64_t c, const TileIndex& q) {
+  const TileIndex& key = kt.key[c];
+  return key.valid && key.g == q.g &&
+         (kt.summary ? summary_allows(p, q.i, key.i) : mask_allows(p.mask, q.i, key.i));
 }
 
-template <typename T>
-bool allowed(const Pass& p, const KeyTile<T>& kt, int64_t c, int64_t t) {
-  const int64_t j = kt.first + c;
-  return kt.present[c] && (kt.summary ? summary_allows(p, t, j) : mask_allows(p.mask, t, j));
+// The rows of query CTA `cta`'s tile (fused/kernel.h tile_query); false when none exists.
+inline bool query_rows(const Pass& p, int64_t cta, std::vector<TileIndex>& rows) {
+  bool any = false;
+  rows.clear();
+  for (int64_t r = 0; r < kQueryTile; ++r) {
+    rows.push_back(tile_query(p, cta, r));
+    any = any || rows.back().valid;
+  }
+  return any;
 }
 
 // One query tile: online softmax over the key tiles, then the epilogue (store or merge).
 template <typename S, typename T>
-void forward_tile(const Forward& f, int64_t b, int64_t h, int64_t g, int64_t chunk) {
+void forward_tile(const Forward& f, int64_t b, int64_t h, int64_t cta) {
   const Pass& p = f.pass;
-  const TileCounts n = tile_counts(p, g, chunk);
-  if (n.rows == 0) return;
-  const int64_t D = p.dim, t0 = chunk * kQueryTile;
+  std::vector<TileIndex> qs;
+  if (!query_rows(p, cta, qs)) return;
+  const QueryTileKeys n = query_tile_keys(p, cta);
+  const int64_t D = p.dim, M = kQueryTile;
   const T scale2 = T(p.scale * kLog2e), inf = std::numeric_limits<T>::infinity();
-  std::vector<T> m(n.rows, -inf), l(n.rows, 0), acc(n.rows * D, 0), s(kKeyTile);
+  std::vector<T> m(M, -inf), l(M, 0), acc(M * D, 0), s(kKeyTile);
   for (int64_t tile = 0; tile < n.total; ++tile) {
-    const auto kt = key_tile<S, T>(p, b, h, g, tile, n.direct);
-    for (int64_t r = 0; r < n.rows; ++r) {
-      const auto q = row_of_head<S, T>(p.q, b, h, row_of(p.query, g, t0 + r), D);
+    const auto kt = key_tile<S, T>(p, b, h, cta, tile, n.direct);
+    for (int64_t r = 0; r < M; ++r) {
+      if (!qs[r].valid) continue;
+      const auto q = row_of_head<S, T>(p.q, b, h, row_of(p.query, qs[r].g, qs[r].i), D);
       T top = -inf;
       for (int64_t c = 0; c < kKeyTile; ++c) {
-        s[c] = allowed(p, kt, c, t0 + r) ? dot(q.data(), &kt.k[c * D], D) * scale2 : -inf;
+        s[c] = allowed(p, kt, c, qs[r]) ? dot(q.data(), &kt.k[c * D], D) * scale2 : -inf;
         top = std::max(top, s[c]);
       }
       const T m_new = std::max(m[r], top), m_use = m_new == -inf ? T(0) : m_new;
@@ -176,8 +183,9 @@ void forward_tile(const Forward& f, int64_t b, int64_t h, int64_t g, int64_t chu
     }
   }
   const int64_t rows = p.query.limit;
-  for (int64_t r = 0; r < n.rows; ++r) {
-    const int64_t row = row_of(p.query, g, t0 + r), at = (b * p.heads + h) * rows + row;
+  for (int64_t r = 0; r < M; ++r) {
+    if (!qs[r].valid) continue;
+    const int64_t row = row_of(p.query, qs[r].g, qs[r].i), at = (b * p.heads + h) * rows + row;
     S* o_out = static_cast<S*>(f.o) + output_at(f, b, h, row);
     T* lse = static_cast<T*>(f.lse) + at;
     const T lse2 = l[r] > 0 ? m[r] + std::log2(l[r]) : -inf;
@@ -198,23 +206,25 @@ void forward_tile(const Forward& f, int64_t b, int64_t h, int64_t g, int64_t chu
 
 // dQ of one query tile: P from the saved lse, dP = dO V^T, dS = P (dP - delta), dQ += dS K.
 template <typename S, typename T>
-void backward_dq_tile(const Backward& bw, int64_t b, int64_t h, int64_t g, int64_t chunk) {
+void backward_dq_tile(const Backward& bw, int64_t b, int64_t h, int64_t cta) {
   const Pass& p = bw.pass;
-  const TileCounts n = tile_counts(p, g, chunk);
-  if (n.rows == 0) return;
-  const int64_t D = p.dim, t0 = chunk * kQueryTile, rows = p.query.limit;
+  std::vector<TileIndex> qs;
+  if (!query_rows(p, cta, qs)) return;
+  const QueryTileKeys n = query_tile_keys(p, cta);
+  const int64_t D = p.dim, M = kQueryTile, rows = p.query.limit;
   const T scale2 = T(p.scale * kLog2e);
-  std::vector<T> dq(n.rows * D, 0);
+  std::vector<T> dq(M * D, 0);
   for (int64_t tile = 0; tile < n.total; ++tile) {
-    const auto kt = key_tile<S, T>(p, b, h, g, tile, n.direct);
-    for (int64_t r = 0; r < n.rows; ++r) {
-      const int64_t row = row_of(p.query, g, t0 + r), at = (b * p.heads + h) * rows + row;
+    const auto kt = key_tile<S, T>(p, b, h, cta, tile, n.direct);
+    for (int64_t r = 0; r < M; ++r) {
+      if (!qs[r].valid) continue;
+      const int64_t row = row_of(p.query, qs[r].g, qs[r].i), at = (b * p.heads + h) * rows + row;
       const auto q = row_of_head<S, T>(p.q, b, h, row, D);
       const auto d_o = row_of_head<S, T>(bw.d_o, b, h, row, D);
       const T lse2 = static_cast<const T*>(bw.lse)[at] * T(kLog2e);
       const T delta = static_cast<const T*>(bw.delta)[at];
       for (int64_t c = 0; c < kKeyTile; ++c) {
-        if (!allowed(p, kt, c, t0 + r)) continue;
+        if (!allowed(p, kt, c, qs[r])) continue;
         const T w = std::exp2(dot(q.data(), &kt.k[c * D], D) * scale2 - lse2);
         const T ds = w * (dot(d_o.data(), &kt.v[c * D], D) - delta);
         for (int64_t d = 0; d < D; ++d) dq[r * D + d] += ds * kt.k[c * D + d];
@@ -222,42 +232,46 @@ void backward_dq_tile(const Backward& bw, int64_t b, int64_t h, int64_t g, int64
     }
   }
   for (auto& x : dq) x *= T(p.scale);
-  for (int64_t r = 0; r < n.rows; ++r)
-    write_grad<S>(bw.dq, p, b, h, row_of(p.query, g, t0 + r), dq.data() + r * D);
+  for (int64_t r = 0; r < M; ++r)
+    if (qs[r].valid) write_grad<S>(bw.dq, p, b, h, row_of(p.query, qs[r].g, qs[r].i), &dq[r * D]);
 }
 
-// One query of the key-side walk: its segment, index, and whether it exists.
-struct QueryRef {
-  int64_t g = 0, t = 0;
-  bool valid = false;
-};
-
-// The keys a dK, dV tile belongs to: source A's of segment g, source B's of segment g (by
-// segment), or B's summaries by prefix (read by the queries of every later segment).
+// The keys a dK, dV tile belongs to: source A's, source B's by segment, or B's summaries by
+// prefix (read by the queries of every later segment).
 enum class Keys { kSourceA, kSegmentSummaries, kPrefixSummaries };
 
-// dK, dV of key tile `tile` of `keys` (segment g; by prefix, summary tile `tile` against the
-// queries of part `part`), walking the query tiles that can see it: P^T, dP^T and dS^T per (key,
-// query), summed over queries.
+// dK, dV of dk/dv CTA `cta` of `keys` (fused/kernel.h dkv_key; by prefix, summary tile `cta`
+// against the queries of part `part`), walking the query tiles that can see its keys: P^T, dP^T
+// and dS^T per (key, query), summed over queries.
 template <typename S, typename T>
 void backward_dkv_tile(
-    const Backward& bw, int64_t b, int64_t h, Keys keys, int64_t g, int64_t tile, int64_t part) {
+    const Backward& bw, int64_t b, int64_t h, Keys keys, int64_t cta, int64_t part) {
   const Pass& p = bw.pass;
   const bool a = keys == Keys::kSourceA, prefix = keys == Keys::kPrefixSummaries;
-  const int64_t D = p.dim, j0 = tile * kKeyTile, MQ = backward_query_tile(D);
-  const int64_t rows = p.query.limit;
-  const int64_t key_count = prefix ? p.summary_count
-                            : a    ? valid_count(p.key, g)
-                                   : summary_terms(p, g);
+  const bool packed = !prefix && segment_pack(p) > 1;
+  const int64_t D = p.dim, MQ = backward_query_tile(D), rows = p.query.limit;
   const Mask mask = a ? p.mask : p.summary_mask;
-  auto key_row = [&](int64_t j) { return a ? row_of(p.key, g, j) : summary_key_row(p, g, j); };
-  auto value_row = [&](int64_t j) {
-    return a ? row_of(p.value, g, j) : summary_value_row(p, g, j);
-  };
+  KeyTile<T> kt;
+  kt.summary = !a;
+  for (int64_t c = 0; c < kKeyTile; ++c) {
+    TileIndex key;
+    if (prefix) {
+      key.i = cta * kKeyTile + c;
+      key.valid = key.i < p.summary_count;
+    } else {
+      key = dkv_key(p, !a, cta, c);
+    }
+    kt.key.push_back(key);
+  }
+  if (std::none_of(kt.key.begin(), kt.key.end(), [](const TileIndex& k) { return k.valid; }))
+    return;  // no key: no gradient to write
+  load_key_rows<S>(p, b, h, kt);
   const T scale2 = T(p.scale * kLog2e);
-  // The query tiles: by segment, the own segment's from the first that can see key j0; by
-  // prefix, flat indices f = g' * seg_len + t over this part's segments after the tile's first.
-  int64_t f_begin, f_end;
+  // The queries, as flat indices f: by prefix f = g' * seg_len + t over this part's segments
+  // after the tile's first; a pack group's f < pack * seg_len (kernel.h packed_query); else the
+  // key's own segment's, from the first tile that can see key j0.
+  int64_t f_begin = 0, f_end = 0;
+  const int64_t j0 = kt.key[0].i, g = kt.key[0].g;
   if (prefix) {
     const int64_t per = segments_per_part(p);
     const int64_t g_lo = std::max(part * per, j0 + 1);
@@ -265,34 +279,37 @@ void backward_dkv_tile(
     if (g_hi <= g_lo) return;
     f_begin = g_lo * p.query.seg_len;
     f_end = g_hi * p.query.seg_len;
+  } else if (packed) {
+    f_end = segment_pack(p) * p.query.seg_len;
   } else {
     f_begin = first_query_tile(mask, j0, MQ);
     f_end = valid_count(p.query, g);
   }
-  std::vector<T> dk(kKeyTile * D, 0), dv(kKeyTile * D, 0), ks(kKeyTile * D), us(kKeyTile * D);
-  for (int64_t c = 0; c < kKeyTile && j0 + c < key_count; ++c) {
-    const int64_t j = j0 + c;
-    load_row<S>(a ? p.k : p.ks, b, h, key_row(j), D, &ks[c * D]);
-    load_row<S>(a ? p.v : p.u, b, h, value_row(j), D, &us[c * D]);
-  }
+  auto query_at = [&](int64_t f) {
+    if (packed) return packed_query(p, cta, f);
+    TileIndex q;
+    q.g = prefix ? f / p.query.seg_len : g;
+    q.i = prefix ? f % p.query.seg_len : f;
+    q.valid = q.i < valid_count(p.query, q.g);
+    return q;
+  };
+  std::vector<T> dk(kKeyTile * D, 0), dv(kKeyTile * D, 0);
   for (int64_t f0 = f_begin; f0 < f_end; f0 += MQ) {
     for (int64_t i = 0; i < MQ && f0 + i < f_end; ++i) {
-      QueryRef qr;
-      qr.g = prefix ? (f0 + i) / p.query.seg_len : g;
-      qr.t = prefix ? (f0 + i) % p.query.seg_len : f0 + i;
-      qr.valid = qr.t < valid_count(p.query, qr.g);
+      const TileIndex qr = query_at(f0 + i);
       if (!qr.valid) continue;
-      const int64_t row = row_of(p.query, qr.g, qr.t), at = (b * p.heads + h) * rows + row;
+      const int64_t row = row_of(p.query, qr.g, qr.i), at = (b * p.heads + h) * rows + row;
       const auto q = row_of_head<S, T>(p.q, b, h, row, D);
       const auto d_o = row_of_head<S, T>(bw.d_o, b, h, row, D);
       const T lse2 = static_cast<const T*>(bw.lse)[at] * T(kLog2e);
       const T delta = static_cast<const T*>(bw.delta)[at];
-      for (int64_t c = 0; c < kKeyTile && j0 + c < key_count; ++c) {
-        const int64_t j = j0 + c;
-        const bool seen = prefix ? j < summary_terms(p, qr.g) : mask_allows(mask, qr.t, j);
+      for (int64_t c = 0; c < kKeyTile; ++c) {
+        const TileIndex& key = kt.key[c];
+        const bool seen = key.valid && (prefix ? key.i < summary_terms(p, qr.g)
+                                               : key.g == qr.g && mask_allows(mask, qr.i, key.i));
         if (!seen) continue;
-        const T w = std::exp2(dot(&ks[c * D], q.data(), D) * scale2 - lse2);
-        const T ds = w * (dot(&us[c * D], d_o.data(), D) - delta);
+        const T w = std::exp2(dot(&kt.k[c * D], q.data(), D) * scale2 - lse2);
+        const T ds = w * (dot(&kt.v[c * D], d_o.data(), D) - delta);
         for (int64_t d = 0; d < D; ++d) {
           dv[c * D + d] += w * d_o[d];
           dk[c * D + d] += ds * q[d];
@@ -301,14 +318,17 @@ void backward_dkv_tile(
     }
   }
   for (auto& x : dk) x *= T(p.scale);
-  for (int64_t c = 0; c < kKeyTile && j0 + c < key_count; ++c) {
-    const int64_t j = j0 + c;
+  for (int64_t c = 0; c < kKeyTile; ++c) {
+    const TileIndex& key = kt.key[c];
+    if (!key.valid) continue;
+    const int64_t k_row = key_row_of(p, !a, key.g, key.i);
+    const int64_t v_row = value_row_of(p, !a, key.g, key.i);
     if (a) {
-      write_grad<S>(bw.dk, p, b, h, key_row(j) + g * bw.dk.segment_rows, &dk[c * D]);
-      write_grad<S>(bw.dv, p, b, h, value_row(j) + g * bw.dv.segment_rows, &dv[c * D]);
+      write_grad<S>(bw.dk, p, b, h, k_row + key.g * bw.dk.segment_rows, &dk[c * D]);
+      write_grad<S>(bw.dv, p, b, h, v_row + key.g * bw.dv.segment_rows, &dv[c * D]);
     } else {
-      write_grad<S>(bw.dks, p, b, h, key_row(j), &dk[c * D]);
-      write_grad<S>(bw.du, p, b, h, value_row(j), &dv[c * D]);
+      write_grad<S>(bw.dks, p, b, h, k_row, &dk[c * D]);
+      write_grad<S>(bw.du, p, b, h, v_row, &dv[c * D]);
     }
   }
 }
@@ -318,8 +338,7 @@ void forward_all(const Forward& f) {
   const Pass& p = f.pass;
   for (int64_t b = 0; b < p.batch; ++b)
     for (int64_t h = 0; h < p.heads; ++h)
-      for (int64_t g = 0; g < p.query.segments; ++g)
-        for (int64_t c = 0; c < query_chunks(p); ++c) forward_tile<S, T>(f, b, h, g, c);
+      for (int64_t cta = 0; cta < query_ctas(p); ++cta) forward_tile<S, T>(f, b, h, cta);
 }
 
 template <typename S, typename T>
@@ -340,21 +359,18 @@ void backward_all(const Backward& bw) {
     for (int64_t h = 0; h < p.heads; ++h) {
       // dk, dv first, as the kernels: dq may overwrite d_o in place (Backward in kernel.h).
       // One launch on a GPU: source A's key tiles, then source B's by segment.
-      for (int64_t g = 0; g < p.key.segments; ++g)
-        for (int64_t kt = 0; kt < ceil_div(p.key.seg_len, kKeyTile); ++kt)
-          backward_dkv_tile<S, T>(bw, b, h, Keys::kSourceA, g, kt, 0);
+      for (int64_t cta = 0; cta < key_ctas(p, false); ++cta)
+        backward_dkv_tile<S, T>(bw, b, h, Keys::kSourceA, cta, 0);
       if (p.summaries && p.by_segment) {
-        for (int64_t g = 0; g < p.summary_key.segments; ++g)
-          for (int64_t kt = 0; kt < ceil_div(p.summary_key.seg_len, kKeyTile); ++kt)
-            backward_dkv_tile<S, T>(bw, b, h, Keys::kSegmentSummaries, g, kt, 0);
+        for (int64_t cta = 0; cta < key_ctas(p, true); ++cta)
+          backward_dkv_tile<S, T>(bw, b, h, Keys::kSegmentSummaries, cta, 0);
       } else if (p.summaries) {
         const int64_t parts = ceil_div(p.query.segments, segments_per_part(p));
         for (int64_t st = 0; st < ceil_div(p.summary_count, kKeyTile); ++st)
           for (int64_t part = 0; part < parts; ++part)
-            backward_dkv_tile<S, T>(bw, b, h, Keys::kPrefixSummaries, 0, st, part);
+            backward_dkv_tile<S, T>(bw, b, h, Keys::kPrefixSummaries, st, part);
       }
-      for (int64_t g = 0; g < p.query.segments; ++g)
-        for (int64_t c = 0; c < query_chunks(p); ++c) backward_dq_tile<S, T>(bw, b, h, g, c);
+      for (int64_t cta = 0; cta < query_ctas(p); ++cta) backward_dq_tile<S, T>(bw, b, h, cta);
     }
 }
 

@@ -1,10 +1,11 @@
 // The fused forward (and the backward's delta = rowsum(dO * O)), line for line the CPU model's
 // forward_tile (fused/kernel_cpu.cpp). One CTA = 4 warps = one query tile of 64 rows of one
-// segment and head; it walks the key tiles (source A: the segment's own keys up to the tile's
-// last query; then source B: the summaries of the earlier segments), double-buffered through
-// cp.async, with the online softmax in registers: no score leaves the chip. Shared memory:
-// Q [64 x P] + K, V [2 stages x 64 x P] (+ fp32 scratch), P = D + 16 bytes of padding:
-// bf16 D = 32 / 64 / 128: 25 / 45 / 85 KB; fp32: 62 / 102 / 182 KB.
+// segment and head (or of a pack group of short segments: kernel.h segment_pack); it walks the
+// key tiles (source A: the segment's own keys up to the tile's last query; then source B: the
+// summaries of the earlier segments, or its own by segment), double-buffered through cp.async,
+// with the online softmax in registers: no score leaves the chip. Shared memory: Q [64 x P] +
+// K, V [2 stages x 64 x P] (+ fp32 scratch; packed, 1 KB of index tables), P = D + 16 bytes of
+// padding: bf16 D = 32 / 64 / 128: 25 / 45 / 85 KB; fp32: 62 / 102 / 182 KB.
 //
 // Cost at combiner-bench attention's GPU shape (B = 8, H = 8, L = 12288, D = 64, bf16; s = W =
 // 96, n = 128), the floor each variant is measured against:
@@ -42,34 +43,57 @@
 
 namespace combiner::attention::fused::cuda_detail {
 
+// Q, K and V (two stages) and the fp32 path's scratch.
 template <typename T, int D>
-__host__ __device__ constexpr size_t forward_smem() {
+__host__ __device__ constexpr size_t forward_tile_bytes() {
   return size_t(kQueryTile + 4 * kKeyTile) * pitch<T, D>() * sizeof(T) +
          size_t(kWarps) * scratch_floats<T, kKeyTile>() * sizeof(float);
 }
+template <typename T, int D, bool PACKED>
+__host__ __device__ constexpr size_t forward_smem() {
+  return forward_tile_bytes<T, D>() + (PACKED ? packed_table_bytes(kQueryTile, kKeyTile) : 0);
+}
 
+// CTAs per SM the forward is built for (at most 65536 / (128 x that) registers a thread): bf16
+// four at D 32 and three at D 64, fp32 three at D 32, else two. Stated, not left to ptxas's
+// guess, which for some packed instances aimed at more CTAs than their registers allow, and
+// spilled.
 template <typename T, int D>
-__global__ void __launch_bounds__(kThreads) forward_kernel(const Forward f) {
+__host__ __device__ constexpr int forward_blocks_per_sm() {
+  return D == 32 ? (sizeof(T) == 2 ? 4 : 3) : sizeof(T) == 2 && D == 64 ? 3 : 2;
+}
+
+// PACKED: the CTA's tile holds a pack group's segments (kernel.h segment_pack), each query and
+// key column found through the index tables (kernel_tile.cuh PackedTables); else one chunk of
+// one segment, indexed t0 + r and j0 + c.
+template <typename T, int D, bool PACKED>
+__global__ void __launch_bounds__(kThreads, forward_blocks_per_sm<T, D>())
+    forward_kernel(const Forward f) {
   constexpr int P = pitch<T, D>(), M = kQueryTile, N = kKeyTile;
-  static_assert(M == kStagedRows && staged_bytes<D>() <= forward_smem<T, D>(),
-                "the epilogue's tile");
+  static_assert(M == kStagedRows && staged_bytes<D>() <= forward_tile_bytes<T, D>(),
+                "the epilogue's tile (the index tables after it survive it)");
   extern __shared__ __align__(16) unsigned char smem[];
   T* qs = reinterpret_cast<T*>(smem);
   T* ks = qs + M * P;      // [2][N][P]
   T* vs = ks + 2 * N * P;  // [2][N][P]
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, gq = lane / 4, qq = lane % 4;
   float* scratch = reinterpret_cast<float*>(vs + 2 * N * P) + warp * scratch_floats<T, N>();
+  const PackedTables<M, N> tables(smem + forward_tile_bytes<T, D>());
 
   const Pass& p = f.pass;
+  const int64_t cta = blockIdx.x, b = blockIdx.y / p.heads, h = blockIdx.y % p.heads;
   const int64_t chunks = query_chunks(p);
-  const int64_t g = blockIdx.x / chunks, b = blockIdx.y / p.heads, h = blockIdx.y % p.heads;
-  const int q_count = int(valid_count(p.query, g)), t0 = int(blockIdx.x % chunks) * M;
+  // Unpacked: segment g, its queries t0..t0 + rows - 1. Packed: g = the group's first segment.
+  const int64_t g = PACKED ? cta * segment_pack(p) : cta / chunks;
+  const int q_count = PACKED ? M : int(valid_count(p.query, g));
+  const int t0 = PACKED ? 0 : int(cta % chunks) * M;
   if (t0 >= q_count) return;
   const int rows = min(M, q_count - t0);
-  const int a_count = int(valid_count(p.key, g));
-  const int n_direct = int(ceil_div(direct_keys(p.mask, a_count, t0 + rows - 1), N));
-  const int s_count = int(summary_keys(p, g, t0 + rows - 1));
-  const int n_tiles = n_direct + int(ceil_div(s_count, N));
+  const int a_count = PACKED ? 0 : int(valid_count(p.key, g));
+  const QueryTileKeys n = query_tile_keys(p, cta);
+  const int n_direct = int(n.direct), n_tiles = int(n.total);
+  const int s_count = PACKED ? 0 : int(summary_keys(p, g, t0 + rows - 1));
+  if constexpr (PACKED) tables.fill_queries(p, cta, g);  // then synchronised
 
   const T* q0 = at<T>(p.q, b, h, 0);
   const T* k0 = at<T>(p.k, b, h, 0);
@@ -77,12 +101,28 @@ __global__ void __launch_bounds__(kThreads) forward_kernel(const Forward f) {
   load_rows<T, D, M>(
       qs,
       [&](int r) -> const T* {
+        if constexpr (PACKED) {
+          const int t = tables.q_idx(r);
+          return t >= 0 ? q0 + row_of(p.query, g + tables.q_seg(r), t) * p.q.row : nullptr;
+        }
         return t0 + r < q_count ? q0 + row_of(p.query, g, t0 + r) * p.q.row : nullptr;
       },
       q0);
   // Key tile `tile` into stage `stage`: source A's tiles first, then source B's.
   auto load_keys = [&](int tile, int stage) {
     const bool summary = tile >= n_direct;
+    if constexpr (PACKED) {
+      tables.fill_keys(p, cta, tile, n_direct, stage, g);  // then synchronised
+      load_rows<T, D, N>(
+          ks + stage * N * P,
+          [&](int c) { return tables.key_row<T>(p, summary, b, h, g, stage, c, false); },
+          k0);
+      load_rows<T, D, N>(
+          vs + stage * N * P,
+          [&](int c) { return tables.key_row<T>(p, summary, b, h, g, stage, c, true); },
+          v0);
+      return;
+    }
     const SourceRows<T> src =
         summary ? source_b_rows<T>(p, b, h, g, s_count) : source_a_rows<T>(p, b, h, g, a_count);
     const int j0 = (summary ? tile - n_direct : tile) * N;
@@ -94,8 +134,18 @@ __global__ void __launch_bounds__(kThreads) forward_kernel(const Forward f) {
   if (n_tiles > 0) load_keys(0, 0);
   cp_async_commit();
 
-  const int tw = t0 + warp * 16;  // this warp's first query
-  const bool warp_active = tw < q_count;
+  const int tw = t0 + warp * 16;  // this warp's first query (unpacked)
+  // This thread's two query rows (16 warp + gq and + 8): packed, their segment and index.
+  int my_seg[2] = {0, 0}, my_t[2] = {-1, -1};
+  if constexpr (PACKED) {
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      my_seg[r] = tables.q_seg(warp * 16 + gq + 8 * r);
+      my_t[r] = tables.q_idx(warp * 16 + gq + 8 * r);
+    }
+  }
+  const bool warp_active =
+      PACKED ? __any_sync(0xffffffffu, my_t[0] >= 0 || my_t[1] >= 0) : tw < q_count;
   const float scale2 = float(p.scale) * kLog2e;
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f}, o[D / 8][4];
 #pragma unroll
@@ -115,7 +165,7 @@ __global__ void __launch_bounds__(kThreads) forward_kernel(const Forward f) {
     const int count = summary ? s_count : a_count;
     const Mask mask = summary ? summary_mask_of(p) : p.mask;
     // A warp none of whose queries sees the tile's keys skips it (causal masks: fused/kernel.h).
-    const bool skip = !warp_active || may_skip(mask, tw + 15, j0);
+    const bool skip = !warp_active || (!PACKED && may_skip(mask, tw + 15, j0));
     if (!skip) {
       float s[N / 8][4];
       warp_nt<D, N>(s, qs + warp * 16 * P, ks + stage * N * P, scratch);
@@ -123,8 +173,14 @@ __global__ void __launch_bounds__(kThreads) forward_kernel(const Forward f) {
       for (int i = 0; i < N / 8; ++i)
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
-          const int t = tw + gq + 8 * (e / 2), j = j0 + i * 8 + 2 * qq + (e & 1);
-          const bool ok = t < q_count && j < count && mask_allows(mask, t, j);
+          const int c = i * 8 + 2 * qq + (e & 1);
+          bool ok;
+          if constexpr (PACKED) {
+            ok = tables.sees(stage, c, my_seg[e / 2], my_t[e / 2], mask);
+          } else {
+            const int t = tw + gq + 8 * (e / 2), j = j0 + c;
+            ok = t < q_count && j < count && mask_allows(mask, t, j);
+          }
           s[i][e] = ok ? s[i][e] * scale2 : -INFINITY;
         }
 #pragma unroll
@@ -158,10 +214,17 @@ __global__ void __launch_bounds__(kThreads) forward_kernel(const Forward f) {
 
   cp_async_wait<0>();  // no copy in flight when the CTA ends (n_tiles = 0: only Q's)
   // Epilogue: o / l and lse, or the log-sum-exp merge with what an earlier pass left, through
-  // the staged tile (kernel_epilogue.cuh): row r of the tile is query t0 + r.
+  // the staged tile (kernel_epilogue.cuh): row r of the tile is query t0 + r (packed: the
+  // tables' query r).
   l[0] = quad_sum(l[0]);
   l[1] = quad_sum(l[1]);
   const int64_t base = (b * p.heads + h) * p.query.limit;
+  // This thread's row r's row of o and lse, or -1.
+  auto query_row = [&](int r) -> int64_t {
+    if constexpr (PACKED) return my_t[r] >= 0 ? row_of(p.query, g + my_seg[r], my_t[r]) : -1;
+    const int t = tw + gq + 8 * r;
+    return t < q_count ? row_of(p.query, g, t) : -1;
+  };
   float* lse = static_cast<float*>(f.lse);
   float w[2] = {0.f, 0.f};       // o's accumulator rows times: 1 / l, or the merge's new weight
   float w_prev[2] = {0.f, 0.f};  // the merge's weight of what the row held
@@ -170,15 +233,15 @@ __global__ void __launch_bounds__(kThreads) forward_kernel(const Forward f) {
     float prev2[2] = {0.f, 0.f};
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
-      const int t = tw + gq + 8 * r;
-      if (f.merge && t < q_count) prev2[r] = lse[base + row_of(p.query, g, t)] * kLog2e;
+      const int64_t row = query_row(r);
+      if (f.merge && row >= 0) prev2[r] = lse[base + row] * kLog2e;
     }
     __syncwarp();  // every lane has read lse before a quad's first lane rewrites it
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
-      const int t = tw + gq + 8 * r;
-      if (t >= q_count) continue;
-      const int64_t row = base + row_of(p.query, g, t);
+      const int64_t at_row = query_row(r);
+      if (at_row < 0) continue;
+      const int64_t row = base + at_row;
       const float lse2 = l[r] > 0.f ? m[r] + log2f(l[r]) : -INFINITY;
       const float inv = l[r] > 0.f ? 1.f / l[r] : 0.f;
       if (!f.merge) {
@@ -210,7 +273,10 @@ __global__ void __launch_bounds__(kThreads) forward_kernel(const Forward f) {
   __syncthreads();
   T* o_out = static_cast<T*>(f.o);
   write_rows<T, D>(tile, o_out, f.merge ? o_out : nullptr, weight, [&](int r) -> int64_t {
-    return written[r] ? output_at(f, b, h, row_of(p.query, g, t0 + r)) : -1;
+    if (!written[r]) return -1;
+    if constexpr (PACKED)
+      return output_at(f, b, h, row_of(p.query, g + tables.q_seg(r), tables.q_idx(r)));
+    return output_at(f, b, h, row_of(p.query, g, t0 + r));
   });
 }
 
@@ -247,9 +313,17 @@ void forward_cuda(const Forward& f, void* stream) {
   dispatch(f.pass.dtype, f.pass.dim, "fused forward", [&](auto type, auto dim) {
     using T = typename decltype(type)::type;
     constexpr int D = decltype(dim)::value;
-    const dim3 grid(unsigned(f.pass.query.segments * query_chunks(f.pass)),
-                    unsigned(f.pass.batch * f.pass.heads));
-    launch(forward_kernel<T, D>, grid, forward_smem<T, D>(), stream, "fused forward", f);
+    const dim3 grid(unsigned(query_ctas(f.pass)), unsigned(f.pass.batch * f.pass.heads));
+    if (segment_pack(f.pass) > 1)
+      launch(
+          forward_kernel<T, D, true>, grid, forward_smem<T, D, true>(), stream, "fused forward", f);
+    else
+      launch(forward_kernel<T, D, false>,
+             grid,
+             forward_smem<T, D, false>(),
+             stream,
+             "fused forward",
+             f);
   });
 }
 

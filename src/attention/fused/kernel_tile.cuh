@@ -92,6 +92,66 @@ __device__ __forceinline__ SourceRows<T> source_b_rows(
   return source_rows<T>(p.ks, p.u, prefix, prefix, b, h, 0, count);
 }
 
+// ---- a packed tile's index tables (kernel.h segment_pack) ----
+
+__host__ __device__ constexpr size_t packed_table_bytes(int rows, int cols) {
+  return size_t(2 * rows + 2 * cols) * sizeof(int);
+}
+// In shared memory: per query row of the tile its segment (less the group's first, g0) and its
+// index (-1: none, kernel.h tile_query); per key column of each of two stages both in one int,
+// segment << 16 | index (-1: none, tile_key), which the mask reads with one load. Each fill is
+// computed once per row or column, then the CTA synchronises, so that the loads and masks after
+// it look the indices up instead of dividing.
+template <int ROWS, int COLS>
+struct PackedTables {
+  int* t;  // q_seg [ROWS], q_idx [ROWS], k_code [2][COLS]
+
+  __device__ explicit PackedTables(unsigned char* at) : t(reinterpret_cast<int*>(at)) {}
+  __device__ int& q_seg(int r) const { return t[r]; }
+  __device__ int& q_idx(int r) const { return t[ROWS + r]; }
+  __device__ int& k_code(int stage, int c) const { return t[2 * ROWS + stage * COLS + c]; }
+
+  __device__ void fill_queries(const Pass& p, int64_t cta, int64_t g0) const {
+    for (int r = threadIdx.x; r < ROWS; r += kThreads) {
+      const TileIndex q = tile_query(p, cta, r);
+      q_seg(r) = int(q.g - g0);
+      q_idx(r) = q.valid ? int(q.i) : -1;
+    }
+    __syncthreads();
+  }
+  __device__ void fill_keys(
+      const Pass& p, int64_t cta, int tile, int direct, int stage, int64_t g0) const {
+    for (int c = threadIdx.x; c < COLS; c += kThreads) {
+      const TileIndex k = tile_key(p, cta, tile, direct, c);
+      k_code(stage, c) = k.valid ? int(k.g - g0) << 16 | int(k.i) : -1;
+    }
+    __syncthreads();
+  }
+  // Key column c of stage `stage`: its row of k (or `value`: of v), of ks (u) for source B, in
+  // head (b, h); nullptr where there is none.
+  template <typename T>
+  __device__ const T* key_row(const Pass& p,
+                              bool summary,
+                              int64_t b,
+                              int64_t h,
+                              int64_t g0,
+                              int stage,
+                              int c,
+                              bool value) const {
+    const int code = k_code(stage, c);
+    if (code < 0) return nullptr;
+    const Operand& x = summary ? (value ? p.u : p.ks) : (value ? p.v : p.k);
+    const Geometry& geom =
+        summary ? (value ? p.summary_value : p.summary_key) : (value ? p.value : p.key);
+    return at<T>(x, b, h, row_of(geom, g0 + (code >> 16), code & 0xffff));
+  }
+  // Whether the query of segment `seg`, index t (-1: none) sees key column c of stage `stage`.
+  __device__ bool sees(int stage, int c, int seg, int t, Mask mask) const {
+    const int code = k_code(stage, c);
+    return t >= 0 && code >= 0 && code >> 16 == seg && mask_allows(mask, t, code & 0xffff);
+  }
+};
+
 // ---- cp.async: 16 bytes (or 4) per call, zero-filled where the row does not exist ----
 
 __device__ __forceinline__ void cp_async16(void* smem, const void* gmem, bool valid) {
