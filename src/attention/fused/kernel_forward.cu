@@ -25,10 +25,10 @@
 // on an H200 (6.5x its floor), three quarters of it in the backward kernels.
 // vertical, counted in [B, H, L, D] tensors read or written (101 MB each in bf16): forward 19
 // (pools 4, local pass 4, the row pass with its spans 6, the column pass merging 5), backward
-// about 72 (pools and local pass made again 8, deltas 4, the row pass's dk/dv walks of both
-// sources 16 and its dq 7, the column pass 16, the local pass 13, the pools 8): ~9.1 GB, ~1.9 ms
-// at an H200's ~4.8 TB/s; measured 8.77 ms there with the earlier plan (three joint passes,
-// summaries kept), 4.6x this floor, against flash's 9.84 ms.
+// about 74 (pools and local pass made again 8, qs made a third time 2, deltas 4, the row pass's
+// dk/dv walks of both sources 16 and its dq 7, the column pass 16, the local pass 13, the pools
+// 8): ~9.4 GB, ~2.0 ms at an H200's ~4.8 TB/s; measured 8.77 ms there with the earlier plan
+// (three joint passes, summaries kept), 4.5x this floor, against flash's 9.84 ms.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
