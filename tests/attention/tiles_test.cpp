@@ -1,0 +1,191 @@
+// The tiles the fused kernels index by (attention/fused/kernel.h: segment_pack, query_ctas,
+// tile_query, query_tile_keys, tile_key, key_ctas, dkv_key, packed_query), which the CPU model
+// and the CUDA kernels share: over the joint passes of every fused variant's plan, and a local
+// pass of each shape, at layouts with short last rows, long columns and packed ones,
+//  - every query is one row of exactly one query tile;
+//  - every key of source A, and of source B by segment, is one column of exactly one dk/dv tile,
+//    whose walk reaches every query of its segment that sees it;
+//  - a query tile's key tiles hold each key its queries see exactly once: none missed, none
+//    counted twice in a softmax.
+// The numerical tests (fused_test.cpp, kernel-check) hold the results; this holds the indexing on
+// its own, at the sizes the numerical tests cannot afford (CIFAR-10's L 3072, W 96).
+#include <gtest/gtest.h>
+
+#include "attention/fused/fused.h"
+
+#include <map>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace combiner::attention {
+namespace {
+
+using fused::TileIndex;
+
+struct PlanCase {
+  std::string name;
+  fused::Pass pass;
+};
+
+fused::Pass pass_of(const FusedPass& fp) {
+  fused::Pass p;
+  p.query = fp.query;
+  p.key = fp.key;
+  p.value = fp.value;
+  p.mask = fp.mask;
+  p.summaries = fp.summaries;
+  p.by_segment = fp.summaries && fp.by_segment;
+  p.summary_count = fp.summaries && !fp.by_segment ? fp.query.segments - 1 : 0;
+  p.summary_key = fp.summary_key;
+  p.summary_value = fp.summary_value;
+  p.summary_mask = fp.summary_mask;
+  return p;
+}
+
+std::vector<PlanCase> plan_cases() {
+  std::vector<PlanCase> out;
+  const std::vector<std::pair<int64_t, int64_t>> layouts = {
+      {64, 8}, {163, 24}, {288, 96}, {768, 24}, {1584, 24}, {3072, 96}, {3072, 48}};
+  for (const auto& [L, W] : layouts) {
+    const auto add = [&](const std::string& variant, const std::vector<FusedPass>& passes) {
+      for (size_t i = 0; i < passes.size(); ++i)
+        out.push_back({variant + " L" + std::to_string(L) + " W" + std::to_string(W) + " pass " +
+                           std::to_string(i),
+                       pass_of(passes[i])});
+    };
+    add("fixed", fixed_joint_passes(L, W));
+    add("rowmajor", rowmajor_joint_passes(L, W));
+    add("vertical", vertical_joint_passes(L, W));
+    add("horizontal", horizontal_joint_passes(L, W));
+    // The local passes' shapes: a column's causal attention (vertical), a row read right to left
+    // (horizontal's suffixes).
+    const int64_t n = (L + W - 1) / W, spans = n - 1;
+    FusedPass column;
+    column.query = column.key = column.value = {W, spans, 1, W, spans * W};
+    column.mask = fused::Mask::kCausal;
+    add("local column", {column});
+    FusedPass suffix;
+    suffix.query = {spans, W, W, -1, 2 * spans * W, spans * W + W - 1};
+    suffix.key = suffix.value = {spans, W, W, -1, spans * W, W - 1};
+    suffix.mask = fused::Mask::kCausal;
+    add("local suffix", {suffix});
+  }
+  return out;
+}
+
+using Index = std::pair<int64_t, int64_t>;  // (segment, index)
+
+bool sees(const fused::Pass& p, bool b, int64_t t, int64_t j) {
+  return b ? fused::summary_allows(p, t, j) : fused::mask_allows(p.mask, t, j);
+}
+int64_t key_count(const fused::Pass& p, bool b, int64_t g) {
+  return b ? fused::summary_terms(p, g) : fused::valid_count(p.key, g);
+}
+
+TEST(FusedTiles, EveryQueryIsOneRowOfOneTile) {
+  for (const auto& c : plan_cases()) {
+    const auto& p = c.pass;
+    std::map<Index, int> rows;
+    for (int64_t cta = 0; cta < fused::query_ctas(p); ++cta)
+      for (int64_t r = 0; r < fused::kQueryTile; ++r) {
+        const TileIndex q = fused::tile_query(p, cta, r);
+        if (q.valid) ++rows[{q.g, q.i}];
+      }
+    int64_t queries = 0;
+    for (int64_t g = 0; g < p.query.segments; ++g)
+      for (int64_t t = 0; t < fused::valid_count(p.query, g); ++t, ++queries)
+        ASSERT_EQ(rows[Index(g, t)], 1) << c.name << ": query " << t << " of segment " << g;
+    EXPECT_EQ(int64_t(rows.size()), queries) << c.name;
+  }
+}
+
+TEST(FusedTiles, EveryKeyIsOneColumnOfOneDkvTileWhoseWalkReachesItsQueries) {
+  for (const auto& c : plan_cases()) {
+    const auto& p = c.pass;
+    const bool packed = fused::segment_pack(p) > 1;
+    for (const bool b : {false, true}) {
+      if (b && !(p.summaries && p.by_segment)) continue;
+      const fused::Mask mask = b ? p.summary_mask : p.mask;
+      const int64_t MQ = fused::backward_query_tile(64);
+      std::map<Index, int> columns;
+      for (int64_t cta = 0; cta < fused::key_ctas(p, b); ++cta) {
+        // The queries this CTA walks (kernel_cpu.cpp backward_dkv_tile).
+        const TileIndex first = fused::dkv_key(p, b, cta, 0);
+        std::set<Index> walked;
+        if (packed) {
+          for (int64_t f = 0; f < fused::segment_pack(p) * p.query.seg_len; ++f) {
+            const TileIndex q = fused::packed_query(p, cta, f);
+            if (q.valid) walked.insert({q.g, q.i});
+          }
+        } else {
+          for (int64_t f = fused::first_query_tile(mask, first.i, MQ);
+               f < fused::valid_count(p.query, first.g);
+               ++f)
+            walked.insert({first.g, f});
+        }
+        for (int64_t col = 0; col < fused::kKeyTile; ++col) {
+          const TileIndex k = fused::dkv_key(p, b, cta, col);
+          if (!k.valid) continue;
+          ++columns[{k.g, k.i}];
+          for (int64_t t = 0; t < fused::valid_count(p.query, k.g); ++t)
+            if (sees(p, b, t, k.i))
+              ASSERT_TRUE(walked.count({k.g, t}))
+                  << c.name << (b ? ", source B" : "") << ": key " << k.i << " of segment " << k.g
+                  << " misses query " << t;
+        }
+      }
+      const auto& at = b ? p.summary_key : p.key;
+      int64_t keys = 0;
+      for (int64_t g = 0; g < at.segments; ++g)
+        for (int64_t j = 0; j < key_count(p, b, g); ++j, ++keys)
+          ASSERT_EQ(columns[Index(g, j)], 1)
+              << c.name << (b ? ", source B" : "") << ": key " << j << " of segment " << g;
+      EXPECT_EQ(int64_t(columns.size()), keys) << c.name;
+    }
+  }
+}
+
+TEST(FusedTiles, AQueryTileHoldsEachKeyItsQueriesSeeOnce) {
+  for (const auto& c : plan_cases()) {
+    const auto& p = c.pass;
+    for (int64_t cta = 0; cta < fused::query_ctas(p); ++cta) {
+      const auto n = fused::query_tile_keys(p, cta);
+      std::map<std::pair<bool, Index>, int> held;  // (source B, (segment, key)) -> columns
+      for (int64_t tile = 0; tile < n.total; ++tile)
+        for (int64_t col = 0; col < fused::kKeyTile; ++col) {
+          const TileIndex k = fused::tile_key(p, cta, tile, n.direct, col);
+          if (k.valid) ++held[{tile >= n.direct, {k.g, k.i}}];
+        }
+      for (const auto& [key, count] : held)
+        ASSERT_EQ(count, 1) << c.name << ": tile " << cta << " holds a key twice";
+      for (int64_t r = 0; r < fused::kQueryTile; ++r) {
+        const TileIndex q = fused::tile_query(p, cta, r);
+        if (!q.valid) continue;
+        for (const bool b : {false, true}) {
+          if (b && !p.summaries) continue;
+          for (int64_t j = 0; j < key_count(p, b, q.g); ++j)
+            if (sees(p, b, q.i, j))
+              ASSERT_TRUE(held.count({b, {q.g, j}}))
+                  << c.name << (b ? ", source B" : "") << ": query " << q.i << " of segment " << q.g
+                  << " misses key " << j;
+        }
+      }
+    }
+  }
+}
+
+TEST(FusedTiles, ColumnsOfThirtyTwoQueriesShareTilesTwoByTwo) {
+  // CIFAR-10's rows of 96: vertical's column pass has 96 columns of 32 queries and 32 keys.
+  const auto p = pass_of(vertical_joint_passes(3072, 96).back());
+  ASSERT_EQ(p.query.seg_len, 32);
+  EXPECT_EQ(fused::segment_pack(p), 2);
+  EXPECT_EQ(fused::query_ctas(p), 48);
+  EXPECT_EQ(fused::key_ctas(p, false), 48);
+  // Its row pass (rows of 96 queries) is not packed.
+  EXPECT_EQ(fused::segment_pack(pass_of(vertical_joint_passes(3072, 96).front())), 1);
+}
+
+}  // namespace
+}  // namespace combiner::attention
