@@ -3,7 +3,8 @@
 #   1. every src/attention/fused/*.cu and src/ops/*.cu with nvcc for sm_90, ptxas -v: one line
 #      per kernel with its registers, stack frame and spill bytes (dynamic shared memory is set at
 #      launch: the sizes are in each .cu file's opening comment);
-#   2. the torch glue (src/attention/fused/function.cpp, fused.cpp, pools.cpp, launch.cpp with
+#   2. the torch glue (src/attention/fused/function.cpp, fused.cpp, pools.cpp, launch.cpp and
+#      src/attention/static_decode.cpp with
 #      COMBINER_WITH_CUDA_KERNELS; src/ops/layer_norm.cpp with COMBINER_WITH_CUDA_OPS) against
 #      this machine's LibTorch headers and the CUDA headers (-fsyntax-only), so type errors in the
 #      CUDA-only lines show up before anything runs on a GPU.
@@ -58,7 +59,8 @@ mkdir -p "$stub"
 [ -f /usr/include/c10/cuda/impl/cuda_cmake_macros.h ] ||
   printf '#pragma once\n#define C10_CUDA_BUILD_SHARED_LIBS\n' >"$stub/cuda_cmake_macros.h"
 for glue in src/attention/fused/function.cpp src/attention/fused/fused.cpp \
-  src/attention/fused/pools.cpp src/attention/fused/launch.cpp src/ops/layer_norm.cpp; do
+  src/attention/fused/pools.cpp src/attention/fused/launch.cpp src/attention/static_decode.cpp \
+  src/ops/layer_norm.cpp; do
   define=COMBINER_WITH_CUDA_KERNELS
   [[ "$glue" == src/ops/* ]] && define=COMBINER_WITH_CUDA_OPS
   if g++ -std=c++17 -fsyntax-only -Wall -Wextra -Wno-unused-parameter -D$define \

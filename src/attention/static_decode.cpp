@@ -2,6 +2,7 @@
 
 #include "attention/attention.h"
 #include "attention/decode.h"
+#include "attention/fused/launch.h"
 #include "attention/plan.h"
 #include "attention/span_ops.h"
 #include "attention/summary.h"
@@ -252,6 +253,97 @@ torch::Tensor StaticDecodeLayer::step(const torch::Tensor& q,
     if (spans) q_ = zeros(L, q.size(2));
     kv_ = zeros(L, k.size(2) + v.size(2));
   }
+  const bool fused = path_ == Path::kFused || (path_ == Path::kAuto && q.is_cuda());
+  if (fused) {
+    const auto why = fused_unsupported(q, k, v, inputs);
+    if (why.empty()) return step_fused(q, k, v, inputs);
+    TORCH_CHECK(path_ != Path::kFused, "static decode: the fused step cannot take this: ", why);
+  }
+  return step_composed(q, k, v, inputs);
+}
+
+fused::DecodeStep StaticDecodeLayer::fused_step(const torch::Tensor& q,
+                                                const torch::Tensor& k,
+                                                const torch::Tensor& v,
+                                                const StaticDecodeInputs& inputs) const {
+  fused::DecodeStep s;
+  s.batch = q.size(0);
+  s.heads = q.size(1);
+  s.dim = q.size(2);
+  s.value_dim = v.size(2);
+  s.length = inputs.length();
+  s.scale = score_scale(q.size(2));
+  s.dtype = q.scalar_type() == torch::kDouble ? fused::Dtype::kFloat64 : fused::Dtype::kFloat32;
+  s.position = inputs.position().data_ptr<int64_t>();
+  auto operand = [](const torch::Tensor& x) {
+    return fused::Operand{x.data_ptr(), x.stride(0), x.stride(1), 0};
+  };
+  s.q = operand(q);
+  s.k = operand(k);
+  s.v = operand(v);
+  s.q_cache = q_.defined() ? q_.data_ptr() : nullptr;
+  s.kv_cache = kv_.data_ptr();
+  s.plans = int(std::min<size_t>(inputs.plans(), fused::kDecodeMaxPlans));
+  for (int p = 0; p < s.plans; ++p) {
+    auto& plan = s.plan[p];
+    plan.direct = inputs.direct(p).data_ptr<int64_t>();
+    plan.direct_count = inputs.direct(p).numel();
+    plan.slots = inputs.slots(p).data_ptr<int64_t>();
+    plan.span_count = inputs.slots(p).numel();
+    plan.bias = inputs.bias(p).data_ptr<float>();
+    plan.spans = spans_[p].data_ptr();
+    plan.span_rows = spans_[p].size(2);
+  }
+  return s;
+}
+
+std::string StaticDecodeLayer::fused_unsupported(const torch::Tensor& q,
+                                                 const torch::Tensor& k,
+                                                 const torch::Tensor& v,
+                                                 const StaticDecodeInputs& inputs) const {
+  const auto dtype = q.scalar_type();
+  if (k.scalar_type() != dtype || v.scalar_type() != dtype || compute_dtype(q) != dtype)
+    return std::string("q, k and v must share a float32 or float64 dtype, got ") +
+           c10::toString(q.scalar_type()) + ", " + c10::toString(k.scalar_type()) + ", " +
+           c10::toString(v.scalar_type());
+  if (q.stride(2) != 1 || k.stride(2) != 1 || v.stride(2) != 1)
+    return "q, k and v need a contiguous last axis";
+  if (v.size(2) > fused::kDecodeMaxValueDim)
+    return "value dim " + std::to_string(v.size(2)) + " over " +
+           std::to_string(fused::kDecodeMaxValueDim);
+  if (inputs.plans() > size_t(fused::kDecodeMaxPlans))
+    return std::to_string(inputs.plans()) + " plans, over " +
+           std::to_string(fused::kDecodeMaxPlans);
+  if (!q.is_cuda()) return "";
+#ifdef COMBINER_WITH_CUDA_KERNELS
+  if (dtype != torch::kFloat) return "the CUDA kernel takes float32";
+  const int64_t bytes = fused::decode_smem_bytes(fused_step(q, k, v, inputs));
+  if (bytes > fused::kDecodeMaxSmem)
+    return std::to_string(fused::decode_terms(fused_step(q, k, v, inputs))) +
+           " terms a step need " + std::to_string(bytes) + " bytes of shared memory, over " +
+           std::to_string(fused::kDecodeMaxSmem);
+  return "";
+#else
+  return "this build has no CUDA kernels";
+#endif
+}
+
+torch::Tensor StaticDecodeLayer::step_fused(const torch::Tensor& q,
+                                            const torch::Tensor& k,
+                                            const torch::Tensor& v,
+                                            const StaticDecodeInputs& inputs) {
+  auto s = fused_step(q, k, v, inputs);
+  auto out = torch::empty({s.batch, s.heads, s.value_dim}, v.options());
+  s.out = out.data_ptr();
+  fused_launch::decode_step(q, s);
+  return out;
+}
+
+torch::Tensor StaticDecodeLayer::step_composed(const torch::Tensor& q,
+                                               const torch::Tensor& k,
+                                               const torch::Tensor& v,
+                                               const StaticDecodeInputs& inputs) {
+  const auto dtype = compute_dtype(q);
   const auto& at = inputs.position();
   if (q_.defined()) q_.index_copy_(2, at, q.unsqueeze(2).to(dtype));
   kv_.index_copy_(2, at, torch::cat({k, v}, -1).unsqueeze(2).to(dtype));

@@ -15,6 +15,8 @@
 
 #include <torch/torch.h>
 
+#include "attention/attention.h"
+#include "attention/fused/decode_kernel.h"
 #include "attention/options.h"
 #include "attention/plan.h"
 
@@ -95,13 +97,22 @@ class StaticDecodeInputs {
 
 // One layer's cache and span tables. `summary` is the module's (null for variants without
 // spans) and must outlive this.
+//
+// A step runs as one fused call (fused/decode_kernel.h: the cache writes, gathers, softmax and
+// weighted sums in one kernel on a GPU, its CPU model elsewhere) or as LibTorch ops, the
+// reference: `path` as the attention module's (kAuto: the kernel on CUDA where it applies, the
+// ops elsewhere; kFused: the kernel or its CPU model, an error where it cannot take the step;
+// kComposed: the ops).
 class StaticDecodeLayer {
  public:
+  using Path = AttentionImpl::Path;
   // A job's spans are gathered a few at a time, each call's copy of their q, k, v held under
   // `gather_bytes` (at least one span per call): horizontal's 2W row parts padded to W
   // positions would otherwise copy O(W^2) rows at once.
-  explicit StaticDecodeLayer(const SpanSummary* summary, int64_t gather_bytes = int64_t(256) << 20)
-      : summary_(summary), gather_bytes_(gather_bytes) {}
+  explicit StaticDecodeLayer(const SpanSummary* summary,
+                             Path path = Path::kAuto,
+                             int64_t gather_bytes = int64_t(256) << 20)
+      : summary_(summary), path_(path), gather_bytes_(gather_bytes) {}
 
   // Makes the summaries prepare() asked for, from what the cache holds (eager work).
   void summarize(const std::vector<std::vector<SpanJob>>& jobs);
@@ -121,8 +132,27 @@ class StaticDecodeLayer {
   }
 
   void summarize(size_t plan, const SpanJob& job);
+  // The fused call's descriptor of this step, all but its output.
+  fused::DecodeStep fused_step(const torch::Tensor& q,
+                               const torch::Tensor& k,
+                               const torch::Tensor& v,
+                               const StaticDecodeInputs& inputs) const;
+  // Why the fused call cannot take this step (empty when it can).
+  std::string fused_unsupported(const torch::Tensor& q,
+                                const torch::Tensor& k,
+                                const torch::Tensor& v,
+                                const StaticDecodeInputs& inputs) const;
+  torch::Tensor step_fused(const torch::Tensor& q,
+                           const torch::Tensor& k,
+                           const torch::Tensor& v,
+                           const StaticDecodeInputs& inputs);
+  torch::Tensor step_composed(const torch::Tensor& q,
+                              const torch::Tensor& k,
+                              const torch::Tensor& v,
+                              const StaticDecodeInputs& inputs);
 
   const SpanSummary* summary_;
+  Path path_;
   int64_t gather_bytes_;
   int64_t key_dim_ = 0;
   torch::Tensor q_;                   // [B, H, L, D] in the compute dtype, for the span summaries

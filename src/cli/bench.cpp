@@ -8,7 +8,8 @@
 //   a table of their N largest GPU kernels and CPU ops (tools/profile.h).
 //   kernel-check: the fused attention kernels (CUDA, or their CPU model on the CPU) against the
 //   LibTorch composition and the float64 dense reference, then (every variant asked for) the
-//   fused LayerNorm against LibTorch's in float64; exits 1 if any case fails.
+//   fused LayerNorm against LibTorch's in float64 and the decode kernel (sampling's attention
+//   step) against the decoder's LibTorch ops and forward(); exits 1 if any case fails.
 #include <spdlog/spdlog.h>
 #include <CLI/CLI.hpp>
 
@@ -23,6 +24,7 @@
 #include "attention/attention.h"
 #include "config/load.h"
 #include "tools/attention_bench.h"
+#include "tools/decode_check.h"
 #include "tools/kernel_check.h"
 #include "tools/norm_check.h"
 #include "tools/train_bench.h"
@@ -190,11 +192,20 @@ int bench_kernel_check(const KernelCheckFlags& f) {
     ++cases;
     failed += r.pass ? 0 : 1;
   }
-  if (f.variants == "all") {  // the block's fused kernels too: LayerNorm
+  if (f.variants == "all") {  // the block's fused kernels too: LayerNorm,
     std::printf("%s\n", combiner::tools::norm_check_header().c_str());
     for (const auto& c : combiner::tools::norm_check_cases(f.sizes != "small")) {
       const auto r = combiner::tools::run_norm_check(c, f.device);
       std::printf("%s\n", combiner::tools::norm_check_line(c, r).c_str());
+      std::fflush(stdout);
+      ++cases;
+      failed += r.pass ? 0 : 1;
+    }
+    // and the static decoder's attention step (sampling)
+    std::printf("%s\n", combiner::tools::decode_check_header().c_str());
+    for (const auto& c : combiner::tools::decode_check_cases(f.sizes != "small")) {
+      const auto r = combiner::tools::run_decode_check(c, f.device);
+      std::printf("%s\n", combiner::tools::decode_check_line(c, r).c_str());
       std::fflush(stdout);
       ++cases;
       failed += r.pass ? 0 : 1;

@@ -3,9 +3,9 @@
 // uint8 [N, H, W, C] array as .npy, and prints images/s. Cached decoding by default; --no-cache
 // re-runs the network per subpixel. The model runs on the config's train.device (auto: a GPU when
 // LibTorch sees one); the draws themselves are on the CPU either way.
+#include <fmt/format.h>
 #include <spdlog/spdlog.h>
 #include <CLI/CLI.hpp>
-#include <fmt/format.h>
 
 #include <chrono>
 #include <cstdio>
@@ -94,6 +94,9 @@ int main(int argc, char** argv) {
     const auto device =
         cb::train::resolve_device(loaded.config.train.device, cb::train::read_launch_environment());
     model->to(device);
+    // train.attention_path picks the kernels here too: auto (the fused attention step and
+    // LayerNorms on a GPU), composed (LibTorch's ops) or fused (their CPU models on the CPU).
+    cb::model::set_kernel_path(*model, loaded.config.train.attention_path);
     const int64_t batch = options.batch > 0 ? options.batch : options.count;
     const int64_t batches = options.count > 0 ? (options.count + batch - 1) / batch : 0;
     cb::util::Progress progress(

@@ -16,8 +16,10 @@ StaticDecoder::StaticDecoder(ImageTransformer model, int64_t batch, bool capture
       capture_(capture && device_of(model_).is_cuda() && util::CapturedWork::available()),
       inputs_(model_->options().attention, model_->options().length(), device_of(model_)) {
   TORCH_CHECK(batch > 0, "static decoder: batch must be > 0, got ", batch);
-  for (const auto& block : *model_->blocks_)
-    layers_.emplace_back(block->as<Block>()->attention().span_summary());
+  for (const auto& block : *model_->blocks_) {
+    const auto& attention = block->as<Block>()->attention();
+    layers_.emplace_back(attention.span_summary(), attention.path());
+  }
   const auto device = device_of(model_);
   token_ = torch::zeros({batch, 1}, torch::dtype(torch::kLong).device(device));
   logits_ =
@@ -28,15 +30,18 @@ StaticDecoder::~StaticDecoder() = default;
 
 void StaticDecoder::work() {
   auto h = model_->embed_at(token_, inputs_.position()).squeeze(1);
+  torch::Tensor pending;  // each block's last residual add, done in the next LayerNorm's passes
   size_t layer = 0;
   for (const auto& block : *model_->blocks_) {
     auto& state = layers_[layer++];
-    h = block->as<Block>()->step(
-        h, [&](const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v) {
+    std::tie(h, pending) = block->as<Block>()->step_deferred(
+        h, pending, [&](const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v) {
           return state.step(q, k, v, inputs_);
         });
   }
-  logits_.copy_(model_->head_(model_->ln_final_(h)));
+  const auto normed =
+      pending.defined() ? model_->ln_final_->add_forward(h, pending).second : model_->ln_final_(h);
+  logits_.copy_(model_->head_(normed));
 }
 
 torch::Tensor StaticDecoder::step(const torch::Tensor& token) {

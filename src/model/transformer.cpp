@@ -138,11 +138,20 @@ torch::Tensor BlockImpl::step(const torch::Tensor& x, attention::DecodeState& st
 }
 
 torch::Tensor BlockImpl::step(const torch::Tensor& x, const Attend& attend) {
+  auto [h, branch] = step_deferred(x, torch::Tensor(), attend);
+  return h + branch;
+}
+
+std::pair<torch::Tensor, torch::Tensor> BlockImpl::step_deferred(const torch::Tensor& x,
+                                                                 const torch::Tensor& pending,
+                                                                 const Attend& attend) {
   const int64_t B = x.size(0), W = x.size(1), H = heads_;
-  auto qkv = linear(qkv_, ln_attn_(x)).view({B, 3, H, W / H});
+  auto drop = [&](const torch::Tensor& y) { return is_training() ? dropout_(y) : y; };
+  auto [input, normed] = input_add_and_norm(x, pending);
+  auto qkv = linear(qkv_, normed).view({B, 3, H, W / H});
   auto heads_out = attend(qkv.select(1, 0), qkv.select(1, 1), qkv.select(1, 2));
-  auto h = x + dropout_(linear(attn_out_, heads_out.reshape({B, W})));
-  return mlp_half(h);
+  auto [h, normed_h] = add_and_norm(input, drop(linear(attn_out_, heads_out.reshape({B, W}))));
+  return {h, drop(mlp_of_normed(normed_h))};
 }
 
 std::unique_ptr<attention::DecodeState> BlockImpl::start_decoding(int64_t length) const {

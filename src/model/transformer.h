@@ -76,6 +76,13 @@ class BlockImpl : public torch::nn::Module {
       const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v)>;
   torch::Tensor step(const torch::Tensor& x, attention::DecodeState& state);
   torch::Tensor step(const torch::Tensor& x, const Attend& attend);
+  // The same with the residual adds left to the LayerNorm after each, as forward() runs them:
+  // (x, pending) -> (h, branch), the block's output being h + branch, where `pending` is the
+  // previous block's branch (undefined for the first) still to be added to x. In eval mode no
+  // dropout is called (it would copy nothing, but it is one more op to count and to capture).
+  std::pair<torch::Tensor, torch::Tensor> step_deferred(const torch::Tensor& x,
+                                                        const torch::Tensor& pending,
+                                                        const Attend& attend);
   std::unique_ptr<attention::DecodeState> start_decoding(int64_t length) const;
   const attention::AttentionImpl& attention() const { return *attention_; }
 

@@ -24,13 +24,15 @@ torch::Tensor decode_all(AttentionImpl& module, const testing::Inputs& in) {
   return torch::stack(outputs, 2);
 }
 
-// gather_bytes 1: each span summarised in a call of its own.
+// path kFused: the decode kernel's CPU model; gather_bytes 1: each span summarised in a call of
+// its own.
 torch::Tensor static_decode_all(AttentionImpl& module,
                                 const Case& c,
                                 const testing::Inputs& in,
+                                StaticDecodeLayer::Path path,
                                 int64_t gather_bytes = int64_t(256) << 20) {
   StaticDecodeInputs inputs(c.options(), c.length, torch::kCPU);
-  StaticDecodeLayer layer(module.span_summary(), gather_bytes);
+  StaticDecodeLayer layer(module.span_summary(), path, gather_bytes);
   std::vector<torch::Tensor> outputs;
   for (int64_t i = 0; i < c.length; ++i) {
     layer.summarize(inputs.prepare(i));
@@ -47,12 +49,31 @@ TEST_P(DecodeTest, StepsEqualForward) {
   in.q = in.q * 3;  // peaked attention, so a misplaced term shows
   torch::NoGradGuard no_grad;
   auto expected = module->forward(in.q, in.k, in.v);
-  for (const auto& decoded : {decode_all(*module, in),
-                              static_decode_all(*module, c, in),
-                              static_decode_all(*module, c, in, /*gather_bytes=*/1)}) {
+  using Path = StaticDecodeLayer::Path;
+  for (const auto& decoded :
+       {decode_all(*module, in),
+        static_decode_all(*module, c, in, Path::kComposed),
+        static_decode_all(*module, c, in, Path::kFused),
+        static_decode_all(*module, c, in, Path::kFused, /*gather_bytes=*/1)}) {
     ASSERT_EQ(decoded.sizes(), expected.sizes());
     EXPECT_LT((decoded - expected).abs().max().item<double>(), 1e-5);
   }
+}
+
+// The decode kernel's model against the ops it replaces, in float64: the same terms, weights and
+// sums, so they agree to rounding.
+TEST_P(DecodeTest, FusedStepEqualsTheOpsInFloat64) {
+  const Case& c = GetParam();
+  torch::manual_seed(7);
+  auto module = make_attention(c.options(), c.length, testing::kDim);
+  module->to(torch::kDouble);
+  auto in = testing::random_inputs(c.length, torch::kDouble, 23);
+  in.q = in.q * 3;
+  torch::NoGradGuard no_grad;
+  using Path = StaticDecodeLayer::Path;
+  const auto fused = static_decode_all(*module, c, in, Path::kFused);
+  const auto composed = static_decode_all(*module, c, in, Path::kComposed);
+  EXPECT_LT((fused - composed).abs().max().item<double>(), 1e-12);
 }
 
 TEST_P(DecodeTest, RefusesAStepPastTheEnd) {

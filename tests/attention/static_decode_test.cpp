@@ -3,6 +3,7 @@
 // checked with the per-variant decoders' (decode_test.cpp).
 #include <gtest/gtest.h>
 
+#include "attention/attention.h"
 #include "attention/plan.h"
 #include "attention/static_decode.h"
 
@@ -58,6 +59,34 @@ TEST(DecodeScheduleTest, RefusesStepsOutOfOrder) {
   std::vector<float> bias(schedule.direct_width() + schedule.span_width());
   EXPECT_THROW(schedule.advance(1, direct.data(), slots.data(), bias.data(), torch::kCPU),
                c10::Error);
+}
+
+// The fused step where its kernel cannot go: forced, a one-line error naming why; on kAuto the
+// LibTorch ops take the step (here bfloat16 inputs, which the kernel's model does not read).
+TEST(StaticDecodeLayerTest, ForcedFusedStepRefusesWhatItCannotTake) {
+  AttentionOptions options{"combiner-axial-vertical", 4, 4, "max"};
+  auto module = make_attention(options, 16, 8);
+  const auto q = torch::randn({1, 2, 8}, torch::kBFloat16);
+  for (const auto path : {StaticDecodeLayer::Path::kFused, StaticDecodeLayer::Path::kAuto}) {
+    StaticDecodeInputs inputs(options, 16, torch::kCPU);
+    StaticDecodeLayer layer(module->span_summary(), path);
+    layer.summarize(inputs.prepare(0));
+    if (path == StaticDecodeLayer::Path::kAuto) {
+      EXPECT_EQ(layer.step(q, q, q, inputs).scalar_type(), torch::kBFloat16);
+      continue;
+    }
+    try {
+      layer.step(q, q, q, inputs);
+      ADD_FAILURE() << "a bfloat16 step was taken by the fused path";
+    } catch (const c10::Error& e) {
+      const std::string what = e.what_without_backtrace();
+      EXPECT_NE(what.find("fused step cannot take this: q, k and v must share a float32 or "
+                          "float64 dtype, got BFloat16"),
+                std::string::npos)
+          << what;
+      EXPECT_EQ(what.find('\n'), std::string::npos) << what;
+    }
+  }
 }
 
 }  // namespace

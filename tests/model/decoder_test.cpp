@@ -35,10 +35,10 @@ std::string name(const DecoderCase& c) {
   return out;
 }
 
-ImageTransformer random_model(const DecoderCase& c) {
+ImageTransformer random_model(const DecoderCase& c, int64_t width = 16) {
   TransformerOptions o;
   o.layers = 2;
-  o.width = 16;
+  o.width = width;
   o.heads = 2;
   o.mlp_ratio = 2;
   o.image = {4, 4, 3};  // L = 48
@@ -93,6 +93,24 @@ TEST_P(DecoderTest, StaticStepLogitsEqualForwardLogits) {
   EXPECT_FALSE(decoder.captured());
   EXPECT_TRUE(decoder.capture_error().empty());
   EXPECT_THROW(decoder.step(tokens.select(1, 0)), c10::Error);
+}
+
+// The same on a GPU's paths, their CPU models here: the decode kernel for every attention step
+// and the LayerNorm kernels with the residual adds (a width they take), against forward() on the
+// LibTorch paths.
+TEST_P(DecoderTest, StaticStepOnTheKernelPathsEqualsForwardLogits) {
+  auto model = random_model(GetParam(), /*width=*/32);
+  torch::NoGradGuard no_grad;
+  auto x = torch::randint(0, 256, {3, 48}, torch::kLong);
+  set_kernel_path(*model, "composed");
+  auto expected = model->forward(x);
+
+  set_kernel_path(*model, "fused");
+  StaticDecoder decoder(model, 3, /*capture=*/false);
+  // float32 sums in other orders through two layers of N(0, 0.5) weights, logits up to ~13: the
+  // largest error seen is 1.2e-4 (the LibTorch paths' 4.5e-5); a misread term gives ~1.
+  EXPECT_LT(worst_step_error(decoder, input_tokens(x), expected), 2.5e-4);
+  EXPECT_GT(expected.std().item<double>(), 1.0);
 }
 
 TEST(StaticDecoderTest, RefusesTokensOfAnotherBatch) {

@@ -12,16 +12,18 @@
 namespace combiner::tools {
 namespace {
 
-model::ImageTransformer vertical_model(int64_t layers) {
+// The paths a GPU takes (attention and LayerNorm kernels; on the CPU their models).
+model::ImageTransformer vertical_model(int64_t layers, const std::string& path = "fused") {
   model::TransformerOptions o;
   o.layers = layers;
-  o.width = 16;
+  o.width = 32;  // a width the LayerNorm kernels take
   o.heads = 2;
   o.mlp_ratio = 2;
   o.image = {4, 4, 3};  // L = 48, rows of 12
   o.attention = {"combiner-axial-vertical", 12, 12, "max"};
   torch::manual_seed(3);
   model::ImageTransformer model(o);
+  model::set_kernel_path(*model, path);
   model->eval();
   return model;
 }
@@ -46,16 +48,12 @@ std::vector<int64_t> launches_per_step(Decoder& decoder, int64_t batch, std::str
   return out;
 }
 
-TEST(DecodeCount, StaticStepLaunchesTheSameWorkAtEveryPosition) {
-  torch::NoGradGuard no_grad;
-  // The bounds, what a step launches today: per layer (LayerNorms, projections, the cache
-  // writes, gathers, scores, softmax, MLP; eval-mode dropout counted though it launches nothing
-  // on a GPU) and once per step (the token and index buffers copied in, the embeddings, the
-  // final LayerNorm and head, the logits out).
-  constexpr int64_t kPerLayer = 23, kPerStep = 18;
+// Per layer and per step, what the static decoder's steady step launches (the step before a row
+// start), with the kernel paths `path` sets.
+std::pair<int64_t, int64_t> static_step_launches(const std::string& path) {
   std::vector<int64_t> steady;
   for (const int64_t layers : {1, 3}) {
-    auto model = vertical_model(layers);
+    auto model = vertical_model(layers, path);
     model::StaticDecoder decoder(model, 2, /*capture=*/false);
     std::string seen;
     const auto counts = launches_per_step(decoder, 2, &seen);
@@ -63,21 +61,35 @@ TEST(DecodeCount, StaticStepLaunchesTheSameWorkAtEveryPosition) {
     // summaries first, in one call each.
     for (int64_t i = 1; i < 48; ++i) {
       if (i % 12 == 0) continue;
-      EXPECT_EQ(counts[i], counts[1]) << layers << " layers, step " << i;
+      EXPECT_EQ(counts[i], counts[1]) << path << ", " << layers << " layers, step " << i;
     }
     for (int64_t i : {12, 24, 36}) EXPECT_GT(counts[i], counts[1]) << "step " << i;
     steady.push_back(counts[1]);
-    if (layers == 3) std::cout << "launches of step 20, 3 layers:" << seen << "\n";
+    if (layers == 3) std::cout << path << ": launches of step 20, 3 layers:" << seen << "\n";
   }
   const int64_t per_layer = (steady[1] - steady[0]) / 2, per_step = steady[0] - per_layer;
-  std::cout << "per layer " << per_layer << ", per step " << per_step << "\n";
+  std::cout << path << ": per layer " << per_layer << ", per step " << per_step << "\n";
+  return {per_layer, per_step};
+}
+
+TEST(DecodeCount, StaticStepLaunchesTheSameWorkAtEveryPosition) {
+  torch::NoGradGuard no_grad;
+  // The bounds, what a step launches today on a GPU's paths, per layer: the LayerNorms (each
+  // with the residual add before it), the four projections, GELU and the attention step (cache
+  // writes, gathers, scores, softmax and sums in one kernel); once per step: the token and index
+  // buffers copied in, the embeddings, the final LayerNorm and head, the logits out.
+  constexpr int64_t kPerLayer = 8, kPerStep = 18;
+  const auto [per_layer, per_step] = static_step_launches("fused");
   EXPECT_LE(per_layer, kPerLayer);
   EXPECT_LE(per_step, kPerStep);
+  // The same step in LibTorch ops (the reference path): the attention step alone is a dozen.
+  const auto composed = static_step_launches("composed");
+  EXPECT_GE(composed.first, per_layer + 10);
 }
 
 TEST(DecodeCount, DynamicStepLaunchesGrowWithThePrefix) {
   torch::NoGradGuard no_grad;
-  auto model = vertical_model(3);
+  auto model = vertical_model(3, "composed");
   model::Decoder decoder(model);
   std::string seen;
   const auto counts = launches_per_step(decoder, 2, &seen);

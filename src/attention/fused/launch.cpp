@@ -82,6 +82,10 @@ std::string describe(const fused::RunningMaxes& r) {
 std::string describe(const fused::SegmentMaxes& m) {
   return std::string(m.part[0].dy ? "segment max backward: " : "segment max: ") + parts(m);
 }
+std::string describe(const fused::DecodeStep& s) {
+  return "decode step: " + n(s.batch) + " x " + n(s.heads) + " heads, " +
+         n(fused::decode_terms(s)) + " terms" + (s.plans > 1 ? " x " + n(s.plans) + " plans" : "");
+}
 
 // A CUDA kernel's host function, or nullptr in a build without the kernels (a parameter type
 // that takes no part in deducing Arg, so that nullptr is accepted).
@@ -160,6 +164,9 @@ void segment_max(const torch::Tensor& on, const fused::SegmentMaxes& m) {
 }
 void segment_max_backward(const torch::Tensor& on, const fused::SegmentMaxes& m) {
   run(on, m, 1, &fused::segment_max_backward_cpu, COMBINER_CUDA(segment_max_backward_cuda));
+}
+void decode_step(const torch::Tensor& on, const fused::DecodeStep& s) {
+  run(on, s, 1, &fused::decode_step_cpu, COMBINER_CUDA(decode_step_cuda));
 }
 
 #undef COMBINER_CUDA

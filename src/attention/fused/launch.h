@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "attention/fused/decode_kernel.h"
 #include "attention/fused/kernel.h"
 
 namespace combiner::attention::fused_launch {
@@ -47,5 +48,7 @@ void running_max(const torch::Tensor& on, const fused::RunningMaxes& r);
 void running_max_backward(const torch::Tensor& on, const fused::RunningMaxes& r);
 void segment_max(const torch::Tensor& on, const fused::SegmentMaxes& m);
 void segment_max_backward(const torch::Tensor& on, const fused::SegmentMaxes& m);
+// One cached decode step (attention/static_decode.h).
+void decode_step(const torch::Tensor& on, const fused::DecodeStep& s);
 
 }  // namespace combiner::attention::fused_launch

@@ -1,0 +1,83 @@
+// One cached decode step of attention in one kernel (the static decoder's,
+// attention/static_decode.h): for every (batch, head), write the new position's q, k and v into the
+// caches, then, per plan, one softmax over the terms the host listed for this step (cache rows
+// attended directly, then span-table slots: pooled keys with their local expectations), each with a
+// bias (0, or -inf on the padding), and the weighted sum of their values; with two plans
+// (combiner-mixture) the mean of the two outputs. It replaces the op path's cache writes, casts,
+// gathers, concatenations, score and value products, bias add and softmax: about sixteen launches a
+// layer.
+//
+//   score_t = scale * q . key_t + bias_t,   p = softmax(score),   out = sum_t p_t value_t
+//
+// The step position and the lists are read on the device, so a captured step replays with new
+// contents of the same buffers. Two implementations read these descriptors: a CPU model
+// (decode_cpu.cpp: plain loops, float32 and float64; tests, and the CPU's static decoder) and the
+// CUDA kernel (decode_kernel.cu, float32; CUDA builds). One CTA per (batch, head), 4 warps: a
+// warp per term for the scores (lanes over D), a block-wide max and sum, a warp per term again
+// for the values (lanes over Dv), the warps' partial sums added in shared memory.
+#pragma once
+
+#include <cstdint>
+
+#include "attention/fused/kernel.h"
+
+namespace combiner::attention::fused {
+
+constexpr int kDecodeWarps = 4;
+constexpr int64_t kDecodeMaxValueDim = 256;  // lanes hold Dv / 32 running sums
+constexpr int kDecodeMaxPlans = 2;
+
+// A plan's terms for this step: `direct_count` rows of the kv cache (their positions in
+// `direct`), then `span_count` rows of its span table (their slots in `slots`); `bias` has one
+// entry per term, direct ones first.
+struct DecodePlan {
+  const int64_t* direct = nullptr;
+  int64_t direct_count = 0;
+  const int64_t* slots = nullptr;
+  int64_t span_count = 0;
+  const float* bias = nullptr;
+  const void* spans = nullptr;  // [B, H, span_rows, D + Dv] contiguous: pooled key, expectation
+  int64_t span_rows = 0;
+};
+
+// q, k: [B, H, D] and v: [B, H, Dv] (strides in elements, the last axis contiguous) of the
+// position *position; the caches are contiguous, q_cache [B, H, length, D] (null when no plan
+// pools queries) and kv_cache [B, H, length, D + Dv] (key, then value, in one row); out
+// [B, H, Dv] contiguous. All in `dtype`: float32, or float64 (CPU model only).
+struct DecodeStep {
+  int64_t batch = 0, heads = 0, dim = 0, value_dim = 0, length = 0;
+  double scale = 1;
+  Dtype dtype = Dtype::kFloat32;
+  const int64_t* position = nullptr;
+  Operand q, k, v;  // `row` unused
+  void* q_cache = nullptr;
+  void* kv_cache = nullptr;
+  int plans = 1;
+  DecodePlan plan[kDecodeMaxPlans];
+  void* out = nullptr;
+};
+
+COMBINER_HD int64_t decode_terms(const DecodeStep& s) {
+  int64_t n = 0;
+  for (int p = 0; p < s.plans; ++p) {
+    const int64_t t = s.plan[p].direct_count + s.plan[p].span_count;
+    n = t > n ? t : n;
+  }
+  return n;
+}
+// Shared memory of the CUDA kernel: q [D], the warps' value sums [4 x Dv], the scores of the
+// widest plan, and the block reductions' 2 x 4 floats.
+COMBINER_HD int64_t decode_smem_bytes(const DecodeStep& s) {
+  return int64_t(sizeof(float)) *
+         (s.dim + kDecodeWarps * s.value_dim + decode_terms(s) + 2 * kDecodeWarps);
+}
+constexpr int64_t kDecodeMaxSmem = 200 * 1024;  // under the 227 KB an H100 CTA may ask for
+
+// ---- the CPU model (decode_cpu.cpp): float32 and float64 ----
+void decode_step_cpu(const DecodeStep& s);
+
+// ---- the CUDA kernel (decode_kernel.cu; CUDA builds only): float32, Dv <= 256, shared memory
+// within kDecodeMaxSmem. `stream` is a cudaStream_t.
+void decode_step_cuda(const DecodeStep& s, void* stream);
+
+}  // namespace combiner::attention::fused
