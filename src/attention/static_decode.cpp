@@ -311,6 +311,8 @@ std::string StaticDecodeLayer::fused_unsupported(const torch::Tensor& q,
   if (v.size(2) > fused::kDecodeMaxValueDim)
     return "value dim " + std::to_string(v.size(2)) + " over " +
            std::to_string(fused::kDecodeMaxValueDim);
+  if (q.size(2) > fused::kDecodeMaxDim)
+    return "key dim " + std::to_string(q.size(2)) + " over " + std::to_string(fused::kDecodeMaxDim);
   if (inputs.plans() > size_t(fused::kDecodeMaxPlans))
     return std::to_string(inputs.plans()) + " plans, over " +
            std::to_string(fused::kDecodeMaxPlans);

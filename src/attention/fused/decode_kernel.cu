@@ -1,17 +1,24 @@
-// The decode kernel (decode_kernel.h), line for line the CPU model's loops (decode_cpu.cpp) over
-// one CTA per (batch, head): the cache writes, then per plan
-//   scores:  warp w takes terms w, w + 4, ...; its lanes read the key row (D floats, coalesced),
-//            the dot product summed by shuffles; lane 0 stores scale * dot + bias;
+// The decode kernel (decode_kernel.h), the CPU model's loops (decode_cpu.cpp) over one CTA per
+// (batch, head), 8 warps:
+//   rows:    the step's terms listed in shared memory as one int each (a cache position, or
+//            -1 - a span slot), so no term's row load waits on its index's load;
+//   writes:  the new position's q (when kept), k and v into the caches; q into registers;
+//   scores:  warp w takes terms 4w .. 4w + 3, then 32 on; its lanes load the 4 key rows (D / 32
+//            floats each, coalesced) before summing any, then shuffle-sum the 4 dot products;
+//            lane 0 stores scale * dot + bias;
 //   softmax: the block's max and sum of exp(score - max), the weights kept over the scores;
 //   values:  warp w takes the same terms again; lane l sums weight x value[l + 32c] for its
-//            Dv / 32 columns; the four warps' sums are added in shared memory, divided by the
-//            softmax's sum and added to the output (the plans' mean when there are two).
-// Shared memory: q [D] + 4 x Dv + the widest plan's scores + 8 floats; at the 128-layer
-// preset's D = Dv = 128 and 222 terms, 3.5 KB.
+//            Dv / 32 columns over the 4 rows at a time; the 8 warps' sums are added in shared
+//            memory, divided by the softmax's sum and added to the output (the plans' mean when
+//            there are two).
+// Shared memory: 8 x Dv + 2 x the widest plan's terms + 16 floats; at the 128-layer preset's
+// D = Dv = 128 and 222 terms, 5.9 KB.
 //
 // Cost at that preset (64 images, 2 heads, L 3072, combiner-axial-vertical's 127 direct positions
-// and 95 spans a step): each CTA reads 222 rows of 256 floats (227 KB), 29 MB a layer: ~6 us at an
-// H200's ~4.8 TB/s, 0.8 ms for 128 layers, 2.4 s for the 3,072 steps of 64 images.
+// and 95 spans a step): each CTA reads 222 rows of 256 floats (227 KB), twice (keys, then values:
+// the second read mostly from L2), 29 MB a layer from memory: ~6 us at an H200's ~4.8 TB/s,
+// 0.8 ms for 128 layers, 2.4 s for the 3,072 steps of 64 images. One CTA per SM (128 CTAs) needs
+// ~20 KB of loads in flight each to reach that: 8 warps x 4 rows x 512 B of keys is 16 KB.
 #include <cuda_runtime.h>
 
 #include <cfloat>
@@ -26,7 +33,9 @@ namespace combiner::attention::fused {
 namespace {
 
 constexpr int kThreads = kDecodeWarps * 32;
+constexpr int kDimChunks = int(kDecodeMaxDim / 32);
 constexpr int kValueChunks = int(kDecodeMaxValueDim / 32);
+constexpr int kInFlight = kDecodeTermsInFlight;
 
 __device__ __forceinline__ float warp_sum(float x) {
   for (int offset = 16; offset > 0; offset /= 2) x += __shfl_xor_sync(0xffffffffu, x, offset);
@@ -38,7 +47,7 @@ __device__ __forceinline__ float warp_max(float x) {
   return x;
 }
 
-// The block's sum or max of x (every thread gets it); `slots` holds 4 floats.
+// The block's sum or max of x (every thread gets it); `slots` holds kDecodeWarps floats.
 template <bool MAX>
 __device__ float block_reduce(float x, float* slots) {
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
@@ -50,46 +59,63 @@ __device__ float block_reduce(float x, float* slots) {
   return all;
 }
 
-__global__ void __launch_bounds__(kThreads) decode_step_kernel(const DecodeStep s) {
+__global__ void __launch_bounds__(kThreads, 1) decode_step_kernel(const DecodeStep s) {
   extern __shared__ float smem[];
-  const int64_t D = s.dim, Dv = s.value_dim, L = s.length, row = D + Dv;
+  const int64_t D = s.dim, Dv = s.value_dim, L = s.length, width = D + Dv;
   const int64_t bh = blockIdx.x, b = bh / s.heads, h = bh % s.heads;
   const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
-  float* q_s = smem;                            // [D]
-  float* partial = q_s + D;                     // [4, Dv]
-  float* scores = partial + kDecodeWarps * Dv;  // [terms]
-  float* slots = scores + decode_terms(s);      // [2 x 4]
+  const int64_t terms = decode_terms(s);
+  float* partial = smem;                               // [8, Dv]
+  float* scores = partial + kDecodeWarps * Dv;         // [terms]
+  int* rows = reinterpret_cast<int*>(scores + terms);  // [terms]
+  float* slots = scores + 2 * terms;                   // [2 x 8]
   const int64_t pos = *s.position;
 
   auto vec = [&](const Operand& x) {
     return static_cast<const float*>(x.data) + b * x.batch + h * x.head;
   };
   const float *q = vec(s.q), *k = vec(s.k), *v = vec(s.v);
-  auto* kv_cache = static_cast<float*>(s.kv_cache);
-  float* kv_row = kv_cache + (bh * L + pos) * row;
+  const auto* kv_cache = static_cast<float*>(s.kv_cache) + bh * L * width;
+  float* kv_row = static_cast<float*>(s.kv_cache) + (bh * L + pos) * width;
   for (int64_t d = tid; d < D; d += kThreads) {
-    q_s[d] = q[d];
     kv_row[d] = k[d];
     if (s.q_cache) static_cast<float*>(s.q_cache)[(bh * L + pos) * D + d] = q[d];
   }
   for (int64_t d = tid; d < Dv; d += kThreads) kv_row[D + d] = v[d];
-  __syncthreads();  // the new row (read below when listed) and q_s
+  float q_r[kDimChunks];
+#pragma unroll
+  for (int c = 0; c < kDimChunks; ++c) q_r[c] = lane + 32 * c < D ? q[lane + 32 * c] : 0.f;
 
   float* out = static_cast<float*>(s.out) + bh * Dv;
   for (int p = 0; p < s.plans; ++p) {
     const DecodePlan& plan = s.plan[p];
     const int64_t n = plan.direct_count + plan.span_count;
-    auto term = [&](int64_t t) -> const float* {
-      if (t < plan.direct_count) return kv_cache + (bh * L + plan.direct[t]) * row;
-      return static_cast<const float*>(plan.spans) +
-             (bh * plan.span_rows + plan.slots[t - plan.direct_count]) * row;
+    const auto* spans = static_cast<const float*>(plan.spans) + bh * plan.span_rows * width;
+    for (int64_t t = tid; t < n; t += kThreads)
+      rows[t] =
+          t < plan.direct_count ? int(plan.direct[t]) : -1 - int(plan.slots[t - plan.direct_count]);
+    __syncthreads();  // the rows, and the new cache row (read below when listed)
+    auto row = [&](int64_t t) {
+      return rows[t] >= 0 ? kv_cache + rows[t] * width : spans + (-1 - rows[t]) * width;
     };
-    for (int64_t t = warp; t < n; t += kDecodeWarps) {
-      const float* key = term(t);
-      float dot = 0.f;
-      for (int64_t d = lane; d < D; d += 32) dot += q_s[d] * key[d];
-      dot = warp_sum(dot);
-      if (lane == 0) scores[t] = dot * float(s.scale) + plan.bias[t];
+
+    for (int64_t t0 = warp * kInFlight; t0 < n; t0 += kDecodeWarps * kInFlight) {
+      float key[kInFlight][kDimChunks];
+#pragma unroll
+      for (int j = 0; j < kInFlight; ++j) {
+        const float* r = t0 + j < n ? row(t0 + j) : nullptr;
+#pragma unroll
+        for (int c = 0; c < kDimChunks; ++c)
+          key[j][c] = r && lane + 32 * c < D ? r[lane + 32 * c] : 0.f;
+      }
+#pragma unroll
+      for (int j = 0; j < kInFlight; ++j) {
+        float dot = 0.f;
+#pragma unroll
+        for (int c = 0; c < kDimChunks; ++c) dot += q_r[c] * key[j][c];
+        dot = warp_sum(dot);
+        if (lane == 0 && t0 + j < n) scores[t0 + j] = dot * float(s.scale) + plan.bias[t0 + j];
+      }
     }
     __syncthreads();
     float max = -FLT_MAX;
@@ -104,21 +130,27 @@ __global__ void __launch_bounds__(kThreads) decode_step_kernel(const DecodeStep 
     total = block_reduce<false>(total, slots + kDecodeWarps);  // also orders the weights' stores
 
     float acc[kValueChunks];
-    for (int c = 0; c < kValueChunks; ++c) acc[c] = 0.f;
-    for (int64_t t = warp; t < n; t += kDecodeWarps) {
-      const float weight = scores[t];
-      const float* value = term(t) + D;
 #pragma unroll
-      for (int c = 0; c < kValueChunks; ++c) {
-        const int64_t d = lane + 32 * c;
-        if (d < Dv) acc[c] += weight * value[d];
+    for (int c = 0; c < kValueChunks; ++c) acc[c] = 0.f;
+    for (int64_t t0 = warp * kInFlight; t0 < n; t0 += kDecodeWarps * kInFlight) {
+      float value[kInFlight][kValueChunks];
+#pragma unroll
+      for (int j = 0; j < kInFlight; ++j) {
+        const float* r = t0 + j < n ? row(t0 + j) + D : nullptr;
+#pragma unroll
+        for (int c = 0; c < kValueChunks; ++c)
+          value[j][c] = r && lane + 32 * c < Dv ? r[lane + 32 * c] : 0.f;
+      }
+#pragma unroll
+      for (int j = 0; j < kInFlight; ++j) {
+        const float weight = t0 + j < n ? scores[t0 + j] : 0.f;
+#pragma unroll
+        for (int c = 0; c < kValueChunks; ++c) acc[c] += weight * value[j][c];
       }
     }
 #pragma unroll
-    for (int c = 0; c < kValueChunks; ++c) {
-      const int64_t d = lane + 32 * c;
-      if (d < Dv) partial[warp * Dv + d] = acc[c];
-    }
+    for (int c = 0; c < kValueChunks; ++c)
+      if (lane + 32 * c < Dv) partial[warp * Dv + lane + 32 * c] = acc[c];
     __syncthreads();
     for (int64_t d = tid; d < Dv; d += kThreads) {
       float o = 0.f;
@@ -126,7 +158,7 @@ __global__ void __launch_bounds__(kThreads) decode_step_kernel(const DecodeStep 
       o /= total;
       out[d] = p == 0 ? o : out[d] + o;
     }
-    __syncthreads();  // scores, partial and slots are rewritten by the next plan
+    __syncthreads();  // rows, scores, partial and slots are rewritten by the next plan
   }
   if (s.plans > 1)
     for (int64_t d = tid; d < Dv; d += kThreads) out[d] /= float(s.plans);
@@ -135,18 +167,21 @@ __global__ void __launch_bounds__(kThreads) decode_step_kernel(const DecodeStep 
 }  // namespace
 
 void decode_step_cuda(const DecodeStep& s, void* stream) {
-  if (s.dtype != Dtype::kFloat32 || s.value_dim > kDecodeMaxValueDim ||
-      decode_smem_bytes(s) > kDecodeMaxSmem)
-    throw std::invalid_argument("decode step kernel: float32, Dv <= 256 and at most " +
+  if (s.dtype != Dtype::kFloat32 || s.dim > kDecodeMaxDim || s.value_dim > kDecodeMaxValueDim ||
+      decode_smem_bytes(s) > kDecodeMaxSmem || s.length > (int64_t(1) << 30))
+    throw std::invalid_argument("decode step kernel: float32, D and Dv <= 256 and at most " +
                                 std::to_string(kDecodeMaxSmem) + " bytes of shared memory");
   const int64_t ctas = s.batch * s.heads;
   if (ctas == 0) return;
   // Raised once per device to the most any step asks for (the first step runs eagerly, before a
-  // graph captures the later ones), so the launch below never raises it again.
+  // graph captures the later ones).
   const char* what = "decode step kernel";
   cuda_detail::raise_smem_limit(decode_step_kernel, size_t(kDecodeMaxSmem), what);
-  cuda_detail::launch(
-      decode_step_kernel, dim3(unsigned(ctas)), size_t(decode_smem_bytes(s)), stream, what, s);
+  decode_step_kernel<<<unsigned(ctas),
+                       kThreads,
+                       size_t(decode_smem_bytes(s)),
+                       static_cast<cudaStream_t>(stream)>>>(s);
+  cuda_detail::check(cudaGetLastError(), what);
 }
 
 }  // namespace combiner::attention::fused

@@ -1,20 +1,21 @@
 // One cached decode step of attention in one kernel (the static decoder's,
-// attention/static_decode.h): for every (batch, head), write the new position's q, k and v into the
-// caches, then, per plan, one softmax over the terms the host listed for this step (cache rows
-// attended directly, then span-table slots: pooled keys with their local expectations), each with a
-// bias (0, or -inf on the padding), and the weighted sum of their values; with two plans
-// (combiner-mixture) the mean of the two outputs. It replaces the op path's cache writes, casts,
-// gathers, concatenations, score and value products, bias add and softmax: about sixteen launches a
-// layer.
+// attention/static_decode.h): for every (batch, head), write the new position's q, k and v into
+// the caches, then, per plan, one softmax over the terms the host listed for this step (cache
+// rows attended directly, then span-table slots: pooled keys with their local expectations),
+// each with a bias (0, or -inf on the padding), and the weighted sum of their values; with two
+// plans (combiner-mixture) the mean of the two outputs. It replaces the op path's cache writes,
+// casts, gathers, concatenations, score and value products, bias add and softmax: about sixteen
+// launches a layer.
 //
 //   score_t = scale * q . key_t + bias_t,   p = softmax(score),   out = sum_t p_t value_t
 //
 // The step position and the lists are read on the device, so a captured step replays with new
 // contents of the same buffers. Two implementations read these descriptors: a CPU model
 // (decode_cpu.cpp: plain loops, float32 and float64; tests, and the CPU's static decoder) and the
-// CUDA kernel (decode_kernel.cu, float32; CUDA builds). One CTA per (batch, head), 4 warps: a
-// warp per term for the scores (lanes over D), a block-wide max and sum, a warp per term again
-// for the values (lanes over Dv), the warps' partial sums added in shared memory.
+// CUDA kernel (decode_kernel.cu, float32; CUDA builds). One CTA per (batch, head), 8 warps, each
+// taking 4 terms at a time: their rows' loads all issued before any sum (a step is a few hundred
+// scattered 1 KB rows: latency, not arithmetic), lanes over D for the scores and over Dv for the
+// values, then the warps' partial sums added in shared memory.
 #pragma once
 
 #include <cstdint>
@@ -23,8 +24,10 @@
 
 namespace combiner::attention::fused {
 
-constexpr int kDecodeWarps = 4;
-constexpr int64_t kDecodeMaxValueDim = 256;  // lanes hold Dv / 32 running sums
+constexpr int kDecodeWarps = 8;
+constexpr int kDecodeTermsInFlight = 4;      // terms a warp reads before it sums any
+constexpr int64_t kDecodeMaxDim = 256;       // lanes hold q's D / 32 values
+constexpr int64_t kDecodeMaxValueDim = 256;  // and Dv / 32 running sums
 constexpr int kDecodeMaxPlans = 2;
 
 // A plan's terms for this step: `direct_count` rows of the kv cache (their positions in
@@ -65,19 +68,19 @@ COMBINER_HD int64_t decode_terms(const DecodeStep& s) {
   }
   return n;
 }
-// Shared memory of the CUDA kernel: q [D], the warps' value sums [4 x Dv], the scores of the
-// widest plan, and the block reductions' 2 x 4 floats.
+// Shared memory of the CUDA kernel: the warps' value sums [8 x Dv], and per term of the widest
+// plan its score and its row (a cache position, or -1 - a span slot), and the block reductions'
+// 2 x 8 floats.
 COMBINER_HD int64_t decode_smem_bytes(const DecodeStep& s) {
-  return int64_t(sizeof(float)) *
-         (s.dim + kDecodeWarps * s.value_dim + decode_terms(s) + 2 * kDecodeWarps);
+  return 4 * (kDecodeWarps * s.value_dim + 2 * decode_terms(s) + 2 * kDecodeWarps);
 }
 constexpr int64_t kDecodeMaxSmem = 200 * 1024;  // under the 227 KB an H100 CTA may ask for
 
 // ---- the CPU model (decode_cpu.cpp): float32 and float64 ----
 void decode_step_cpu(const DecodeStep& s);
 
-// ---- the CUDA kernel (decode_kernel.cu; CUDA builds only): float32, Dv <= 256, shared memory
-// within kDecodeMaxSmem. `stream` is a cudaStream_t.
+// ---- the CUDA kernel (decode_kernel.cu; CUDA builds only): float32, D and Dv <= 256, shared
+// memory within kDecodeMaxSmem (a plan of up to ~24k terms at Dv 128). `stream` is a cudaStream_t.
 void decode_step_cuda(const DecodeStep& s, void* stream);
 
 }  // namespace combiner::attention::fused
