@@ -499,6 +499,7 @@ stage_quick() {
 
 stage_sample() {
   local log="$work/sample.log" run config count decoder batch batch_args used code rate L seconds status
+  local replay
   if [ ! -x "$sample" ]; then
     echo "sampling: no $sample; skipped"
     return
@@ -527,9 +528,11 @@ stage_sample() {
     L=$(sed -n 's/.* of L = \([0-9]*\) .*/\1/p' "$log")
     seconds=$(sed -n 's/.* in \([0-9.]*\)s (.*/\1/p' "$log")
     used=$(sed -n 's/.*decoder: \(.*\)$/\1/p' "$log" | head -1)
+    # the captured decoder's GPU time a step (its graph replays) against the whole step's
+    replay=$(sed -n 's/.*graph replays: \([0-9.]*\) ms of GPU time a step, of \([0-9.]*\) ms.*/\1,\2/p' "$log" | tail -1)
     status=ok
     [ "$code" -eq 0 ] && [ -n "$rate" ] || status=$(status_of "$code" "$log")
-    echo "$gpu,$(basename "$config" .yaml),$L,$count,${used//,/;},$seconds,$rate,$status" \
+    echo "$gpu,$(basename "$config" .yaml),$L,$count,${used//,/;},$seconds,$rate,$status,${replay:-,}" \
       >>"$out/sampling-cuda.csv"
     if [ "$decoder" = static ] && [ -s "$work/samples-dynamic.npy" ]; then
       if cmp -s "$work/samples-dynamic.npy" "$work/samples-static.npy"; then
@@ -575,7 +578,8 @@ python3 scripts/perf_csv.py header peer >"$out/gpu-vs-peer.csv"
 python3 scripts/perf_csv.py header attention >"$out/attention-vs-flash.csv"
 echo "dataset,attention,L,batch,layers,width,heads,parameters,device,precision,threads,steps,ms_per_step,tokens_per_s,gflop_per_step,dense_gflop,attention_gflop,matmul_gflops,mfu,peak_mib" >"$out/train-cuda.csv"
 echo "run,val_bpd,seconds,status" >"$out/fused-vs-libtorch.csv"
-echo "gpu,config,L,images,decoder,seconds,images_per_s,status" >"$out/sampling-cuda.csv"
+echo "gpu,config,L,images,decoder,seconds,images_per_s,status,replay_ms_per_step,ms_per_step" \
+  >"$out/sampling-cuda.csv"
 order=("${all_stages[@]}")
 [ "$stages" = all ] || read -ra order <<<"${stages//,/ }"
 for stage in "${order[@]}"; do

@@ -67,12 +67,26 @@ torch::Tensor StaticDecoder::step(const torch::Tensor& token) {
     }
   }
   if (graph_) {
+    if (untimed_) {  // the last step's replay, done: its logits were read
+      replay_ms_ += graph_->last_replay_ms();
+      ++replays_;
+    }
     graph_->replay();
+    untimed_ = true;
   } else {
     work();
   }
   ++position_;
   return logits_.clone();
+}
+
+double StaticDecoder::mean_replay_ms() {
+  if (graph_ && untimed_) {
+    replay_ms_ += graph_->last_replay_ms();
+    ++replays_;
+    untimed_ = false;
+  }
+  return replays_ > 0 ? replay_ms_ / double(replays_) : -1;
 }
 
 }  // namespace combiner::model

@@ -37,6 +37,9 @@ class StaticDecoder {
 
   int64_t position() const { return position_; }
   bool captured() const { return graph_ != nullptr; }
+  // The mean GPU time of the captured steps' replays so far, in milliseconds (waits for the
+  // last); -1 when nothing was replayed.
+  double mean_replay_ms();
   const std::string& capture_error() const { return capture_error_; }
 
  private:
@@ -51,6 +54,9 @@ class StaticDecoder {
   torch::Tensor token_;   // [batch, 1] int64: the step's input
   torch::Tensor logits_;  // [batch, vocab] float32: the step's output
   std::unique_ptr<util::CapturedWork> graph_;
+  double replay_ms_ = 0;  // the replays timed so far, in all
+  int64_t replays_ = 0;   // how many
+  bool untimed_ = false;  // a replay not yet added to them
   std::string capture_error_;
 };
 

@@ -67,6 +67,8 @@ void sample_with_cache(model::ImageTransformer& model,
                              : "static, op by op (" + decoder.capture_error() + ")");
     step_done(i);
   });
+  const double ms = decoder.mean_replay_ms();
+  if (ms >= 0 && options.on_replay_time) options.on_replay_time(ms);
 }
 
 void sample_plain(model::ImageTransformer& model,

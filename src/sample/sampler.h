@@ -28,6 +28,8 @@ struct SampleOptions {
   Decoder decoder = Decoder::kAuto;
   // Called once per batch of images with the decoder it uses, e.g. "static, captured".
   std::function<void(const std::string& decoder)> on_decoder;
+  // After each batch drawn by a captured decoder: its replays' mean GPU time a step, in ms.
+  std::function<void(double ms)> on_replay_time;
   // After each decode step: steps done and in all (L per batch of images drawn together).
   std::function<void(int64_t done, int64_t total)> progress;
 };

@@ -18,6 +18,8 @@ namespace combiner::util {
 
 struct CapturedWork::State {
   at::cuda::CUDAGraph graph;
+  at::cuda::CUDAEvent start{cudaEventDefault}, end{cudaEventDefault};  // timing enabled
+  bool replayed = false;
 };
 
 bool CapturedWork::available() {
@@ -64,7 +66,17 @@ CapturedWork::CapturedWork(const std::function<void()>& work, int warmup) {
 }
 
 void CapturedWork::replay() {
+  const auto stream = c10::cuda::getCurrentCUDAStream();
+  state_->start.record(stream);
   state_->graph.replay();
+  state_->end.record(stream);
+  state_->replayed = true;
+}
+
+double CapturedWork::last_replay_ms() {
+  if (!state_->replayed) return -1;
+  state_->end.synchronize();
+  return state_->start.elapsed_time(state_->end);
 }
 
 #else
@@ -81,6 +93,10 @@ CapturedWork::CapturedWork(const std::function<void()>&, int) {
 }
 
 void CapturedWork::replay() {}
+
+double CapturedWork::last_replay_ms() {
+  return -1;
+}
 
 #endif
 

@@ -29,7 +29,10 @@ class CapturedWork {
   CapturedWork(const CapturedWork&) = delete;
   CapturedWork& operator=(const CapturedWork&) = delete;
 
-  void replay();  // queued on the current stream
+  void replay();  // queued on the current stream, between two timing events
+  // The last replay's time on the GPU in milliseconds (waits for it to finish); -1 before the
+  // first.
+  double last_replay_ms();
 
  private:
   struct State;

@@ -92,6 +92,7 @@ TEST_P(DecoderTest, StaticStepLogitsEqualForwardLogits) {
   EXPECT_LT(worst_step_error(decoder, tokens, expected), 1e-4);
   EXPECT_FALSE(decoder.captured());
   EXPECT_TRUE(decoder.capture_error().empty());
+  EXPECT_EQ(decoder.mean_replay_ms(), -1.0) << "nothing replayed, nothing timed";
   EXPECT_THROW(decoder.step(tokens.select(1, 0)), c10::Error);
 }
 

@@ -45,7 +45,9 @@ TEST(GpuCapturedWork, ReplaysTheLaunchesOnTheSameMemory) {
   EXPECT_EQ(host_runs, 3) << "two warm-up runs and the captured one";
   // A capture records the launches without running them: the warm-up runs alone have counted.
   EXPECT_EQ(counter[0].item<float>(), 2.0f);
+  EXPECT_EQ(captured.last_replay_ms(), -1.0) << "no replay timed yet";
   for (int i = 0; i < 5; ++i) captured.replay();
+  EXPECT_GT(captured.last_replay_ms(), 0.0) << "the last replay's GPU time";
   torch::cuda::synchronize();
   EXPECT_EQ(host_runs, 3) << "a replay runs no host code";
   EXPECT_EQ(counter[0].item<float>(), 7.0f);
