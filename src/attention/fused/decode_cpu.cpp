@@ -1,6 +1,8 @@
 // The CPU model of the decode kernel (decode_kernel.h): per (batch, head) the cache writes, then
-// per plan the scores, their max and sum, and the weighted sum of the values, in plain loops with
-// the kernel's formulas (accumulating in the storage type: float32 or float64).
+// per plan the terms' rows through the kernel's own codes (decode_row_code, decode_row), their
+// scores, max and sum, and the values' weighted sum kept per warp as the kernel's warps keep it
+// (decode_warp_of) and added in warp order, in plain loops with the kernel's formulas
+// (accumulating in the storage type: float32 or float64).
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -15,13 +17,11 @@ namespace {
 
 template <typename T>
 void decode_step(const DecodeStep& s) {
-  const int64_t D = s.dim, Dv = s.value_dim, L = s.length, row = D + Dv;
+  const int64_t D = s.dim, Dv = s.value_dim, L = s.length, width = D + Dv;
   const int64_t pos = *s.position;
-  auto* q_cache = static_cast<T*>(s.q_cache);
-  auto* kv_cache = static_cast<T*>(s.kv_cache);
-  auto* out = static_cast<T*>(s.out);
-  std::vector<T> scores(static_cast<size_t>(decode_terms(s)));
-  std::vector<T> sum(static_cast<size_t>(Dv));
+  std::vector<int> rows(static_cast<size_t>(decode_terms(s)));
+  std::vector<T> scores(rows.size());
+  std::vector<T> partial(static_cast<size_t>(kDecodeWarps * Dv));  // [warp, Dv]
   for (int64_t b = 0; b < s.batch; ++b)
     for (int64_t h = 0; h < s.heads; ++h) {
       const int64_t bh = b * s.heads + h;
@@ -29,24 +29,22 @@ void decode_step(const DecodeStep& s) {
         return static_cast<const T*>(x.data) + b * x.batch + h * x.head;
       };
       const T *q = vec(s.q), *k = vec(s.k), *v = vec(s.v);
-      T* kv_row = kv_cache + (bh * L + pos) * row;
-      std::copy(k, k + D, kv_row);
-      std::copy(v, v + Dv, kv_row + D);
-      if (q_cache) std::copy(q, q + D, q_cache + (bh * L + pos) * D);
+      T* kv_cache = static_cast<T*>(s.kv_cache) + bh * L * width;
+      std::copy(k, k + D, kv_cache + pos * width);
+      std::copy(v, v + Dv, kv_cache + pos * width + D);
+      if (s.q_cache) std::copy(q, q + D, static_cast<T*>(s.q_cache) + (bh * L + pos) * D);
 
-      T* o = out + bh * Dv;
-      std::fill(o, o + Dv, T(0));
+      T* out = static_cast<T*>(s.out) + bh * Dv;
       for (int p = 0; p < s.plans; ++p) {
         const DecodePlan& plan = s.plan[p];
         const int64_t n = plan.direct_count + plan.span_count;
-        auto term = [&](int64_t t) -> const T* {
-          if (t < plan.direct_count) return kv_cache + (bh * L + plan.direct[t]) * row;
-          return static_cast<const T*>(plan.spans) +
-                 (bh * plan.span_rows + plan.slots[t - plan.direct_count]) * row;
-        };
-        T max = -std::numeric_limits<T>::infinity();
+        const T* spans = static_cast<const T*>(plan.spans) + bh * plan.span_rows * width;
+        for (int64_t t = 0; t < n; ++t) rows[t] = decode_row_code(plan, t);
+        auto row = [&](int64_t t) { return decode_row<T>(rows[t], kv_cache, spans, width); };
+
+        T max = -std::numeric_limits<T>::max();
         for (int64_t t = 0; t < n; ++t) {
-          const T* key = term(t);
+          const T* key = row(t);
           T dot = 0;
           for (int64_t d = 0; d < D; ++d) dot += q[d] * key[d];
           scores[t] = dot * T(s.scale) + T(plan.bias[t]);
@@ -57,15 +55,21 @@ void decode_step(const DecodeStep& s) {
           scores[t] = std::exp(scores[t] - max);
           total += scores[t];
         }
-        std::fill(sum.begin(), sum.end(), T(0));
+        std::fill(partial.begin(), partial.end(), T(0));
         for (int64_t t = 0; t < n; ++t) {
-          const T* value = term(t) + D;
+          const T* value = row(t) + D;
+          T* sum = partial.data() + decode_warp_of(t) * Dv;
           for (int64_t d = 0; d < Dv; ++d) sum[d] += scores[t] * value[d];
         }
-        for (int64_t d = 0; d < Dv; ++d) o[d] += sum[d] / total;
+        for (int64_t d = 0; d < Dv; ++d) {
+          T o = 0;
+          for (int w = 0; w < kDecodeWarps; ++w) o += partial[w * Dv + d];
+          o /= total;
+          out[d] = p == 0 ? o : out[d] + o;
+        }
       }
       if (s.plans > 1)
-        for (int64_t d = 0; d < Dv; ++d) o[d] /= T(s.plans);
+        for (int64_t d = 0; d < Dv; ++d) out[d] /= T(s.plans);
     }
 }
 

@@ -1,11 +1,11 @@
 // The decode kernel (decode_kernel.h), the CPU model's loops (decode_cpu.cpp) over one CTA per
 // (batch, head), 8 warps:
-//   rows:    the step's terms listed in shared memory as one int each (a cache position, or
-//            -1 - a span slot), so no term's row load waits on its index's load;
 //   writes:  the new position's q (when kept), k and v into the caches; q into registers;
-//   scores:  warp w takes terms 4w .. 4w + 3, then 32 on; its lanes load the 4 key rows (D / 32
-//            floats each, coalesced) before summing any, then shuffle-sum the 4 dot products;
-//            lane 0 stores scale * dot + bias;
+//   rows:    the step's terms listed in shared memory as one int each (decode_row_code: a cache
+//            position, or -1 - a span slot), so no term's row load waits on its index's load;
+//   scores:  warp w takes terms 4w .. 4w + 3, then 32 on (decode_warp_of); its lanes load the 4
+//            key rows (D / 32 floats each, coalesced) before summing any, then shuffle-sum the 4
+//            dot products; lane 0 stores scale * dot + bias;
 //   softmax: the block's max and sum of exp(score - max), the weights kept over the scores;
 //   values:  warp w takes the same terms again; lane l sums weight x value[l + 32c] for its
 //            Dv / 32 columns over the 4 rows at a time; the 8 warps' sums are added in shared
@@ -91,13 +91,9 @@ __global__ void __launch_bounds__(kThreads, 1) decode_step_kernel(const DecodeSt
     const DecodePlan& plan = s.plan[p];
     const int64_t n = plan.direct_count + plan.span_count;
     const auto* spans = static_cast<const float*>(plan.spans) + bh * plan.span_rows * width;
-    for (int64_t t = tid; t < n; t += kThreads)
-      rows[t] =
-          t < plan.direct_count ? int(plan.direct[t]) : -1 - int(plan.slots[t - plan.direct_count]);
+    for (int64_t t = tid; t < n; t += kThreads) rows[t] = decode_row_code(plan, t);
     __syncthreads();  // the rows, and the new cache row (read below when listed)
-    auto row = [&](int64_t t) {
-      return rows[t] >= 0 ? kv_cache + rows[t] * width : spans + (-1 - rows[t]) * width;
-    };
+    auto row = [&](int64_t t) { return decode_row<float>(rows[t], kv_cache, spans, width); };
 
     for (int64_t t0 = warp * kInFlight; t0 < n; t0 += kDecodeWarps * kInFlight) {
       float key[kInFlight][kDimChunks];

@@ -68,6 +68,23 @@ COMBINER_HD int64_t decode_terms(const DecodeStep& s) {
   }
   return n;
 }
+// ---- index rules (CPU model and CUDA kernel) ----
+
+// Term t of a plan as one int: its cache position (>= 0), or -1 - its span slot.
+COMBINER_HD int decode_row_code(const DecodePlan& plan, int64_t t) {
+  return t < plan.direct_count ? int(plan.direct[t]) : -1 - int(plan.slots[t - plan.direct_count]);
+}
+// The row a code names, in (b, h)'s kv cache or in its part of the plan's span table; rows are
+// `width` = D + Dv long.
+template <typename T>
+COMBINER_HD const T* decode_row(int code, const T* kv_cache, const T* spans, int64_t width) {
+  return code >= 0 ? kv_cache + int64_t(code) * width : spans + int64_t(-1 - code) * width;
+}
+// The warp that takes term t: terms go out kDecodeTermsInFlight at a time, warp by warp.
+COMBINER_HD int decode_warp_of(int64_t t) {
+  return int(t / kDecodeTermsInFlight % kDecodeWarps);
+}
+
 // Shared memory of the CUDA kernel: the warps' value sums [8 x Dv], and per term of the widest
 // plan its score and its row (a cache position, or -1 - a span slot), and the block reductions'
 // 2 x 8 floats.
