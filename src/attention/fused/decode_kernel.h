@@ -4,7 +4,7 @@
 // rows attended directly, then span-table slots: pooled keys with their local expectations),
 // each with a bias (0, or -inf on the padding), and the weighted sum of their values; with two
 // plans (combiner-mixture) the mean of the two outputs. It replaces the op path's cache writes,
-// casts, gathers, concatenations, score and value products, bias add and softmax: about sixteen
+// casts, gathers, concatenations, score and value products, bias add and softmax: twelve
 // launches a layer.
 //
 //   score_t = scale * q . key_t + bias_t,   p = softmax(score),   out = sum_t p_t value_t
