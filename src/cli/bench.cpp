@@ -180,36 +180,36 @@ int bench_kernel_check(const KernelCheckFlags& f) {
   std::printf("kernel-check on %s: %s; errors are max |diff| / max(1, max |expected|)\n",
               f.device.c_str(),
               device.is_cuda() ? "the CUDA kernels" : "the kernels' CPU model");
-  std::printf("%s\n", att::kernel_check_header().c_str());
   int64_t cases = 0, failed = 0;
+  // One table: its header, then a line per case run.
+  auto table = [&](const std::string& header, const auto& all, const auto& run, const auto& line) {
+    std::printf("%s\n", header.c_str());
+    for (const auto& c : all) {
+      const auto r = run(c, f.device);
+      std::printf("%s\n", line(c, r).c_str());
+      std::fflush(stdout);
+      ++cases;
+      failed += r.pass ? 0 : 1;
+    }
+  };
   const auto sizes =
       f.sizes == "small" ? att::KernelCheckSizes::kSmall : att::KernelCheckSizes::kAll;
-  for (const auto& c : att::kernel_check_cases(f.device, f.dims, sizes)) {
-    if (std::find(variants.begin(), variants.end(), c.variant) == variants.end()) continue;
-    const auto r = att::run_kernel_check(c, f.device);
-    std::printf("%s\n", att::kernel_check_line(c, r).c_str());
-    std::fflush(stdout);
-    ++cases;
-    failed += r.pass ? 0 : 1;
-  }
-  if (f.variants == "all") {  // the block's fused kernels too: LayerNorm,
-    std::printf("%s\n", combiner::tools::norm_check_header().c_str());
-    for (const auto& c : combiner::tools::norm_check_cases(f.sizes != "small")) {
-      const auto r = combiner::tools::run_norm_check(c, f.device);
-      std::printf("%s\n", combiner::tools::norm_check_line(c, r).c_str());
-      std::fflush(stdout);
-      ++cases;
-      failed += r.pass ? 0 : 1;
-    }
-    // and the static decoder's attention step (sampling)
-    std::printf("%s\n", combiner::tools::decode_check_header().c_str());
-    for (const auto& c : combiner::tools::decode_check_cases(f.sizes != "small")) {
-      const auto r = combiner::tools::run_decode_check(c, f.device);
-      std::printf("%s\n", combiner::tools::decode_check_line(c, r).c_str());
-      std::fflush(stdout);
-      ++cases;
-      failed += r.pass ? 0 : 1;
-    }
+  std::vector<att::KernelCheckCase> chosen;
+  for (const auto& c : att::kernel_check_cases(f.device, f.dims, sizes))
+    if (std::find(variants.begin(), variants.end(), c.variant) != variants.end())
+      chosen.push_back(c);
+  table(att::kernel_check_header(), chosen, att::run_kernel_check, att::kernel_check_line);
+  if (f.variants == "all") {  // the block's fused kernels too: LayerNorm, and sampling's step
+    namespace tools = combiner::tools;
+    const bool large = f.sizes != "small";
+    table(tools::norm_check_header(),
+          tools::norm_check_cases(large),
+          tools::run_norm_check,
+          tools::norm_check_line);
+    table(tools::decode_check_header(),
+          tools::decode_check_cases(large),
+          tools::run_decode_check,
+          tools::decode_check_line);
   }
   std::printf(
       "kernel-check: %lld of %lld cases pass\n", (long long)(cases - failed), (long long)cases);
