@@ -30,18 +30,10 @@ StaticDecoder::~StaticDecoder() = default;
 
 void StaticDecoder::work() {
   auto h = model_->embed_at(token_, inputs_.position()).squeeze(1);
-  torch::Tensor pending;  // each block's last residual add, done in the next LayerNorm's passes
-  size_t layer = 0;
-  for (const auto& block : *model_->blocks_) {
-    auto& state = layers_[layer++];
-    std::tie(h, pending) = block->as<Block>()->step_deferred(
-        h, pending, [&](const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v) {
-          return state.step(q, k, v, inputs_);
-        });
-  }
-  const auto normed =
-      pending.defined() ? model_->ln_final_->add_forward(h, pending).second : model_->ln_final_(h);
-  logits_.copy_(model_->head_(normed));
+  logits_.copy_(model_->step_logits(
+      h, [&](size_t layer, const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v) {
+        return layers_[layer].step(q, k, v, inputs_);
+      }));
 }
 
 torch::Tensor StaticDecoder::step(const torch::Tensor& token) {

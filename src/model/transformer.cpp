@@ -131,20 +131,9 @@ torch::Tensor BlockImpl::replay_mlp_dropout(const torch::Tensor& branch,
   return branch * kept;
 }
 
-torch::Tensor BlockImpl::step(const torch::Tensor& x, attention::DecodeState& state) {
-  return step(x, [&](const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v) {
-    return state.step(q, k, v);
-  });
-}
-
-torch::Tensor BlockImpl::step(const torch::Tensor& x, const Attend& attend) {
-  auto [h, branch] = step_deferred(x, torch::Tensor(), attend);
-  return h + branch;
-}
-
-std::pair<torch::Tensor, torch::Tensor> BlockImpl::step_deferred(const torch::Tensor& x,
-                                                                 const torch::Tensor& pending,
-                                                                 const Attend& attend) {
+std::pair<torch::Tensor, torch::Tensor> BlockImpl::step(const torch::Tensor& x,
+                                                        const torch::Tensor& pending,
+                                                        const Attend& attend) {
   const int64_t B = x.size(0), W = x.size(1), H = heads_;
   auto drop = [&](const torch::Tensor& y) { return is_training() ? dropout_(y) : y; };
   auto [input, normed] = input_add_and_norm(x, pending);
@@ -218,6 +207,19 @@ torch::Tensor ImageTransformerImpl::embed_at(const torch::Tensor& tokens,
                                              const torch::Tensor& position) {
   return embed_positions(
       tokens, [&](const torch::Tensor& table) { return table.index_select(0, position); });
+}
+
+torch::Tensor ImageTransformerImpl::step_logits(torch::Tensor h, const AttendLayer& attend) {
+  torch::Tensor pending;  // each block's last residual add, done in the next LayerNorm's passes
+  size_t layer = 0;
+  for (const auto& block : *blocks_) {
+    const size_t l = layer++;
+    std::tie(h, pending) = block->as<Block>()->step(
+        h, pending, [&](const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v) {
+          return attend(l, q, k, v);
+        });
+  }
+  return head_(pending.defined() ? ln_final_->add_forward(h, pending).second : ln_final_(h));
 }
 
 torch::Tensor ImageTransformerImpl::forward(const torch::Tensor& x) {

@@ -70,19 +70,17 @@ class BlockImpl : public torch::nn::Module {
   torch::Tensor replay_mlp_dropout(const torch::Tensor& branch, const torch::Tensor& kept);
   double dropout_p() const { return dropout_->options.p(); }
 
-  // The same block at one position: x [B, width] -> [B, width], attention through `state`, or
-  // through `attend` (q, k: [B, H, D], v: [B, H, Dv] -> [B, H, Dv]).
+  // The same block at one position, x [B, width], its attention through `attend` (q, k:
+  // [B, H, D], v: [B, H, Dv] -> [B, H, Dv]), with the residual adds left to the LayerNorm after
+  // each, as forward() runs them: (x, pending) -> (h, branch), the block's output being
+  // h + branch, where `pending` is the previous block's branch (undefined for the first) still to
+  // be added to x. In eval mode no dropout is called (it would copy nothing, but it is one more
+  // op to count and to capture).
   using Attend = std::function<torch::Tensor(
       const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v)>;
-  torch::Tensor step(const torch::Tensor& x, attention::DecodeState& state);
-  torch::Tensor step(const torch::Tensor& x, const Attend& attend);
-  // The same with the residual adds left to the LayerNorm after each, as forward() runs them:
-  // (x, pending) -> (h, branch), the block's output being h + branch, where `pending` is the
-  // previous block's branch (undefined for the first) still to be added to x. In eval mode no
-  // dropout is called (it would copy nothing, but it is one more op to count and to capture).
-  std::pair<torch::Tensor, torch::Tensor> step_deferred(const torch::Tensor& x,
-                                                        const torch::Tensor& pending,
-                                                        const Attend& attend);
+  std::pair<torch::Tensor, torch::Tensor> step(const torch::Tensor& x,
+                                               const torch::Tensor& pending,
+                                               const Attend& attend);
   std::unique_ptr<attention::DecodeState> start_decoding(int64_t length) const;
   const attention::AttentionImpl& attention() const { return *attention_; }
 
@@ -116,6 +114,12 @@ class ImageTransformerImpl : public torch::nn::Module {
   // Both: the token embedding plus those of the positions `pick` takes from each [L] table.
   using PickPositions = std::function<torch::Tensor(const torch::Tensor& table)>;
   torch::Tensor embed_positions(const torch::Tensor& tokens, const PickPositions& pick);
+  // One position through the blocks and the head, the residual adds in the LayerNorms after
+  // them (BlockImpl::step): h [B, width] embedded -> logits [B, vocab], block l's
+  // attention through attend(l, q, k, v).
+  using AttendLayer = std::function<torch::Tensor(
+      size_t layer, const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v)>;
+  torch::Tensor step_logits(torch::Tensor h, const AttendLayer& attend);
 
   TransformerOptions options_;
   torch::nn::Embedding token_embed_{nullptr}, row_embed_{nullptr}, col_embed_{nullptr},
