@@ -255,8 +255,9 @@ torch::Tensor StaticDecodeLayer::step(const torch::Tensor& q,
   }
   const bool fused = path_ == Path::kFused || (path_ == Path::kAuto && q.is_cuda());
   if (fused) {
-    const auto why = fused_unsupported(q, k, v, inputs);
-    if (why.empty()) return step_fused(q, k, v, inputs);
+    const auto call = fused_step(q, k, v, inputs);
+    const auto why = fused_unsupported(q, k, v, inputs, call);
+    if (why.empty()) return step_fused(q, v, call);
     TORCH_CHECK(path_ != Path::kFused, "static decode: the fused step cannot take this: ", why);
   }
   return step_composed(q, k, v, inputs);
@@ -300,7 +301,8 @@ fused::DecodeStep StaticDecodeLayer::fused_step(const torch::Tensor& q,
 std::string StaticDecodeLayer::fused_unsupported(const torch::Tensor& q,
                                                  const torch::Tensor& k,
                                                  const torch::Tensor& v,
-                                                 const StaticDecodeInputs& inputs) const {
+                                                 const StaticDecodeInputs& inputs,
+                                                 const fused::DecodeStep& step) const {
   const auto dtype = q.scalar_type();
   if (k.scalar_type() != dtype || v.scalar_type() != dtype || compute_dtype(q) != dtype)
     return std::string("q, k and v must share a float32 or float64 dtype, got ") +
@@ -319,10 +321,10 @@ std::string StaticDecodeLayer::fused_unsupported(const torch::Tensor& q,
   if (!q.is_cuda()) return "";
 #ifdef COMBINER_WITH_CUDA_KERNELS
   if (dtype != torch::kFloat) return "the CUDA kernel takes float32";
-  const int64_t bytes = fused::decode_smem_bytes(fused_step(q, k, v, inputs));
+  const int64_t bytes = fused::decode_smem_bytes(step);
   if (bytes > fused::kDecodeMaxSmem)
-    return std::to_string(fused::decode_terms(fused_step(q, k, v, inputs))) +
-           " terms a step need " + std::to_string(bytes) + " bytes of shared memory, over " +
+    return std::to_string(fused::decode_terms(step)) + " terms a step need " +
+           std::to_string(bytes) + " bytes of shared memory, over " +
            std::to_string(fused::kDecodeMaxSmem);
   return "";
 #else
@@ -330,14 +332,12 @@ std::string StaticDecodeLayer::fused_unsupported(const torch::Tensor& q,
 #endif
 }
 
-torch::Tensor StaticDecodeLayer::step_fused(const torch::Tensor& q,
-                                            const torch::Tensor& k,
+torch::Tensor StaticDecodeLayer::step_fused(const torch::Tensor& on,
                                             const torch::Tensor& v,
-                                            const StaticDecodeInputs& inputs) {
-  auto s = fused_step(q, k, v, inputs);
-  auto out = torch::empty({s.batch, s.heads, s.value_dim}, v.options());
-  s.out = out.data_ptr();
-  fused_launch::decode_step(q, s);
+                                            fused::DecodeStep step) {
+  auto out = torch::empty({step.batch, step.heads, step.value_dim}, v.options());
+  step.out = out.data_ptr();
+  fused_launch::decode_step(on, step);
   return out;
 }
 

@@ -132,20 +132,20 @@ class StaticDecodeLayer {
   }
 
   void summarize(size_t plan, const SpanJob& job);
-  // The fused call's descriptor of this step, all but its output.
+  // The fused call's descriptor of this step, all but its output (at most kDecodeMaxPlans
+  // plans: fused_unsupported says when there are more).
   fused::DecodeStep fused_step(const torch::Tensor& q,
                                const torch::Tensor& k,
                                const torch::Tensor& v,
                                const StaticDecodeInputs& inputs) const;
-  // Why the fused call cannot take this step (empty when it can).
+  // Why the fused call cannot take this step, described by `step` (empty when it can).
   std::string fused_unsupported(const torch::Tensor& q,
                                 const torch::Tensor& k,
                                 const torch::Tensor& v,
-                                const StaticDecodeInputs& inputs) const;
-  torch::Tensor step_fused(const torch::Tensor& q,
-                           const torch::Tensor& k,
-                           const torch::Tensor& v,
-                           const StaticDecodeInputs& inputs);
+                                const StaticDecodeInputs& inputs,
+                                const fused::DecodeStep& step) const;
+  // The fused call of `step`, on `on`'s device, its output [B, H, Dv] in v's dtype.
+  torch::Tensor step_fused(const torch::Tensor& on, const torch::Tensor& v, fused::DecodeStep step);
   torch::Tensor step_composed(const torch::Tensor& q,
                               const torch::Tensor& k,
                               const torch::Tensor& v,
