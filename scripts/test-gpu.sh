@@ -44,7 +44,8 @@
 #             OUT/fused-vs-libtorch.csv;
 #   sample    cached sampling of 16 CIFAR-10 images from a fresh 6 x 512 model with each cached
 #             decoder (dynamic; static, captured as a CUDA graph: the same images), then of 64
-#             from a fresh 128-layer preset (configs/cifar_axial.yaml) -> OUT/sampling-cuda.csv;
+#             from a fresh 128-layer preset (configs/cifar_axial.yaml; static, captured, bfloat16
+#             caches, one batch) -> OUT/sampling-cuda.csv;
 #   compiled  the peer under torch.compile, both 6 x 512 shapes (appended to gpu-vs-peer.csv);
 #   python    the combiner_attention package from the wheel carried in .cache/gpu-wheel
 #             (scripts/python-wheel.sh): its CUDA tests (python/tests/test_cuda.py), then
@@ -498,17 +499,16 @@ stage_quick() {
 }
 
 stage_sample() {
-  local log="$work/sample.log" run config count decoder batch batch_args used code rate L seconds status
+  local log="$work/sample.log" run config count decoder cache_args used code rate L seconds status
   local replay
   if [ ! -x "$sample" ]; then
     echo "sampling: no $sample; skipped"
     return
   fi
   # A fresh 6 x 512 model with each cached decoder (the images must be the same), then the
-  # target's: 64 images of the 128-layer preset with the default one (static, captured), in two
-  # batches where 64 at once would not fit (their q, k, v caches: 77 GB in float32).
-  batch=0
-  [[ "$gpu" == *H100* ]] && batch=32
+  # target's: 64 images of the 128-layer preset with the default one (static, captured) over
+  # bfloat16 caches, in one batch on every card (their q, k, v caches: 38.7 GB; 77 GB in
+  # float32, which an 80 GB card would draw in two batches).
   for run in "configs/cifar10_ablation_combiner_axial_rowmajor.yaml $sample_count dynamic" \
     "configs/cifar10_ablation_combiner_axial_rowmajor.yaml $sample_count static" \
     "$deep $deep_sample_count auto"; do
@@ -517,10 +517,10 @@ stage_sample() {
     config=$1 count=$2 decoder=$3
     [ -n "$decoder" ] || continue  # no 128-layer preset in configs/
     echo "-- sampling: $count images, $config, --decoder $decoder"
-    batch_args=()
-    [ "$decoder" = auto ] && [ "$batch" -gt 0 ] && batch_args=(--batch "$batch")
+    cache_args=()
+    [ "$decoder" = auto ] && cache_args=(--cache-dtype bfloat16)
     run_for 150 "$sample" --config "$config" --num "$count" --seed 0 --decoder "$decoder" \
-      "${batch_args[@]}" \
+      "${cache_args[@]}" \
       --set train.device=$device "${sample_shrink[@]}" --out "$work/samples.png" \
       --npy "$work/samples-$decoder.npy" 2>&1 | tee "$log"
     code=${PIPESTATUS[0]}

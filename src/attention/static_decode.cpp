@@ -190,9 +190,10 @@ void StaticDecodeLayer::summarize(const std::vector<std::vector<SpanJob>>& jobs)
                   "static decode: span summaries asked of a layer without them or before its "
                   "first step");
       const int64_t G = job.positions.size(0), n = job.positions.size(1);
-      const int64_t row_bytes =
-          kv_.size(0) * kv_.size(1) * (kv_.size(3) + q_.size(3)) * int64_t(kv_.element_size());
-      const int64_t per_call = std::max<int64_t>(1, gather_bytes_ / (row_bytes * n));
+      // Gathered rows, and their float32 copy where the caches are bfloat16.
+      const int64_t element = kv_.scalar_type() == torch::kBFloat16 ? 2 + 4 : kv_.element_size();
+      const int64_t row_bytes = kv_.size(0) * kv_.size(1) * (kv_.size(3) + q_.size(3)) * element;
+      const int64_t per_call = std::max<int64_t>(1, options_.gather_bytes / (row_bytes * n));
       for (int64_t g0 = 0; g0 < G; g0 += per_call) {
         const int64_t count = std::min(per_call, G - g0);
         auto part = [&](const torch::Tensor& x) {
@@ -207,8 +208,9 @@ void StaticDecodeLayer::summarize(const std::vector<std::vector<SpanJob>>& jobs)
 void StaticDecodeLayer::summarize(size_t p, const SpanJob& job) {
   const int64_t B = kv_.size(0), H = kv_.size(1), G = job.positions.size(0),
                 n = job.positions.size(1);
+  const auto dtype = kv_.scalar_type() == torch::kDouble ? torch::kDouble : torch::kFloat;
   auto gather = [&](const torch::Tensor& x) {
-    return x.index_select(2, job.positions.flatten()).view({B, H, G, n, x.size(3)});
+    return x.index_select(2, job.positions.flatten()).view({B, H, G, n, x.size(3)}).to(dtype);
   };
   // Pools over each span's own positions: padding out of the max, or out of the mean's sum
   // and count.
@@ -221,7 +223,7 @@ void StaticDecodeLayer::summarize(size_t p, const SpanJob& job) {
   const auto kv = gather(kv_);
   const auto k = keys(kv);
   auto key = pool(summary_->phi_key(k));  // [B, H, G, D]
-  auto query = job.query_positions.defined() ? q_.index_select(2, job.query_positions)
+  auto query = job.query_positions.defined() ? q_.index_select(2, job.query_positions).to(dtype)
                                              : pool(summary_->phi_query(gather(q_)));
   auto scores = torch::matmul(query.unsqueeze(3), k.transpose(-2, -1)) * score_scale(k.size(-1));
   if (job.valid.defined())
@@ -236,31 +238,46 @@ torch::Tensor StaticDecodeLayer::step(const torch::Tensor& q,
                                       const torch::Tensor& v,
                                       const StaticDecodeInputs& inputs) {
   check_step_inputs(q, k, v, "static decode");
-  const auto dtype = compute_dtype(q);
   if (!kv_.defined()) {
     const int64_t B = q.size(0), H = q.size(1), L = inputs.length();
     key_dim_ = k.size(2);
     auto zeros = [&](int64_t n, int64_t d) {
-      return torch::zeros({B, H, n, d}, q.options().dtype(dtype));
+      return torch::zeros({B, H, n, d}, q.options().dtype(cache_dtype(q)));
     };
     bool spans = false;
     for (size_t p = 0; p < inputs.plans(); ++p) {
       const int64_t slots = inputs.schedule(p).span_slots();
       spans = spans || slots > 0;
       // Zeros, not garbage: padding reads slot 0 under a -inf bias, and 0 x NaN would not vanish.
-      spans_.push_back(zeros(std::max<int64_t>(slots, 1), k.size(2) + v.size(2)));
+      // In the compute dtype: a few rows, made in it.
+      spans_.push_back(torch::zeros({B, H, std::max<int64_t>(slots, 1), k.size(2) + v.size(2)},
+                                    q.options().dtype(compute_dtype(q))));
     }
     if (spans) q_ = zeros(L, q.size(2));
     kv_ = zeros(L, k.size(2) + v.size(2));
   }
-  const bool fused = path_ == Path::kFused || (path_ == Path::kAuto && q.is_cuda());
+  const auto path = options_.path;
+  const bool fused = path == Path::kFused || (path == Path::kAuto && q.is_cuda());
   if (fused) {
     const auto call = fused_step(q, k, v, inputs);
     const auto why = fused_unsupported(q, k, v, inputs, call);
     if (why.empty()) return step_fused(q, v, call);
-    TORCH_CHECK(path_ != Path::kFused, "static decode: the fused step cannot take this: ", why);
+    TORCH_CHECK(path != Path::kFused, "static decode: the fused step cannot take this: ", why);
   }
   return step_composed(q, k, v, inputs);
+}
+
+torch::ScalarType StaticDecodeLayer::cache_dtype(const torch::Tensor& q) const {
+  const auto dtype = compute_dtype(q);
+  TORCH_CHECK(!options_.bfloat16_cache || dtype == torch::kFloat,
+              "static decode: bfloat16 caches take float32 or bfloat16 inputs, got ",
+              c10::toString(q.scalar_type()));
+  return options_.bfloat16_cache ? torch::kBFloat16 : dtype;
+}
+
+torch::Tensor StaticDecodeLayer::as_cached(const torch::Tensor& q) const {
+  const auto dtype = compute_dtype(q);
+  return q.to(kv_.scalar_type()).to(dtype);
 }
 
 fused::DecodeStep StaticDecodeLayer::fused_step(const torch::Tensor& q,
@@ -274,7 +291,13 @@ fused::DecodeStep StaticDecodeLayer::fused_step(const torch::Tensor& q,
   s.value_dim = v.size(2);
   s.length = inputs.length();
   s.scale = score_scale(q.size(2));
-  s.dtype = q.scalar_type() == torch::kDouble ? fused::Dtype::kFloat64 : fused::Dtype::kFloat32;
+  auto as_fused = [](torch::ScalarType t) {
+    return t == torch::kDouble     ? fused::Dtype::kFloat64
+           : t == torch::kBFloat16 ? fused::Dtype::kBFloat16
+                                   : fused::Dtype::kFloat32;
+  };
+  s.dtype = as_fused(q.scalar_type());
+  s.cache = as_fused(kv_.scalar_type());
   s.position = inputs.position().data_ptr<int64_t>();
   auto operand = [](const torch::Tensor& x) {
     return fused::Operand{x.data_ptr(), x.stride(0), x.stride(1), 0};
@@ -318,6 +341,9 @@ std::string StaticDecodeLayer::fused_unsupported(const torch::Tensor& q,
   if (inputs.plans() > size_t(fused::kDecodeMaxPlans))
     return std::to_string(inputs.plans()) + " plans, over " +
            std::to_string(fused::kDecodeMaxPlans);
+  if (!fused::decode_dtypes_supported(step))
+    return std::string("caches of ") + c10::toString(kv_.scalar_type()) + " beside " +
+           c10::toString(dtype) + " inputs";
   if (!q.is_cuda()) return "";
 #ifdef COMBINER_WITH_CUDA_KERNELS
   if (dtype != torch::kFloat) return "the CUDA kernel takes float32";
@@ -345,15 +371,15 @@ torch::Tensor StaticDecodeLayer::step_composed(const torch::Tensor& q,
                                                const torch::Tensor& k,
                                                const torch::Tensor& v,
                                                const StaticDecodeInputs& inputs) {
-  const auto dtype = compute_dtype(q);
+  const auto dtype = compute_dtype(q), stored = kv_.scalar_type();
   const auto& at = inputs.position();
-  if (q_.defined()) q_.index_copy_(2, at, q.unsqueeze(2).to(dtype));
-  kv_.index_copy_(2, at, torch::cat({k, v}, -1).unsqueeze(2).to(dtype));
+  if (q_.defined()) q_.index_copy_(2, at, q.unsqueeze(2).to(stored));
+  kv_.index_copy_(2, at, torch::cat({k, v}, -1).unsqueeze(2).to(stored));
 
-  const auto query = q.to(dtype).unsqueeze(-1);  // [B, H, D, 1]
+  const auto query = as_cached(q).unsqueeze(-1);  // [B, H, D, 1]
   torch::Tensor out;
   for (size_t p = 0; p < inputs.plans(); ++p) {
-    auto terms = kv_.index_select(2, inputs.direct(p));  // [B, H, n, D + Dv]
+    auto terms = kv_.index_select(2, inputs.direct(p)).to(dtype);  // [B, H, n, D + Dv]
     if (inputs.schedule(p).span_width() > 0)
       terms = torch::cat({terms, spans_[p].index_select(2, inputs.slots(p))}, 2);
     auto scores =

@@ -95,6 +95,16 @@ class StaticDecodeInputs {
   std::vector<torch::Tensor> direct_, slots_, bias_;
 };
 
+// How a StaticDecodeLayer steps and keeps its caches (below).
+struct StaticDecodeOptions {
+  AttentionImpl::Path path = AttentionImpl::Path::kAuto;
+  bool bfloat16_cache = false;
+  // A job's spans are gathered a few at a time, each call's copy of their q, k, v held under
+  // `gather_bytes` (at least one span per call): horizontal's 2W row parts padded to W
+  // positions would otherwise copy O(W^2) rows at once.
+  int64_t gather_bytes = int64_t(256) << 20;
+};
+
 // One layer's cache and span tables. `summary` is the module's (null for variants without
 // spans) and must outlive this.
 //
@@ -103,16 +113,18 @@ class StaticDecodeInputs {
 // reference: `path` as the attention module's (kAuto: the kernel on CUDA where it applies, the
 // ops elsewhere; kFused: the kernel or its CPU model, an error where it cannot take the step;
 // kComposed: the ops).
+//
+// The caches are kept in the compute dtype (float32 for float32 and bfloat16 inputs, float64 for
+// float64), or in bfloat16 (`bfloat16_cache`, float32 inputs): half the bytes, the new
+// position's q, k and v rounded as they are written (its q for its own scores too), everything
+// computed in float32, on either path: attention over the rounded q, k and v. The span tables
+// (a few rows) stay in the compute dtype.
 class StaticDecodeLayer {
  public:
   using Path = AttentionImpl::Path;
-  // A job's spans are gathered a few at a time, each call's copy of their q, k, v held under
-  // `gather_bytes` (at least one span per call): horizontal's 2W row parts padded to W
-  // positions would otherwise copy O(W^2) rows at once.
-  explicit StaticDecodeLayer(const SpanSummary* summary,
-                             Path path = Path::kAuto,
-                             int64_t gather_bytes = int64_t(256) << 20)
-      : summary_(summary), path_(path), gather_bytes_(gather_bytes) {}
+  using Options = StaticDecodeOptions;
+  explicit StaticDecodeLayer(const SpanSummary* summary, Options options = {})
+      : summary_(summary), options_(options) {}
 
   // Makes the summaries prepare() asked for, from what the cache holds (eager work).
   void summarize(const std::vector<std::vector<SpanJob>>& jobs);
@@ -151,13 +163,17 @@ class StaticDecodeLayer {
                               const torch::Tensor& v,
                               const StaticDecodeInputs& inputs);
 
+  // The caches' dtype for inputs like q; the step's query as the cache holds it.
+  torch::ScalarType cache_dtype(const torch::Tensor& q) const;
+  torch::Tensor as_cached(const torch::Tensor& q) const;
+
   const SpanSummary* summary_;
-  Path path_;
-  int64_t gather_bytes_;
+  Options options_;
   int64_t key_dim_ = 0;
-  torch::Tensor q_;                   // [B, H, L, D] in the compute dtype, for the span summaries
+  torch::Tensor q_;                   // [B, H, L, D] in cache_dtype(), for the span summaries
   torch::Tensor kv_;                  // [B, H, L, D + Dv]
-  std::vector<torch::Tensor> spans_;  // per plan: [B, H, slots, D + Dv] (pooled key, expectation)
+  std::vector<torch::Tensor> spans_;  // per plan: [B, H, slots, D + Dv] (pooled key, expectation),
+                                      // in the compute dtype
 };
 
 }  // namespace combiner::attention

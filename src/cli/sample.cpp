@@ -7,6 +7,7 @@
 #include <spdlog/spdlog.h>
 #include <CLI/CLI.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 
@@ -46,7 +47,7 @@ int main(int argc, char** argv) {
     cb::sample::SampleOptions options;
     int64_t scale = 2, threads = 0;
     bool no_cache = false, ema = false;
-    std::string decoder = "auto", decoder_used;
+    std::string decoder = "auto", decoder_used, cache_dtype = "float32";
     auto* from_checkpoint = app.add_option(
         "--checkpoint", checkpoint, "checkpoint (.ckpt) or exported .safetensors file");
     auto* from_config = app.add_option(
@@ -68,6 +69,10 @@ int main(int argc, char** argv) {
                    decoder,
                    "cached decoder: dynamic (per variant, fewest terms), static (fixed shapes, "
                    "captured as a CUDA graph on a GPU) or auto (static on CUDA)");
+    app.add_option("--cache-dtype",
+                   cache_dtype,
+                   "the static decoder's q, k, v caches: float32, or bfloat16 (half the memory; "
+                   "picks the static decoder under --decoder auto)");
     app.add_flag("--ema", ema, "use the checkpoint's moving average of the weights");
     app.add_option("--threads", threads, "LibTorch threads (default: every core)");
     try {
@@ -83,6 +88,7 @@ int main(int argc, char** argv) {
     if (ema && checkpoint.empty()) throw std::invalid_argument("--ema needs --checkpoint");
     options.cache = !no_cache;
     options.decoder = cb::sample::parse_decoder(decoder, "--decoder");
+    options.bfloat16_cache = cb::sample::parse_cache_dtype(cache_dtype, "--cache-dtype");
     options.on_decoder = [&](const std::string& used) {
       if (decoder_used.empty()) spdlog::info("decoder: {}", used);
       decoder_used = used;
@@ -112,15 +118,18 @@ int main(int argc, char** argv) {
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     cb::util::write_image_grid(out, cb::sample::for_display(images, model->options().vocab), scale);
     if (!npy.empty()) cb::util::save_npy(npy, images);
-    spdlog::info(
-        "{} images of L = {} in {:.2f}s ({}, {} weights, {}): {:.3f} images/s",
-        options.count,
-        model->options().length(),
-        seconds,
-        options.cache ? "cached, " + decoder_used.substr(0, decoder_used.find(',')) : "uncached",
-        loaded.weights,
-        device.str(),
-        double(options.count) / seconds);
+    spdlog::info("{} images of L = {} in {:.2f}s ({}, {} weights, {}): {:.3f} images/s",
+                 options.count,
+                 model->options().length(),
+                 seconds,
+                 options.cache
+                     ? "cached, " + decoder_used.substr(0,
+                                                        std::min(decoder_used.find(", captured"),
+                                                                 decoder_used.find(", op by op")))
+                     : "uncached",
+                 loaded.weights,
+                 device.str(),
+                 double(options.count) / seconds);
     if (replay_ms >= 0 && options.count > 0)
       spdlog::info("graph replays: {:.3f} ms of GPU time a step, of {:.3f} ms a step in all",
                    replay_ms,

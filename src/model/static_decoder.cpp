@@ -10,7 +10,10 @@ torch::Device device_of(const ImageTransformer& model) {
 }
 }  // namespace
 
-StaticDecoder::StaticDecoder(ImageTransformer model, int64_t batch, bool capture)
+StaticDecoder::StaticDecoder(ImageTransformer model,
+                             int64_t batch,
+                             bool capture,
+                             bool bfloat16_cache)
     : model_(std::move(model)),
       batch_(batch),
       capture_(capture && device_of(model_).is_cuda() && util::CapturedWork::available()),
@@ -18,7 +21,10 @@ StaticDecoder::StaticDecoder(ImageTransformer model, int64_t batch, bool capture
   TORCH_CHECK(batch > 0, "static decoder: batch must be > 0, got ", batch);
   for (const auto& block : *model_->blocks_) {
     const auto& attention = block->as<Block>()->attention();
-    layers_.emplace_back(attention.span_summary(), attention.path());
+    attention::StaticDecodeLayer::Options options;
+    options.path = attention.path();
+    options.bfloat16_cache = bfloat16_cache;
+    layers_.emplace_back(attention.span_summary(), options);
   }
   const auto device = device_of(model_);
   token_ = torch::zeros({batch, 1}, torch::dtype(torch::kLong).device(device));

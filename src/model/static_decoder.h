@@ -25,8 +25,10 @@ class StaticDecoder {
  public:
   // The model must outlive the decoder; call under torch::NoGradGuard in eval mode. With
   // `capture` (and a CUDA model in a CUDA build) the second step captures the work; a capture
-  // that fails is reported by capture_error() and the steps then run op by op.
-  StaticDecoder(ImageTransformer model, int64_t batch, bool capture);
+  // that fails is reported by capture_error() and the steps then run op by op. With
+  // `bfloat16_cache` every layer keeps its q, k and v in bfloat16 (attention/static_decode.h):
+  // half the memory, attention over the rounded values.
+  StaticDecoder(ImageTransformer model, int64_t batch, bool capture, bool bfloat16_cache = false);
   ~StaticDecoder();
   StaticDecoder(const StaticDecoder&) = delete;
   StaticDecoder& operator=(const StaticDecoder&) = delete;

@@ -50,21 +50,23 @@ void sample_with_cache(model::ImageTransformer& model,
                        at::Generator& generator,
                        const StepDone& step_done) {
   using Choice = SampleOptions::Decoder;
-  const bool fixed_shapes = options.decoder == Choice::kStatic ||
-                            (options.decoder == Choice::kAuto && device_of(model).is_cuda());
+  const bool fixed_shapes =
+      options.decoder == Choice::kStatic ||
+      (options.decoder == Choice::kAuto && (device_of(model).is_cuda() || options.bfloat16_cache));
   if (!fixed_shapes) {
     if (options.on_decoder) options.on_decoder("dynamic");
     model::Decoder decoder(model);
     sample_cached(decoder, model, x, options.temperature, generator, step_done);
     return;
   }
-  model::StaticDecoder decoder(model, x.size(0), /*capture=*/true);
+  model::StaticDecoder decoder(model, x.size(0), /*capture=*/true, options.bfloat16_cache);
   sample_cached(decoder, model, x, options.temperature, generator, [&](int64_t i) {
     if (i == std::min<int64_t>(1, x.size(1) - 1) && options.on_decoder)  // captured at step 1
-      options.on_decoder(decoder.captured() ? "static, captured as a CUDA graph"
-                         : decoder.capture_error().empty()
-                             ? "static"
-                             : "static, op by op (" + decoder.capture_error() + ")");
+      options.on_decoder(
+          std::string("static") + (options.bfloat16_cache ? ", bfloat16 caches" : "") +
+          (decoder.captured()                ? ", captured as a CUDA graph"
+           : decoder.capture_error().empty() ? ""
+                                             : ", op by op (" + decoder.capture_error() + ")"));
     step_done(i);
   });
   const double ms = decoder.mean_replay_ms();
@@ -97,6 +99,12 @@ torch::Tensor sample_images(model::ImageTransformer& model, const SampleOptions&
   if (!(options.temperature >= 0.0))
     throw std::invalid_argument("sample: --temperature must be >= 0, got " +
                                 std::to_string(options.temperature));
+  if (options.bfloat16_cache && !options.cache)
+    throw std::invalid_argument("sample: --cache-dtype bfloat16 needs the cache (not --no-cache)");
+  if (options.bfloat16_cache && options.decoder == SampleOptions::Decoder::kDynamic)
+    throw std::invalid_argument(
+        "sample: --cache-dtype bfloat16 is the static decoder's (--decoder static or auto), not "
+        "--decoder dynamic");
   torch::NoGradGuard no_grad;
   const bool was_training = model->is_training();
   model->eval();
@@ -130,6 +138,12 @@ SampleOptions::Decoder parse_decoder(const std::string& text, const std::string&
   if (text == "dynamic") return SampleOptions::Decoder::kDynamic;
   if (text == "static") return SampleOptions::Decoder::kStatic;
   throw std::invalid_argument(key + ": expected auto, dynamic or static, got '" + text + "'");
+}
+
+bool parse_cache_dtype(const std::string& text, const std::string& key) {
+  if (text == "float32") return false;
+  if (text == "bfloat16") return true;
+  throw std::invalid_argument(key + ": expected float32 or bfloat16, got '" + text + "'");
 }
 
 torch::Tensor for_display(const torch::Tensor& images, int64_t vocab) {

@@ -26,6 +26,10 @@ struct SampleOptions {
   // Which cached decoder: auto (static on CUDA, dynamic elsewhere), dynamic or static.
   enum class Decoder { kAuto, kDynamic, kStatic };
   Decoder decoder = Decoder::kAuto;
+  // The static decoder's q, k, v caches in bfloat16 (half the memory; attention over the rounded
+  // values, so the images may differ from float32 caches' in a few subpixels); float32 otherwise.
+  // Picks the static decoder under kAuto; refused with kDynamic and without the cache.
+  bool bfloat16_cache = false;
   // Called once per batch of images with the decoder it uses, e.g. "static, captured".
   std::function<void(const std::string& decoder)> on_decoder;
   // After each batch drawn by a captured decoder: its replays' mean GPU time a step, in ms.
@@ -34,14 +38,17 @@ struct SampleOptions {
   std::function<void(int64_t done, int64_t total)> progress;
 };
 
-// Returns uint8 [N, H, W, C]. Throws std::invalid_argument for count <= 0, batch < 0 or
-// temperature < 0.
+// Returns uint8 [N, H, W, C]. Throws std::invalid_argument for count <= 0, batch < 0,
+// temperature < 0 or bfloat16 caches asked of a decoder without them.
 torch::Tensor sample_images(model::ImageTransformer& model, const SampleOptions& options);
 
 // Images of subpixels below `vocab` (N-bit data: vocab 2^N) stretched to 0..255 for viewing, as
 // the PNG grids show them; 8-bit images (vocab 256) unchanged.
 // "auto", "dynamic" or "static"; std::invalid_argument naming `key` otherwise.
 SampleOptions::Decoder parse_decoder(const std::string& text, const std::string& key);
+// "float32" (false) or "bfloat16" (true): the static decoder's cache dtype; std::invalid_argument
+// naming `key` otherwise.
+bool parse_cache_dtype(const std::string& text, const std::string& key);
 
 torch::Tensor for_display(const torch::Tensor& images, int64_t vocab);
 

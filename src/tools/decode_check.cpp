@@ -22,10 +22,11 @@ torch::Tensor decode_all(const attention::AttentionImpl& module,
                          const torch::Tensor& q,
                          const torch::Tensor& k,
                          const torch::Tensor& v,
-                         StaticDecodeLayer::Path path) {
+                         StaticDecodeLayer::Path path,
+                         bool bfloat16_cache) {
   const int64_t L = q.size(2);
   attention::StaticDecodeInputs inputs(options, L, q.device());
-  StaticDecodeLayer layer(module.span_summary(), path);
+  StaticDecodeLayer layer(module.span_summary(), {path, bfloat16_cache});
   std::vector<torch::Tensor> outputs;
   for (int64_t i = 0; i < L; ++i) {
     layer.summarize(inputs.prepare(i));
@@ -47,6 +48,7 @@ std::vector<DecodeCheckCase> decode_check_cases(bool large) {
       // family a short last block.
       cases.push_back({variant, abstraction, 48, 12});
       cases.push_back({variant, abstraction, rows ? 60 : 50, rows ? 5 : 8});
+      if (first) cases.push_back({variant, abstraction, 48, 12, 32, 2, 2, true});
     }
   }
   if (large)
@@ -56,6 +58,7 @@ std::vector<DecodeCheckCase> decode_check_cases(bool large) {
                                       "combiner-mixture",
                                       "full"})
       cases.push_back({variant, "max", 3072, 96, 128, 2, 2});
+  if (large) cases.push_back({"combiner-axial-vertical", "max", 3072, 96, 128, 2, 2, true});
   return cases;
 }
 
@@ -75,16 +78,18 @@ DecodeCheckResult run_decode_check(const DecodeCheckCase& c, const std::string& 
     torch::NoGradGuard no_grad;
 
     module->to(dev);
-    const auto fused = decode_all(
-        *module, options, q.to(dev), k.to(dev), v.to(dev), StaticDecodeLayer::Path::kFused);
-    const auto composed = decode_all(
-        *module, options, q.to(dev), k.to(dev), v.to(dev), StaticDecodeLayer::Path::kComposed);
-    r.composed = attention::check_error(fused, composed);
+    const auto run = [&](StaticDecodeLayer::Path path) {
+      return decode_all(*module, options, q.to(dev), k.to(dev), v.to(dev), path, c.bfloat16_cache);
+    };
+    const auto fused = run(StaticDecodeLayer::Path::kFused);
+    r.composed = attention::check_error(fused, run(StaticDecodeLayer::Path::kComposed));
 
     module->to(torch::kCPU, torch::kDouble);
     module->set_path(attention::AttentionImpl::Path::kComposed);
-    const auto expected =
-        module->forward(q.to(torch::kDouble), k.to(torch::kDouble), v.to(torch::kDouble));
+    const auto in_double = [&](const torch::Tensor& x) {
+      return (c.bfloat16_cache ? x.to(torch::kBFloat16) : x).to(torch::kDouble);
+    };
+    const auto expected = module->forward(in_double(q), in_double(k), in_double(v));
     r.reference = attention::check_error(fused, expected);
     r.pass = std::max(r.composed, r.reference) <= r.tol;
   } catch (const std::exception& e) {
@@ -98,12 +103,13 @@ std::string decode_check_header() {
   char line[160];
   std::snprintf(line,
                 sizeof line,
-                "%-26s %-14s %5s %5s %4s %9s %9s %9s  %s",
+                "%-26s %-14s %5s %5s %4s %-8s %9s %9s %9s  %s",
                 "decode step",
                 "abstraction",
                 "L",
                 "s/W",
                 "D",
+                "cache",
                 "composed",
                 "reference",
                 "tol",
@@ -115,12 +121,13 @@ std::string decode_check_line(const DecodeCheckCase& c, const DecodeCheckResult&
   char line[256];
   std::snprintf(line,
                 sizeof line,
-                "%-26s %-14s %5lld %5lld %4lld %9.2e %9.2e %9.1e  %s",
+                "%-26s %-14s %5lld %5lld %4lld %-8s %9.2e %9.2e %9.1e  %s",
                 c.variant.c_str(),
                 c.abstraction.c_str(),
                 (long long)c.length,
                 (long long)c.layout,
                 (long long)c.dim,
+                c.bfloat16_cache ? "bfloat16" : "float32",
                 r.composed,
                 r.reference,
                 r.tol,

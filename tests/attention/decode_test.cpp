@@ -30,9 +30,10 @@ torch::Tensor static_decode_all(AttentionImpl& module,
                                 const Case& c,
                                 const testing::Inputs& in,
                                 StaticDecodeLayer::Path path,
-                                int64_t gather_bytes = int64_t(256) << 20) {
+                                int64_t gather_bytes = int64_t(256) << 20,
+                                bool bfloat16_cache = false) {
   StaticDecodeInputs inputs(c.options(), c.length, torch::kCPU);
-  StaticDecodeLayer layer(module.span_summary(), path, gather_bytes);
+  StaticDecodeLayer layer(module.span_summary(), {path, bfloat16_cache, gather_bytes});
   std::vector<torch::Tensor> outputs;
   for (int64_t i = 0; i < c.length; ++i) {
     layer.summarize(inputs.prepare(i));
@@ -57,6 +58,27 @@ TEST_P(DecodeTest, StepsEqualForward) {
         static_decode_all(*module, c, in, Path::kFused, /*gather_bytes=*/1)}) {
     ASSERT_EQ(decoded.sizes(), expected.sizes());
     EXPECT_LT((decoded - expected).abs().max().item<double>(), 1e-5);
+  }
+}
+
+// With bfloat16 caches both paths compute attention over q, k and v rounded to bfloat16, in
+// float32: forward()'s output on the rounded inputs, at every position, to float32 rounding.
+TEST_P(DecodeTest, BFloat16CachesGiveForwardOfTheRoundedInputs) {
+  const Case& c = GetParam();
+  torch::manual_seed(7);
+  auto module = make_attention(c.options(), c.length, testing::kDim);
+  auto in = testing::random_inputs(c.length, torch::kFloat, 24);
+  in.q = in.q * 3;
+  torch::NoGradGuard no_grad;
+  auto rounded = [](const torch::Tensor& x) { return x.to(torch::kBFloat16).to(torch::kFloat); };
+  const auto expected = module->forward(rounded(in.q), rounded(in.k), rounded(in.v));
+  const auto exact = module->forward(in.q, in.k, in.v);
+  using Path = StaticDecodeLayer::Path;
+  for (const auto path : {Path::kComposed, Path::kFused}) {
+    const auto decoded = static_decode_all(*module, c, in, path, int64_t(256) << 20, true);
+    EXPECT_LT((decoded - expected).abs().max().item<double>(), 1e-5) << int(path);
+    // and not the float32 caches' output: the rounding is there
+    EXPECT_GT((decoded - exact).abs().max().item<double>(), 1e-4) << int(path);
   }
 }
 

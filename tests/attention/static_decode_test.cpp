@@ -69,7 +69,7 @@ TEST(StaticDecodeLayerTest, ForcedFusedStepRefusesWhatItCannotTake) {
   const auto q = torch::randn({1, 2, 8}, torch::kBFloat16);
   for (const auto path : {StaticDecodeLayer::Path::kFused, StaticDecodeLayer::Path::kAuto}) {
     StaticDecodeInputs inputs(options, 16, torch::kCPU);
-    StaticDecodeLayer layer(module->span_summary(), path);
+    StaticDecodeLayer layer(module->span_summary(), {path});
     layer.summarize(inputs.prepare(0));
     if (path == StaticDecodeLayer::Path::kAuto) {
       EXPECT_EQ(layer.step(q, q, q, inputs).scalar_type(), torch::kBFloat16);

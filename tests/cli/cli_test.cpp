@@ -126,6 +126,30 @@ TEST_F(Cli, CachedAndUncachedSamplingAgree) {
   EXPECT_TRUE(torch::equal(drawn[0], drawn[2]));
 }
 
+// bfloat16 caches: the static decoder under auto, named in the summary line; refused in one
+// line by the dynamic decoder, and an unknown dtype named, with no grid written.
+TEST_F(Cli, SamplingWithBFloat16Caches) {
+  const auto png = dir_->file("bf16.png");
+  auto r = run_binary(
+      "combiner-sample",
+      "--checkpoint " + checkpoint_ + " --num 2 --seed 3 --cache-dtype bfloat16" + " --out " + png);
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find("(cached, static, bfloat16 caches, "), std::string::npos) << r.output;
+  EXPECT_TRUE(std::filesystem::exists(png));
+  const auto never = dir_->file("never.png");
+  for (const std::string& flags : {std::string("--cache-dtype float16"),
+                                   std::string("--cache-dtype bfloat16 --decoder dynamic")}) {
+    r = run_binary("combiner-sample",
+                   "--checkpoint " + checkpoint_ + " --num 1 " + flags + " --out " + never);
+    EXPECT_NE(r.status, 0) << flags;
+    const std::string why = flags == "--cache-dtype float16"
+                                ? "--cache-dtype: expected float32 or bfloat16, got 'float16'"
+                                : "--cache-dtype bfloat16 is the static decoder's";
+    EXPECT_NE(r.output.find(why), std::string::npos) << r.output;
+    EXPECT_FALSE(std::filesystem::exists(never)) << flags;
+  }
+}
+
 TEST_F(Cli, SamplingRefusesAnUnknownDecoder) {
   const auto png = dir_->file("never.png");
   auto r = run_binary("combiner-sample",

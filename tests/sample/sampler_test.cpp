@@ -68,6 +68,34 @@ TEST(SamplerOptionsTest, ParsesTheDecoderOrNamesTheKey) {
   }
 }
 
+// bfloat16 caches are the static decoder's: auto picks it for them, and the dynamic decoder and
+// the plain path refuse them in one line.
+TEST(Sampler, BFloat16CachesTakeTheStaticDecoder) {
+  auto model = tiny_model("combiner-axial-vertical");
+  SampleOptions options;
+  options.count = 2;
+  options.bfloat16_cache = true;
+  std::vector<std::string> used;
+  options.on_decoder = [&](const std::string& decoder) { used.push_back(decoder); };
+  const auto images = sample_images(model, options);
+  EXPECT_EQ(used, (std::vector<std::string>{"static, bfloat16 caches"}));
+  EXPECT_EQ(images.size(0), 2);
+  EXPECT_GT(images.to(torch::kFloat).std().item<double>(), 1.0);
+  options.decoder = SampleOptions::Decoder::kDynamic;
+  EXPECT_THROW(sample_images(model, options), std::invalid_argument);
+  options.decoder = SampleOptions::Decoder::kAuto;
+  options.cache = false;
+  EXPECT_THROW(sample_images(model, options), std::invalid_argument);
+  EXPECT_TRUE(parse_cache_dtype("bfloat16", "--cache-dtype"));
+  EXPECT_FALSE(parse_cache_dtype("float32", "--cache-dtype"));
+  try {
+    parse_cache_dtype("fp16", "--cache-dtype");
+    FAIL() << "no throw";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_STREQ(e.what(), "--cache-dtype: expected float32 or bfloat16, got 'fp16'");
+  }
+}
+
 TEST_P(SamplerTest, ArgmaxIsDeterministicAndIgnoresTheSeed) {
   auto model = tiny_model(GetParam());
   SampleOptions options;

@@ -2,20 +2,44 @@
 // per plan the terms' rows through the kernel's own codes (decode_row_code, decode_row), their
 // scores, max and sum, and the values' weighted sum kept per warp as the kernel's warps keep it
 // (decode_warp_of) and added in warp order, in plain loops with the kernel's formulas
-// (accumulating in the storage type: float32 or float64).
+// (accumulating in the inputs' type, float32 or float64; caches of bfloat16 read into float32).
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <limits>
 #include <stdexcept>
+#include <type_traits>
 #include <vector>
 
 #include "attention/fused/decode_kernel.h"
+#include "util/bfloat16.h"
 
 namespace combiner::attention::fused {
 
 namespace {
 
+// A cache element: T itself, or bfloat16's bits (rounded to nearest even, as the kernel's
+// __float2bfloat16).
+struct Bf16 {
+  uint16_t bits;
+};
 template <typename T>
+T load(T x) {
+  return x;
+}
+inline float load(Bf16 x) {
+  return util::bf16_to_float(x.bits);
+}
+template <typename C, typename T>
+C store(T x) {
+  if constexpr (std::is_same_v<C, Bf16>)
+    return Bf16{util::float_to_bf16(float(x))};
+  else
+    return C(x);
+}
+
+// T: the inputs' and the arithmetic's type; C: the caches'.
+template <typename T, typename C>
 void decode_step(const DecodeStep& s) {
   const int64_t D = s.dim, Dv = s.value_dim, L = s.length, width = D + Dv;
   const int64_t pos = *s.position;
@@ -28,11 +52,16 @@ void decode_step(const DecodeStep& s) {
       auto vec = [&](const Operand& x) {
         return static_cast<const T*>(x.data) + b * x.batch + h * x.head;
       };
-      const T *q = vec(s.q), *k = vec(s.k), *v = vec(s.v);
-      T* kv_cache = static_cast<T*>(s.kv_cache) + bh * L * width;
-      std::copy(k, k + D, kv_cache + pos * width);
-      std::copy(v, v + Dv, kv_cache + pos * width + D);
-      if (s.q_cache) std::copy(q, q + D, static_cast<T*>(s.q_cache) + (bh * L + pos) * D);
+      const T *q_in = vec(s.q), *k = vec(s.k), *v = vec(s.v);
+      C* kv_cache = static_cast<C*>(s.kv_cache) + bh * L * width;
+      std::transform(k, k + D, kv_cache + pos * width, store<C, T>);
+      std::transform(v, v + Dv, kv_cache + pos * width + D, store<C, T>);
+      // The step's own query as the cache holds it.
+      std::vector<T> q(static_cast<size_t>(D));
+      for (int64_t d = 0; d < D; ++d) q[d] = load(store<C>(q_in[d]));
+      if (s.q_cache)
+        std::transform(
+            q_in, q_in + D, static_cast<C*>(s.q_cache) + (bh * L + pos) * D, store<C, T>);
 
       T* out = static_cast<T*>(s.out) + bh * Dv;
       for (int p = 0; p < s.plans; ++p) {
@@ -40,13 +69,16 @@ void decode_step(const DecodeStep& s) {
         const int64_t n = plan.direct_count + plan.span_count;
         const T* spans = static_cast<const T*>(plan.spans) + bh * plan.span_rows * width;
         for (int64_t t = 0; t < n; ++t) rows[t] = decode_row_code(plan, t);
-        auto row = [&](int64_t t) { return decode_row<T>(rows[t], kv_cache, spans, width); };
+        // Element i of term t's row.
+        auto at = [&](int64_t t, int64_t i) {
+          const auto row = decode_row(rows[t], kv_cache, spans, width);
+          return row.cache ? load(row.cache[i]) : row.span[i];
+        };
 
         T max = -std::numeric_limits<T>::max();
         for (int64_t t = 0; t < n; ++t) {
-          const T* key = row(t);
           T dot = 0;
-          for (int64_t d = 0; d < D; ++d) dot += q[d] * key[d];
+          for (int64_t d = 0; d < D; ++d) dot += q[d] * at(t, d);
           scores[t] = dot * T(s.scale) + T(plan.bias[t]);
           max = std::max(max, scores[t]);
         }
@@ -57,9 +89,8 @@ void decode_step(const DecodeStep& s) {
         }
         std::fill(partial.begin(), partial.end(), T(0));
         for (int64_t t = 0; t < n; ++t) {
-          const T* value = row(t) + D;
           T* sum = partial.data() + decode_warp_of(t) * Dv;
-          for (int64_t d = 0; d < Dv; ++d) sum[d] += scores[t] * value[d];
+          for (int64_t d = 0; d < Dv; ++d) sum[d] += scores[t] * at(t, D + d);
         }
         for (int64_t d = 0; d < Dv; ++d) {
           T o = 0;
@@ -76,9 +107,12 @@ void decode_step(const DecodeStep& s) {
 }  // namespace
 
 void decode_step_cpu(const DecodeStep& s) {
-  if (s.dtype == Dtype::kFloat32) return decode_step<float>(s);
-  if (s.dtype == Dtype::kFloat64) return decode_step<double>(s);
-  throw std::invalid_argument("decode step: the CPU model takes float32 or float64");
+  if (!decode_dtypes_supported(s))
+    throw std::invalid_argument(
+        "decode step: the CPU model takes float32 or float64, or float32 over bfloat16 caches");
+  if (s.dtype == Dtype::kFloat64) return decode_step<double, double>(s);
+  if (s.cache == Dtype::kBFloat16) return decode_step<float, Bf16>(s);
+  return decode_step<float, float>(s);
 }
 
 }  // namespace combiner::attention::fused

@@ -12,18 +12,22 @@
 //            memory, divided by the softmax's sum and added to the output (the plans' mean when
 //            there are two).
 // Shared memory: 8 x Dv + 2 x the widest plan's terms + 16 floats; at the 128-layer preset's
-// D = Dv = 128 and 222 terms, 5.9 KB.
+// D = Dv = 128 and 222 terms, 5.9 KB. The caches' element type C is float or bfloat16 (read into
+// float32; the new position's q, k and v rounded as they are written, q for its own scores too).
 //
 // Cost at that preset (64 images, 2 heads, L 3072, combiner-axial-vertical's 127 direct positions
 // and 95 spans a step): each CTA reads 222 rows of 256 floats (227 KB), twice (keys, then values:
 // the second read mostly from L2), 29 MB a layer from memory: ~6 us at an H200's ~4.8 TB/s,
 // 0.8 ms for 128 layers, 2.4 s for the 3,072 steps of 64 images. One CTA per SM (128 CTAs) needs
-// ~20 KB of loads in flight each to reach that: 8 warps x 4 rows x 512 B of keys is 16 KB.
+// ~20 KB of loads in flight each to reach that: 8 warps x 4 rows x 512 B of keys is 16 KB. With
+// bfloat16 caches, half the bytes (and half the memory: 38.7 GB for those 64 images' caches).
+#include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 #include <cfloat>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 
 #include "attention/fused/decode_kernel.h"
 #include "attention/fused/kernel_launch.cuh"
@@ -36,6 +40,21 @@ constexpr int kThreads = kDecodeWarps * 32;
 constexpr int kDimChunks = int(kDecodeMaxDim / 32);
 constexpr int kValueChunks = int(kDecodeMaxValueDim / 32);
 constexpr int kInFlight = kDecodeTermsInFlight;
+
+// A cache element into float32, and a float32 into one (rounded to nearest even).
+__device__ __forceinline__ float to_float(float x) {
+  return x;
+}
+__device__ __forceinline__ float to_float(__nv_bfloat16 x) {
+  return __bfloat162float(x);
+}
+template <typename C>
+__device__ __forceinline__ C to_cache(float x) {
+  if constexpr (std::is_same_v<C, float>)
+    return x;
+  else
+    return __float2bfloat16(x);
+}
 
 __device__ __forceinline__ float warp_sum(float x) {
   for (int offset = 16; offset > 0; offset /= 2) x += __shfl_xor_sync(0xffffffffu, x, offset);
@@ -59,6 +78,7 @@ __device__ float block_reduce(float x, float* slots) {
   return all;
 }
 
+template <typename C>
 __global__ void __launch_bounds__(kThreads, 1) decode_step_kernel(const DecodeStep s) {
   extern __shared__ float smem[];
   const int64_t D = s.dim, Dv = s.value_dim, L = s.length, width = D + Dv;
@@ -75,16 +95,17 @@ __global__ void __launch_bounds__(kThreads, 1) decode_step_kernel(const DecodeSt
     return static_cast<const float*>(x.data) + b * x.batch + h * x.head;
   };
   const float *q = vec(s.q), *k = vec(s.k), *v = vec(s.v);
-  const auto* kv_cache = static_cast<float*>(s.kv_cache) + bh * L * width;
-  float* kv_row = static_cast<float*>(s.kv_cache) + (bh * L + pos) * width;
+  const auto* kv_cache = static_cast<const C*>(s.kv_cache) + bh * L * width;
+  C* kv_row = static_cast<C*>(s.kv_cache) + (bh * L + pos) * width;
   for (int64_t d = tid; d < D; d += kThreads) {
-    kv_row[d] = k[d];
-    if (s.q_cache) static_cast<float*>(s.q_cache)[(bh * L + pos) * D + d] = q[d];
+    kv_row[d] = to_cache<C>(k[d]);
+    if (s.q_cache) static_cast<C*>(s.q_cache)[(bh * L + pos) * D + d] = to_cache<C>(q[d]);
   }
-  for (int64_t d = tid; d < Dv; d += kThreads) kv_row[D + d] = v[d];
-  float q_r[kDimChunks];
+  for (int64_t d = tid; d < Dv; d += kThreads) kv_row[D + d] = to_cache<C>(v[d]);
+  float q_r[kDimChunks];  // as the cache holds it
 #pragma unroll
-  for (int c = 0; c < kDimChunks; ++c) q_r[c] = lane + 32 * c < D ? q[lane + 32 * c] : 0.f;
+  for (int c = 0; c < kDimChunks; ++c)
+    q_r[c] = lane + 32 * c < D ? to_float(to_cache<C>(q[lane + 32 * c])) : 0.f;
 
   float* out = static_cast<float*>(s.out) + bh * Dv;
   for (int p = 0; p < s.plans; ++p) {
@@ -93,16 +114,21 @@ __global__ void __launch_bounds__(kThreads, 1) decode_step_kernel(const DecodeSt
     const auto* spans = static_cast<const float*>(plan.spans) + bh * plan.span_rows * width;
     for (int64_t t = tid; t < n; t += kThreads) rows[t] = decode_row_code(plan, t);
     __syncthreads();  // the rows, and the new cache row (read below when listed)
-    auto row = [&](int64_t t) { return decode_row<float>(rows[t], kv_cache, spans, width); };
+    auto row = [&](int64_t t) { return decode_row(rows[t], kv_cache, spans, width); };
+    // Element i of a row (the term's, the same for the whole warp: no divergence).
+    auto at = [](const DecodeRow<C, float>& r, int64_t i) {
+      return r.cache ? to_float(r.cache[i]) : r.span[i];
+    };
 
     for (int64_t t0 = warp * kInFlight; t0 < n; t0 += kDecodeWarps * kInFlight) {
       float key[kInFlight][kDimChunks];
 #pragma unroll
       for (int j = 0; j < kInFlight; ++j) {
-        const float* r = t0 + j < n ? row(t0 + j) : nullptr;
+        const bool real = t0 + j < n;
+        const auto r = row(real ? t0 + j : 0);
 #pragma unroll
         for (int c = 0; c < kDimChunks; ++c)
-          key[j][c] = r && lane + 32 * c < D ? r[lane + 32 * c] : 0.f;
+          key[j][c] = real && lane + 32 * c < D ? at(r, lane + 32 * c) : 0.f;
       }
 #pragma unroll
       for (int j = 0; j < kInFlight; ++j) {
@@ -132,10 +158,11 @@ __global__ void __launch_bounds__(kThreads, 1) decode_step_kernel(const DecodeSt
       float value[kInFlight][kValueChunks];
 #pragma unroll
       for (int j = 0; j < kInFlight; ++j) {
-        const float* r = t0 + j < n ? row(t0 + j) + D : nullptr;
+        const bool real = t0 + j < n;
+        const auto r = row(real ? t0 + j : 0);
 #pragma unroll
         for (int c = 0; c < kValueChunks; ++c)
-          value[j][c] = r && lane + 32 * c < Dv ? r[lane + 32 * c] : 0.f;
+          value[j][c] = real && lane + 32 * c < Dv ? at(r, D + lane + 32 * c) : 0.f;
       }
 #pragma unroll
       for (int j = 0; j < kInFlight; ++j) {
@@ -160,24 +187,32 @@ __global__ void __launch_bounds__(kThreads, 1) decode_step_kernel(const DecodeSt
     for (int64_t d = tid; d < Dv; d += kThreads) out[d] /= float(s.plans);
 }
 
-}  // namespace
-
-void decode_step_cuda(const DecodeStep& s, void* stream) {
-  if (s.dtype != Dtype::kFloat32 || s.dim > kDecodeMaxDim || s.value_dim > kDecodeMaxValueDim ||
-      decode_smem_bytes(s) > kDecodeMaxSmem || s.length > (int64_t(1) << 30))
-    throw std::invalid_argument("decode step kernel: float32, D and Dv <= 256 and at most " +
-                                std::to_string(kDecodeMaxSmem) + " bytes of shared memory");
-  const int64_t ctas = s.batch * s.heads;
-  if (ctas == 0) return;
+template <typename C>
+void launch_decode(const DecodeStep& s, cudaStream_t stream) {
   // Raised once per device to the most any step asks for (the first step runs eagerly, before a
   // graph captures the later ones).
   const char* what = "decode step kernel";
-  cuda_detail::raise_smem_limit(decode_step_kernel, size_t(kDecodeMaxSmem), what);
-  decode_step_kernel<<<unsigned(ctas),
-                       kThreads,
-                       size_t(decode_smem_bytes(s)),
-                       static_cast<cudaStream_t>(stream)>>>(s);
+  cuda_detail::raise_smem_limit(decode_step_kernel<C>, size_t(kDecodeMaxSmem), what);
+  decode_step_kernel<C>
+      <<<unsigned(s.batch * s.heads), kThreads, size_t(decode_smem_bytes(s)), stream>>>(s);
   cuda_detail::check(cudaGetLastError(), what);
+}
+
+}  // namespace
+
+void decode_step_cuda(const DecodeStep& s, void* stream) {
+  if (s.dtype != Dtype::kFloat32 || !decode_dtypes_supported(s) || s.dim > kDecodeMaxDim ||
+      s.value_dim > kDecodeMaxValueDim || decode_smem_bytes(s) > kDecodeMaxSmem ||
+      s.length > (int64_t(1) << 30))
+    throw std::invalid_argument(
+        "decode step kernel: float32 (caches float32 or bfloat16), D and Dv <= 256 and at most " +
+        std::to_string(kDecodeMaxSmem) + " bytes of shared memory");
+  if (s.batch * s.heads == 0) return;
+  const auto on = static_cast<cudaStream_t>(stream);
+  if (s.cache == Dtype::kBFloat16)
+    launch_decode<__nv_bfloat16>(s, on);
+  else
+    launch_decode<float>(s, on);
 }
 
 }  // namespace combiner::attention::fused

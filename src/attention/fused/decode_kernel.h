@@ -9,13 +9,18 @@
 //
 //   score_t = scale * q . key_t + bias_t,   p = softmax(score),   out = sum_t p_t value_t
 //
+// The caches may be kept in bfloat16, half float32's bytes: the new position's q, k and v are then
+// rounded as they are written, its q is rounded for its own scores too, and everything is
+// computed in float32 (the span tables, a few rows a layer, stay float32), so a step is attention
+// over bfloat16 q, k and v, as training under bfloat16 autocast feeds it.
+//
 // The step position and the lists are read on the device, so a captured step replays with new
 // contents of the same buffers. Two implementations read these descriptors: a CPU model
 // (decode_cpu.cpp: plain loops, float32 and float64; tests, and the CPU's static decoder) and the
-// CUDA kernel (decode_kernel.cu, float32; CUDA builds). One CTA per (batch, head), 8 warps, each
-// taking 4 terms at a time: their rows' loads all issued before any sum (a step is a few hundred
-// scattered 1 KB rows: latency, not arithmetic), lanes over D for the scores and over Dv for the
-// values, then the warps' partial sums added in shared memory.
+// CUDA kernel (decode_kernel.cu, float32 with float32 or bfloat16 caches; CUDA builds). One CTA per
+// (batch, head), 8 warps, each taking 4 terms at a time: their rows' loads all issued before any
+// sum (a step is a few hundred scattered 1 KB rows: latency, not arithmetic), lanes over D for the
+// scores and over Dv for the values, then the warps' partial sums added in shared memory.
 #pragma once
 
 #include <cstdint>
@@ -46,11 +51,13 @@ struct DecodePlan {
 // q, k: [B, H, D] and v: [B, H, Dv] (strides in elements, the last axis contiguous) of the
 // position *position; the caches are contiguous, q_cache [B, H, length, D] (null when no plan
 // pools queries) and kv_cache [B, H, length, D + Dv] (key, then value, in one row); out
-// [B, H, Dv] contiguous. All in `dtype`: float32, or float64 (CPU model only).
+// [B, H, Dv] contiguous. q, k, v, out and the span tables in `dtype`: float32, or float64 (CPU
+// model only); the caches in `cache`: `dtype`, or bfloat16 beside float32.
 struct DecodeStep {
   int64_t batch = 0, heads = 0, dim = 0, value_dim = 0, length = 0;
   double scale = 1;
   Dtype dtype = Dtype::kFloat32;
+  Dtype cache = Dtype::kFloat32;
   const int64_t* position = nullptr;
   Operand q, k, v;  // `row` unused
   void* q_cache = nullptr;
@@ -74,11 +81,17 @@ COMBINER_HD int64_t decode_terms(const DecodeStep& s) {
 COMBINER_HD int decode_row_code(const DecodePlan& plan, int64_t t) {
   return t < plan.direct_count ? int(plan.direct[t]) : -1 - int(plan.slots[t - plan.direct_count]);
 }
-// The row a code names, in (b, h)'s kv cache or in its part of the plan's span table; rows are
-// `width` = D + Dv long.
-template <typename T>
-COMBINER_HD const T* decode_row(int code, const T* kv_cache, const T* spans, int64_t width) {
-  return code >= 0 ? kv_cache + int64_t(code) * width : spans + int64_t(-1 - code) * width;
+// The row a code names, in (b, h)'s kv cache (elements C) or in its part of the plan's span
+// table (S): one of the two pointers is set. Rows are `width` = D + Dv long.
+template <typename C, typename S>
+struct DecodeRow {
+  const C* cache;
+  const S* span;
+};
+template <typename C, typename S>
+COMBINER_HD DecodeRow<C, S> decode_row(int code, const C* kv_cache, const S* spans, int64_t width) {
+  if (code >= 0) return {kv_cache + int64_t(code) * width, nullptr};
+  return {nullptr, spans + int64_t(-1 - code) * width};
 }
 // The warp that takes term t: terms go out kDecodeTermsInFlight at a time, warp by warp.
 COMBINER_HD int decode_warp_of(int64_t t) {
@@ -93,11 +106,19 @@ COMBINER_HD int64_t decode_smem_bytes(const DecodeStep& s) {
 }
 constexpr int64_t kDecodeMaxSmem = 200 * 1024;  // under the 227 KB an H100 CTA may ask for
 
-// ---- the CPU model (decode_cpu.cpp): float32 and float64 ----
+// Whether a step's dtypes are one the CPU model takes: float32 or float64 throughout, or
+// float32 over bfloat16 caches.
+COMBINER_HD bool decode_dtypes_supported(const DecodeStep& s) {
+  return s.cache == s.dtype ? s.dtype != Dtype::kBFloat16
+                            : s.dtype == Dtype::kFloat32 && s.cache == Dtype::kBFloat16;
+}
+
+// ---- the CPU model (decode_cpu.cpp) ----
 void decode_step_cpu(const DecodeStep& s);
 
-// ---- the CUDA kernel (decode_kernel.cu; CUDA builds only): float32, D and Dv <= 256, shared
-// memory within kDecodeMaxSmem (a plan of up to ~24k terms at Dv 128). `stream` is a cudaStream_t.
+// ---- the CUDA kernel (decode_kernel.cu; CUDA builds only): float32 over float32 or bfloat16
+// caches, D and Dv <= 256, shared memory within kDecodeMaxSmem (a plan of up to ~24k terms at
+// Dv 128). `stream` is a cudaStream_t.
 void decode_step_cuda(const DecodeStep& s, void* stream);
 
 }  // namespace combiner::attention::fused

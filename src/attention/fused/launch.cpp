@@ -84,7 +84,8 @@ std::string describe(const fused::SegmentMaxes& m) {
 }
 std::string describe(const fused::DecodeStep& s) {
   return "decode step: " + n(s.batch) + " x " + n(s.heads) + " heads, " +
-         n(fused::decode_terms(s)) + " terms" + (s.plans > 1 ? " x " + n(s.plans) + " plans" : "");
+         n(fused::decode_terms(s)) + " terms" + (s.plans > 1 ? " x " + n(s.plans) + " plans" : "") +
+         (s.cache == fused::Dtype::kBFloat16 ? ", bfloat16 caches" : "");
 }
 
 // A CUDA kernel's host function, or nullptr in a build without the kernels (a parameter type
