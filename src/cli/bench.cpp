@@ -8,8 +8,9 @@
 //   a table of their N largest GPU kernels and CPU ops (tools/profile.h).
 //   kernel-check: the fused attention kernels (CUDA, or their CPU model on the CPU) against the
 //   LibTorch composition and the float64 dense reference, then (every variant asked for) the
-//   fused LayerNorm against LibTorch's in float64 and the decode kernel (sampling's attention
-//   step) against the decoder's LibTorch ops and forward(); exits 1 if any case fails.
+//   fused LayerNorm against LibTorch's in float64, sampling's LayerNorm-and-linear kernel against
+//   the ops it replaces in float64 and the decode kernel (sampling's attention step) against the
+//   decoder's LibTorch ops and forward(); exits 1 if any case fails.
 #include <spdlog/spdlog.h>
 #include <CLI/CLI.hpp>
 
@@ -27,6 +28,7 @@
 #include "tools/decode_check.h"
 #include "tools/kernel_check.h"
 #include "tools/norm_check.h"
+#include "tools/norm_linear_check.h"
 #include "tools/train_bench.h"
 #include "util/atomic_file.h"
 #include "util/cli_main.h"
@@ -206,6 +208,10 @@ int bench_kernel_check(const KernelCheckFlags& f) {
           tools::norm_check_cases(large),
           tools::run_norm_check,
           tools::norm_check_line);
+    table(tools::norm_linear_check_header(),
+          tools::norm_linear_check_cases(large),
+          tools::run_norm_linear_check,
+          tools::norm_linear_check_line);
     table(tools::decode_check_header(),
           tools::decode_check_cases(large),
           tools::run_decode_check,

@@ -2,6 +2,7 @@
 
 #include "model/precision.h"
 #include "ops/layer_norm.h"
+#include "ops/norm_linear.h"
 
 namespace combiner::model {
 
@@ -32,6 +33,20 @@ std::pair<torch::Tensor, torch::Tensor> LayerNormImpl::add_forward(const torch::
     return ops::fused_add_layer_norm(x, residual, weight, bias, eps_, output_dtype(x));
   auto h = x + residual;
   return {h, forward(h)};
+}
+
+std::pair<torch::Tensor, torch::Tensor> LayerNormImpl::add_forward_linear(
+    const torch::Tensor& x,
+    const torch::Tensor& residual,
+    const torch::Tensor& weight,
+    const torch::Tensor& bias,
+    bool gelu) {
+  if (fused_for(x) && !autocast_enabled(x.device()) &&
+      ops::norm_linear_unsupported(x, residual, this->weight, this->bias, weight, bias).empty())
+    return ops::norm_linear(x, residual, this->weight, this->bias, eps_, weight, bias, gelu);
+  auto [h, normed] = residual.defined() ? add_forward(x, residual) : std::pair{x, forward(x)};
+  auto y = at::linear(normed, weight, bias);
+  return {h, gelu ? torch::gelu(y) : y};
 }
 
 }  // namespace combiner::model

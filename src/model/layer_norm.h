@@ -23,6 +23,15 @@ class LayerNormImpl : public torch::nn::Module {
   // path in the norm's own passes (ops::fused_add_layer_norm), else an add and forward(h).
   std::pair<torch::Tensor, torch::Tensor> add_forward(const torch::Tensor& x,
                                                       const torch::Tensor& residual);
+  // (h, act(forward(h) W^T + b)) for h = x + residual (x itself when residual is undefined), act
+  // the identity or GELU: a decode step's LayerNorm and the linear layer reading it (weight
+  // [out, W], bias [out] or undefined). On the fused path, outside autocast, in one kernel where
+  // it applies (ops::norm_linear: float32, no gradient), else add_forward then at::linear.
+  std::pair<torch::Tensor, torch::Tensor> add_forward_linear(const torch::Tensor& x,
+                                                             const torch::Tensor& residual,
+                                                             const torch::Tensor& weight,
+                                                             const torch::Tensor& bias,
+                                                             bool gelu);
   void set_path(Path path) { path_ = path; }
   Path path() const { return path_; }
 

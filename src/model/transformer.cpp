@@ -136,11 +136,17 @@ std::pair<torch::Tensor, torch::Tensor> BlockImpl::step(const torch::Tensor& x,
                                                         const Attend& attend) {
   const int64_t B = x.size(0), W = x.size(1), H = heads_;
   auto drop = [&](const torch::Tensor& y) { return is_training() ? dropout_(y) : y; };
-  auto [input, normed] = input_add_and_norm(x, pending);
-  auto qkv = linear(qkv_, normed).view({B, 3, H, W / H});
+  // Each LayerNorm with the residual add before it and the linear after it (and the MLP's GELU):
+  // one kernel on the fused path (LayerNormImpl::add_forward_linear), as forward() otherwise.
+  auto [input, qkv] = ln_attn_->add_forward_linear(x, pending, qkv_->weight, qkv_->bias, false);
+  qkv = qkv.view({B, 3, H, W / H});
   auto heads_out = attend(qkv.select(1, 0), qkv.select(1, 1), qkv.select(1, 2));
-  auto [h, normed_h] = add_and_norm(input, drop(linear(attn_out_, heads_out.reshape({B, W}))));
-  return {h, drop(mlp_of_normed(normed_h))};
+  auto [h, hidden] = ln_mlp_->add_forward_linear(input,
+                                                 drop(linear(attn_out_, heads_out.reshape({B, W}))),
+                                                 mlp_in_->weight,
+                                                 mlp_in_->bias,
+                                                 true);
+  return {h, drop(linear(mlp_out_, hidden))};
 }
 
 std::unique_ptr<attention::DecodeState> BlockImpl::start_decoding(int64_t length) const {

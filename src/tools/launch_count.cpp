@@ -8,6 +8,7 @@
 
 #include "attention/fused/fused.h"
 #include "ops/layer_norm.h"
+#include "ops/norm_linear.h"
 
 namespace combiner::tools {
 
@@ -74,7 +75,8 @@ using namespace launch_count_detail;
 namespace {
 // Both fused families: the attention kernels and the block's (LayerNorm).
 int64_t fused_launches() {
-  return attention::fused_kernel_launches() + ops::norm_kernel_launches();
+  return attention::fused_kernel_launches() + ops::norm_kernel_launches() +
+         ops::norm_linear_launches();
 }
 }  // namespace
 
