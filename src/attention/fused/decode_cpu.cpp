@@ -8,7 +8,6 @@
 #include <cstdint>
 #include <limits>
 #include <stdexcept>
-#include <type_traits>
 #include <vector>
 
 #include "attention/fused/decode_kernel.h"
@@ -18,29 +17,15 @@ namespace combiner::attention::fused {
 
 namespace {
 
-// A cache element: T itself, or bfloat16's bits (rounded to nearest even, as the kernel's
-// __float2bfloat16).
-struct Bf16 {
-  uint16_t bits;
-};
-template <typename T>
-T load(T x) {
-  return x;
-}
-inline float load(Bf16 x) {
-  return util::bf16_to_float(x.bits);
-}
-template <typename C, typename T>
-C store(T x) {
-  if constexpr (std::is_same_v<C, Bf16>)
-    return Bf16{util::float_to_bf16(float(x))};
-  else
-    return C(x);
-}
+// A cache element: T itself, or bfloat16 (util/bfloat16.h: rounded to nearest even, as the
+// kernel's __float2bfloat16).
+using util::BFloat16;
 
 // T: the inputs' and the arithmetic's type; C: the caches'.
 template <typename T, typename C>
 void decode_step(const DecodeStep& s) {
+  const auto load = [](C x) { return util::to_math<C, T>(x); };
+  const auto store = [](T x) { return util::to_storage<C, T>(x); };
   const int64_t D = s.dim, Dv = s.value_dim, L = s.length, width = D + Dv;
   const int64_t pos = *s.position;
   std::vector<int> rows(static_cast<size_t>(decode_terms(s)));
@@ -54,14 +39,13 @@ void decode_step(const DecodeStep& s) {
       };
       const T *q_in = vec(s.q), *k = vec(s.k), *v = vec(s.v);
       C* kv_cache = static_cast<C*>(s.kv_cache) + bh * L * width;
-      std::transform(k, k + D, kv_cache + pos * width, store<C, T>);
-      std::transform(v, v + Dv, kv_cache + pos * width + D, store<C, T>);
+      std::transform(k, k + D, kv_cache + pos * width, store);
+      std::transform(v, v + Dv, kv_cache + pos * width + D, store);
       // The step's own query as the cache holds it.
       std::vector<T> q(static_cast<size_t>(D));
-      for (int64_t d = 0; d < D; ++d) q[d] = load(store<C>(q_in[d]));
+      for (int64_t d = 0; d < D; ++d) q[d] = load(store(q_in[d]));
       if (s.q_cache)
-        std::transform(
-            q_in, q_in + D, static_cast<C*>(s.q_cache) + (bh * L + pos) * D, store<C, T>);
+        std::transform(q_in, q_in + D, static_cast<C*>(s.q_cache) + (bh * L + pos) * D, store);
 
       T* out = static_cast<T*>(s.out) + bh * Dv;
       for (int p = 0; p < s.plans; ++p) {
@@ -111,7 +95,7 @@ void decode_step_cpu(const DecodeStep& s) {
     throw std::invalid_argument(
         "decode step: the CPU model takes float32 or float64, or float32 over bfloat16 caches");
   if (s.dtype == Dtype::kFloat64) return decode_step<double, double>(s);
-  if (s.cache == Dtype::kBFloat16) return decode_step<float, Bf16>(s);
+  if (s.cache == Dtype::kBFloat16) return decode_step<float, BFloat16>(s);
   return decode_step<float, float>(s);
 }
 

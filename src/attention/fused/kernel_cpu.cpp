@@ -25,23 +25,9 @@ constexpr double kLog2e = 1.4426950408889634;
 constexpr double kLn2 = 0.6931471805599453;
 
 // bfloat16 storage (util/bfloat16.h: rounded to nearest even, as __float2bfloat16).
-struct BFloat16 {
-  uint16_t bits = 0;
-};
-template <typename S, typename T>
-T to_math(S x) {
-  if constexpr (std::is_same_v<S, BFloat16>)
-    return T(util::bf16_to_float(x.bits));
-  else
-    return T(x);
-}
-template <typename S, typename T>
-S to_storage(T x) {
-  if constexpr (std::is_same_v<S, BFloat16>)
-    return BFloat16{util::float_to_bf16(float(x))};
-  else
-    return S(x);
-}
+using util::BFloat16;
+using util::to_math;
+using util::to_storage;
 
 // Row `row` of head (b, h) of x as D values of T.
 template <typename S, typename T>
