@@ -18,10 +18,10 @@
 #             Nsight Compute (ncu, where it runs) over the fused kernels at the two shapes where
 #             they lose to flash: occupancy, throughput against the peaks, warp stalls;
 #   check     combiner-bench kernel-check --device cuda, every case (the attention kernels, then
-#             the fused LayerNorm, then sampling's decode step); then a reduced one (--dims 64
-#             --sizes small) under compute-sanitizer --tool memcheck and --tool racecheck with
-#             CUDA_LAUNCH_BLOCKING=1 (one line and on where the tool is missing or refused, as
-#             under gVisor);
+#             the fused LayerNorm, then sampling's norm-linear kernel and decode step); then a
+#             reduced one (--dims 64 --sizes small) under compute-sanitizer --tool memcheck and
+#             --tool racecheck with CUDA_LAUNCH_BLOCKING=1 (one line and on where the tool is
+#             missing or refused, as under gVisor);
 #   attention attention alone, forward + backward, bf16, B 8 x 8 heads x D 64 at L 3072 and 12288,
 #             B 2 at 49152: `full` (at::scaled_dot_product_attention, labelled sdpa-flash) and
 #             ours -> OUT/attention-vs-flash.csv (with --count: attention-cuda.csv's launches and
