@@ -1,8 +1,8 @@
 // A residual add, the LayerNorm after it and the linear layer reading it, as one op over the kernel
 // of ops/norm_linear_kernel.h (on CUDA tensors the CUDA kernel in CUDA builds, elsewhere its CPU
 // model): a decode step's `norm(x + branch)` and the projection that follows it, in one launch
-// where they are three. Inference only: no autograd (model/transformer.cpp's decode step calls it
-// under NoGradGuard).
+// where they are three. Inference only: no autograd (the decoders call it through
+// model::LayerNormImpl::add_forward_linear, under NoGradGuard).
 #pragma once
 
 #include <torch/torch.h>

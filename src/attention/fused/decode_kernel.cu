@@ -125,7 +125,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_step_kernel(const DecodeSt
 #pragma unroll
       for (int j = 0; j < kInFlight; ++j) {
         const bool real = t0 + j < n;
-        const auto r = row(real ? t0 + j : 0);
+        const auto r = real ? row(t0 + j) : DecodeRow<C, float>{nullptr, nullptr};
 #pragma unroll
         for (int c = 0; c < kDimChunks; ++c)
           key[j][c] = real && lane + 32 * c < D ? at(r, lane + 32 * c) : 0.f;
@@ -159,7 +159,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_step_kernel(const DecodeSt
 #pragma unroll
       for (int j = 0; j < kInFlight; ++j) {
         const bool real = t0 + j < n;
-        const auto r = row(real ? t0 + j : 0);
+        const auto r = real ? row(t0 + j) : DecodeRow<C, float>{nullptr, nullptr};
 #pragma unroll
         for (int c = 0; c < kValueChunks; ++c)
           value[j][c] = real && lane + 32 * c < Dv ? at(r, D + lane + 32 * c) : 0.f;
