@@ -16,11 +16,12 @@
 //
 // The step position and the lists are read on the device, so a captured step replays with new
 // contents of the same buffers. Two implementations read these descriptors: a CPU model
-// (decode_cpu.cpp: plain loops, float32 and float64; tests, and the CPU's static decoder) and the
-// CUDA kernel (decode_kernel.cu, float32 with float32 or bfloat16 caches; CUDA builds). One CTA per
-// (batch, head), 8 warps, each taking 4 terms at a time: their rows' loads all issued before any
-// sum (a step is a few hundred scattered 1 KB rows: latency, not arithmetic), lanes over D for the
-// scores and over Dv for the values, then the warps' partial sums added in shared memory.
+// (decode_cpu.cpp: plain loops, float32 over float32 or bfloat16 caches, and float64; tests, and
+// the CPU's static decoder) and the CUDA kernel (decode_kernel.cu, float32 over float32 or
+// bfloat16 caches; CUDA builds). One CTA per (batch, head), 8 warps, each taking 4 terms at a
+// time: their rows' loads all issued before any sum (a step is a few hundred scattered 1 KB rows:
+// latency, not arithmetic), lanes over D for the scores and over Dv for the values, then the
+// warps' partial sums added in shared memory.
 #pragma once
 
 #include <cstdint>
