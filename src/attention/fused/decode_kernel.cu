@@ -37,8 +37,9 @@ namespace combiner::attention::fused {
 namespace {
 
 constexpr int kThreads = kDecodeWarps * 32;
-constexpr int kDimChunks = int(kDecodeMaxDim / 32);
-constexpr int kValueChunks = int(kDecodeMaxValueDim / 32);
+// Lanes hold a row's D (or Dv) values 32 apart: at most kChunks each.
+constexpr int kChunks = int(kDecodeMaxDim / 32);
+static_assert(kDecodeMaxValueDim == kDecodeMaxDim, "keys and values share the loads' shape");
 constexpr int kInFlight = kDecodeTermsInFlight;
 
 // A cache element into float32, and a float32 into one (rounded to nearest even).
@@ -102,9 +103,9 @@ __global__ void __launch_bounds__(kThreads, 1) decode_step_kernel(const DecodeSt
     if (s.q_cache) static_cast<C*>(s.q_cache)[(bh * L + pos) * D + d] = to_cache<C>(q[d]);
   }
   for (int64_t d = tid; d < Dv; d += kThreads) kv_row[D + d] = to_cache<C>(v[d]);
-  float q_r[kDimChunks];  // as the cache holds it
+  float q_r[kChunks];  // as the cache holds it
 #pragma unroll
-  for (int c = 0; c < kDimChunks; ++c)
+  for (int c = 0; c < kChunks; ++c)
     q_r[c] = lane + 32 * c < D ? to_float(to_cache<C>(q[lane + 32 * c])) : 0.f;
 
   float* out = static_cast<float*>(s.out) + bh * Dv;
@@ -119,22 +120,28 @@ __global__ void __launch_bounds__(kThreads, 1) decode_step_kernel(const DecodeSt
     auto at = [](const DecodeRow<C, float>& r, int64_t i) {
       return r.cache ? to_float(r.cache[i]) : r.span[i];
     };
+    // Terms t0 .. t0 + 3: elements offset + lane + 32 c (< offset + count) of their rows, every
+    // load issued before any is used; zeros past the list or the row.
+    auto load_terms =
+        [&](int64_t t0, int64_t offset, int64_t count, float(&out)[kInFlight][kChunks]) {
+#pragma unroll
+          for (int j = 0; j < kInFlight; ++j) {
+            const bool real = t0 + j < n;
+            const auto r = real ? row(t0 + j) : DecodeRow<C, float>{nullptr, nullptr};
+#pragma unroll
+            for (int c = 0; c < kChunks; ++c)
+              out[j][c] = real && lane + 32 * c < count ? at(r, offset + lane + 32 * c) : 0.f;
+          }
+        };
 
     for (int64_t t0 = warp * kInFlight; t0 < n; t0 += kDecodeWarps * kInFlight) {
-      float key[kInFlight][kDimChunks];
-#pragma unroll
-      for (int j = 0; j < kInFlight; ++j) {
-        const bool real = t0 + j < n;
-        const auto r = real ? row(t0 + j) : DecodeRow<C, float>{nullptr, nullptr};
-#pragma unroll
-        for (int c = 0; c < kDimChunks; ++c)
-          key[j][c] = real && lane + 32 * c < D ? at(r, lane + 32 * c) : 0.f;
-      }
+      float key[kInFlight][kChunks];
+      load_terms(t0, 0, D, key);
 #pragma unroll
       for (int j = 0; j < kInFlight; ++j) {
         float dot = 0.f;
 #pragma unroll
-        for (int c = 0; c < kDimChunks; ++c) dot += q_r[c] * key[j][c];
+        for (int c = 0; c < kChunks; ++c) dot += q_r[c] * key[j][c];
         dot = warp_sum(dot);
         if (lane == 0 && t0 + j < n) scores[t0 + j] = dot * float(s.scale) + plan.bias[t0 + j];
       }
@@ -151,28 +158,21 @@ __global__ void __launch_bounds__(kThreads, 1) decode_step_kernel(const DecodeSt
     }
     total = block_reduce<false>(total, slots + kDecodeWarps);  // also orders the weights' stores
 
-    float acc[kValueChunks];
+    float acc[kChunks];
 #pragma unroll
-    for (int c = 0; c < kValueChunks; ++c) acc[c] = 0.f;
+    for (int c = 0; c < kChunks; ++c) acc[c] = 0.f;
     for (int64_t t0 = warp * kInFlight; t0 < n; t0 += kDecodeWarps * kInFlight) {
-      float value[kInFlight][kValueChunks];
-#pragma unroll
-      for (int j = 0; j < kInFlight; ++j) {
-        const bool real = t0 + j < n;
-        const auto r = real ? row(t0 + j) : DecodeRow<C, float>{nullptr, nullptr};
-#pragma unroll
-        for (int c = 0; c < kValueChunks; ++c)
-          value[j][c] = real && lane + 32 * c < Dv ? at(r, D + lane + 32 * c) : 0.f;
-      }
+      float value[kInFlight][kChunks];
+      load_terms(t0, D, Dv, value);
 #pragma unroll
       for (int j = 0; j < kInFlight; ++j) {
         const float weight = t0 + j < n ? scores[t0 + j] : 0.f;
 #pragma unroll
-        for (int c = 0; c < kValueChunks; ++c) acc[c] += weight * value[j][c];
+        for (int c = 0; c < kChunks; ++c) acc[c] += weight * value[j][c];
       }
     }
 #pragma unroll
-    for (int c = 0; c < kValueChunks; ++c)
+    for (int c = 0; c < kChunks; ++c)
       if (lane + 32 * c < Dv) partial[warp * Dv + lane + 32 * c] = acc[c];
     __syncthreads();
     for (int64_t d = tid; d < Dv; d += kThreads) {
