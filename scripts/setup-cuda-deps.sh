@@ -34,10 +34,26 @@ PY
   exit 0
 fi
 
+# The environment takes about 5 GiB (torch 1.2, its CUDA libraries 2.7, triton 0.6); pip also
+# unpacks each wheel in its temporary folder on the way. Refuse in one line, before pip starts,
+# where the disk cannot hold it: a half-installed environment helps no one.
+need_gib=${COMBINER_VENV_NEED_GIB:-7}
+mkdir -p "$(dirname "$venv")"
+for dir in "$(dirname "$venv")" "${TMPDIR:-/tmp}"; do
+  free_gib=$(( $(df -Pk "$dir" | awk 'NR == 2 { print $4 }') / 1048576 ))
+  if [ "$free_gib" -lt "$need_gib" ]; then
+    echo "setup-cuda-deps: $dir has $free_gib GiB free; pip's torch $torch_version with its" \
+      "CUDA libraries needs about $need_gib GiB (set COMBINER_VENV_NEED_GIB to override)" >&2
+    exit 1
+  fi
+done
+
 echo "setup-cuda-deps: installing ${packages[*]} into $venv"
 start=$(date +%s)
 [ -x "$venv/bin/python" ] || /usr/bin/python3 -m venv "$venv"
-"$venv/bin/python" -m pip install -q --disable-pip-version-check --no-input "${packages[@]}"
+# --no-cache-dir: the wheels are not kept a second time in ~/.cache/pip (another 3.5 GiB).
+"$venv/bin/python" -m pip install -q --disable-pip-version-check --no-input --no-cache-dir \
+  "${packages[@]}"
 "$venv/bin/python" -c 'import torch; print("setup-cuda-deps: torch", torch.__version__, "CUDA", torch.version.cuda)'
 echo "setup-cuda-deps: done in $(( $(date +%s) - start )) s, $(du -sh "$venv" | cut -f1) on disk"
 echo "$venv/bin/python"

@@ -25,6 +25,7 @@ import io
 import json
 import os
 import queue
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -104,7 +105,8 @@ def read_with_event_accumulator(logdir):
 def start_data_server(logdir):
     """The data server over logdir, its address once its one load cycle has finished."""
     binary = server_ingester.get_server_binary()  # NoDataServerError names what is missing
-    port_file = os.path.join(tempfile.mkdtemp(prefix="tb_clients_"), "port")
+    port_dir = tempfile.mkdtemp(prefix="tb_clients_")
+    port_file = os.path.join(port_dir, "port")
     server = subprocess.Popen(
         [binary.path, "--logdir", logdir, "--reload", "once", "--port", "0",
          "--port-file", port_file, "--samples-per-plugin", "scalars=all,images=all,text=all",
@@ -131,7 +133,9 @@ def start_data_server(logdir):
         if "Finished load cycle" in line:
             break
     with open(port_file) as f:
-        return server, f"localhost:{int(f.read())}"
+        port = int(f.read())
+    shutil.rmtree(port_dir)
+    return server, f"localhost:{port}"
 
 
 def read_with_data_server(logdir):
