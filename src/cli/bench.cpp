@@ -6,7 +6,8 @@
 //   model FLOP utilisation against a matmul peak measured in the same run.
 //   Both take --profile N: after the measured runs, more of them under LibTorch's profiler and
 //   a table of their N largest GPU kernels and CPU ops (tools/profile.h).
-//   kernel-check: the fused attention kernels (CUDA, or their CPU model on the CPU) against the
+//   kernel-check: the fused attention kernels (CUDA; their CPU model on the CPU; or, with --device
+//   emulated, the CUDA source on the CPU's SIMT emulator) against the
 //   LibTorch composition and the float64 dense reference, then (every variant asked for) the
 //   fused LayerNorm against LibTorch's in float64, sampling's LayerNorm-and-linear kernel against
 //   the ops it replaces in float64 and the decode kernel (sampling's attention step) against the
@@ -19,6 +20,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <map>
+#include <optional>
 #include <sstream>
 #include <stdexcept>
 
@@ -33,6 +35,10 @@
 #include "util/atomic_file.h"
 #include "util/cli_main.h"
 #include "util/runtime.h"
+
+#ifdef COMBINER_WITH_EMULATED_KERNELS
+#include "emulated/emulated.h"
+#endif
 
 namespace {
 
@@ -161,7 +167,19 @@ int bench_attention(AttentionFlags f) {
 }
 
 int bench_kernel_check(const KernelCheckFlags& f) {
-  const torch::Device device(f.device);
+  // emulated: the CUDA kernels' own source on the CPU's SIMT emulator, in CUDA's dtypes.
+  const bool emulated = f.device == "emulated";
+#ifdef COMBINER_WITH_EMULATED_KERNELS
+  std::optional<combiner::emulated::EmulatedKernels> emulation;
+  if (emulated) emulation.emplace();
+#else
+  if (emulated)
+    throw std::invalid_argument(
+        "--device emulated: this build has the real CUDA kernels (run them with --device cuda); "
+        "the emulator is built where they are not");
+#endif
+  const std::string on = emulated ? "cpu" : f.device, grid = emulated ? "cuda" : f.device;
+  const torch::Device device(on);
   if (device.is_cuda() && !torch::cuda::is_available())
     throw std::invalid_argument("--device " + f.device +
                                 ": this LibTorch has no CUDA, or no device is visible");
@@ -181,13 +199,15 @@ int bench_kernel_check(const KernelCheckFlags& f) {
   }
   std::printf("kernel-check on %s: %s; errors are max |diff| / max(1, max |expected|)\n",
               f.device.c_str(),
-              device.is_cuda() ? "the CUDA kernels" : "the kernels' CPU model");
+              device.is_cuda() ? "the CUDA kernels"
+              : emulated       ? "the CUDA kernels' source on the CPU's SIMT emulator"
+                               : "the kernels' CPU model");
   int64_t cases = 0, failed = 0;
   // One table: its header, then a line per case run.
   auto table = [&](const std::string& header, const auto& all, const auto& run, const auto& line) {
     std::printf("%s\n", header.c_str());
     for (const auto& c : all) {
-      const auto r = run(c, f.device);
+      const auto r = run(c, on);
       std::printf("%s\n", line(c, r).c_str());
       std::fflush(stdout);
       ++cases;
@@ -197,7 +217,7 @@ int bench_kernel_check(const KernelCheckFlags& f) {
   const auto sizes =
       f.sizes == "small" ? att::KernelCheckSizes::kSmall : att::KernelCheckSizes::kAll;
   std::vector<att::KernelCheckCase> chosen;
-  for (const auto& c : att::kernel_check_cases(f.device, f.dims, sizes))
+  for (const auto& c : att::kernel_check_cases(grid, f.dims, sizes))
     if (std::find(variants.begin(), variants.end(), c.variant) != variants.end())
       chosen.push_back(c);
   table(att::kernel_check_header(), chosen, att::run_kernel_check, att::kernel_check_line);
@@ -367,7 +387,12 @@ int main(int argc, char** argv) {
         "reference (outputs; q, k, v, DeepSets and summary gradients; odd lengths; q, k, v as "
         "views of one packed projection), and with every variant the fused LayerNorm against "
         "LibTorch's; exit status 1 if any case fails");
-    check->add_option("--device", check_flags.device, "cpu (the kernels' CPU model) or cuda[:N]")
+    check
+        ->add_option("--device",
+                     check_flags.device,
+                     "cpu (the kernels' CPU model), cuda[:N], or emulated (the CUDA kernels' own "
+                     "source on the CPU's SIMT emulator, float32 and bfloat16: slow; builds "
+                     "without the CUDA kernels)")
         ->capture_default_str();
     check->add_option("--dims", check_flags.dims, "head dims D (= Dv)")
         ->delimiter(',')

@@ -3,6 +3,7 @@
 #include <atomic>
 #include <stdexcept>
 
+#include "ops/host_kernels.h"
 #include "ops/layer_norm_kernel.h"
 
 #ifdef COMBINER_WITH_CUDA_OPS
@@ -27,15 +28,21 @@ Dtype dtype_of(torch::ScalarType t) {
       c10::toString(t));
 }
 
-// The CUDA kernel on `on`'s device and current stream, or the CPU model.
+// The CUDA kernel on `on`'s device and current stream, or on the CPU the installed host kernel
+// (ops/host_kernels.h) or the CPU model.
 template <typename Arg>
 void run(const torch::Tensor& on,
          const Arg& arg,
          int launches,
          void (*cpu)(const Arg&),
-         void (*cuda)(const Arg&, void*)) {
+         void (*cuda)(const Arg&, void*),
+         void (*HostKernels::*host)(const Arg&, void*)) {
   launched += launches;
-  if (!on.is_cuda()) return cpu(arg);
+  if (!on.is_cuda()) {
+    const HostKernels* installed = host_kernels();
+    if (installed && installed->*host) return (installed->*host)(arg, nullptr);
+    return cpu(arg);
+  }
 #ifdef COMBINER_WITH_CUDA_OPS
   const c10::cuda::CUDAGuard guard(on.device());
   cuda(arg, c10::cuda::getCurrentCUDAStream(on.device().index()).stream());
@@ -85,7 +92,7 @@ NormOut norm_forward(const torch::Tensor& x,
     f.residual_dtype = dtype_of(residual.scalar_type());
     f.sum = o.sum.data_ptr<float>();
   }
-  run(x, f, kNormForwardLaunches, &norm_forward_cpu, kForwardCuda);
+  run(x, f, kNormForwardLaunches, &norm_forward_cpu, kForwardCuda, &HostKernels::norm_forward);
   return o;
 }
 
@@ -129,7 +136,7 @@ tensor_list norm_backward(const torch::Tensor& x,
     b.d_residual = d_residual.data_ptr();
     b.residual_dtype = dtype_of(residual_type);
   }
-  run(x, b, kNormBackwardLaunches, &norm_backward_cpu, kBackwardCuda);
+  run(x, b, kNormBackwardLaunches, &norm_backward_cpu, kBackwardCuda, &HostKernels::norm_backward);
   return {dx, d_residual, dweight, dbias};
 }
 

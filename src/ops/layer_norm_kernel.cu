@@ -8,13 +8,12 @@
 // ten times the bytes' time in its dweight/dbias kernel (GammaBetaBackward) alone. With a
 // residual the forward also reads it and writes the sum, the backward also reads d_sum and
 // writes d_residual: the add, the gradients' sum and its cast, each one more pass otherwise.
-#include <cuda_bf16.h>
-#include <cuda_runtime.h>
 
 #include <stdexcept>
 #include <string>
 
 #include "ops/layer_norm_kernel.h"
+#include "simt/cuda.h"
 
 namespace combiner::ops::cuda_detail {
 namespace {
@@ -224,9 +223,9 @@ void norm_forward_cuda(const NormForward& f, void* stream) {
   with_columns_per_lane(f.width, [&](auto v) {
     constexpr int V = decltype(v)::value;
     if (f.y_dtype == Dtype::kBFloat16)
-      norm_forward_kernel<V, __nv_bfloat16><<<grid, kThreads, 0, s>>>(f);
+      COMBINER_LAUNCH(grid, kThreads, 0, s, norm_forward_kernel<V, __nv_bfloat16>)(f);
     else
-      norm_forward_kernel<V, float><<<grid, kThreads, 0, s>>>(f);
+      COMBINER_LAUNCH(grid, kThreads, 0, s, norm_forward_kernel<V, float>)(f);
   });
   check(cudaGetLastError(), "layer norm forward");
 }
@@ -237,12 +236,12 @@ void norm_backward_cuda(const NormBackward& b, void* stream) {
   with_columns_per_lane(b.width, [&](auto v) {
     constexpr int V = decltype(v)::value;
     if (b.dy_dtype == Dtype::kBFloat16)
-      norm_backward_kernel<V, __nv_bfloat16><<<unsigned(b.parts), kThreads, 0, s>>>(b);
+      COMBINER_LAUNCH(unsigned(b.parts), kThreads, 0, s, norm_backward_kernel<V, __nv_bfloat16>)(b);
     else
-      norm_backward_kernel<V, float><<<unsigned(b.parts), kThreads, 0, s>>>(b);
+      COMBINER_LAUNCH(unsigned(b.parts), kThreads, 0, s, norm_backward_kernel<V, float>)(b);
   });
   check(cudaGetLastError(), "layer norm backward");
-  norm_reduce_kernel<<<unsigned((2 * b.width + 31) / 32), dim3(32, 32), 0, s>>>(b);
+  COMBINER_LAUNCH(unsigned((2 * b.width + 31) / 32), dim3(32, 32), 0, s, norm_reduce_kernel)(b);
   check(cudaGetLastError(), "layer norm backward (dweight, dbias)");
 }
 

@@ -10,7 +10,6 @@
 // Cost at the 128-layer preset's decode step (64 images, width 256, qkv's 768 and the MLP's 512
 // outputs): 48 and 32 CTAs, each reading 64 KB of W (from memory once, from L2 by the other row
 // blocks) and 16 rows of x: a few microseconds, about what each of the launches it replaces takes.
-#include <cuda_runtime.h>
 
 #include <mutex>
 #include <set>
@@ -18,6 +17,7 @@
 #include <string>
 
 #include "ops/norm_linear_kernel.h"
+#include "simt/cuda.h"
 
 namespace combiner::ops::cuda_detail {
 namespace {
@@ -33,7 +33,7 @@ __device__ __forceinline__ float warp_sum(float v) {
 }
 
 __global__ void __launch_bounds__(kThreads) norm_linear_kernel(const NormLinear n) {
-  extern __shared__ float smem[];
+  COMBINER_DYNAMIC_SHARED(float, smem);
   const int W = int(n.width), pitch = W + 1;
   float* xn = smem;                            // [16][W + 1]
   float* ws = smem + kNormLinearRows * pitch;  // [64][33]
@@ -132,7 +132,7 @@ void norm_linear_cuda(const NormLinear& n, void* stream) {
   }
   const dim3 grid(unsigned((n.out + kNormLinearCols - 1) / kNormLinearCols),
                   unsigned((n.rows + kNormLinearRows - 1) / kNormLinearRows));
-  norm_linear_kernel<<<grid, kThreads, smem, static_cast<cudaStream_t>(stream)>>>(n);
+  COMBINER_LAUNCH(grid, kThreads, smem, static_cast<cudaStream_t>(stream), norm_linear_kernel)(n);
   check(cudaGetLastError(), what);
 }
 

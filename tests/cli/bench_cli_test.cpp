@@ -81,8 +81,8 @@ TEST(BenchCli, AttentionWritesOkAndInvalidRows) {
   EXPECT_EQ(lines[0],
             "variant,L,block,row_len,layout,dtype,device,pass,batch,heads,dim,threads,ms,peak_mib,"
             "launches,allocated_mib,status,detail");
-  EXPECT_EQ(lines[1].rfind("axial,64,,7,given,bfloat16,cpu,forward+backward,1,1,4,1,,,,,invalid,", 0),
-            0u)
+  EXPECT_EQ(
+      lines[1].rfind("axial,64,,7,given,bfloat16,cpu,forward+backward,1,1,4,1,,,,,invalid,", 0), 0u)
       << lines[1];
   EXPECT_EQ(lines[2].rfind("combiner-fixed,64,8,,auto:divisor-nearest-sqrt(L),bfloat16,cpu,forward+"
                            "backward,1,1,4,1,",
@@ -136,8 +136,9 @@ TEST(BenchCli, TrainSmokePrintsTokensPerSecond) {
 // The CPU build checks the kernels' CPU model: every small case of one variant at D = 32 passes,
 // one table line each, and the exit status says so.
 TEST(BenchCli, KernelCheckOnTheCpuModelPasses) {
-  auto r = run_binary("combiner-bench",
-                      "kernel-check --device cpu --dims 32 --variants combiner-fixed --sizes small");
+  auto r =
+      run_binary("combiner-bench",
+                 "kernel-check --device cpu --dims 32 --variants combiner-fixed --sizes small");
   ASSERT_EQ(r.status, 0) << r.output;
   EXPECT_NE(r.output.find("the kernels' CPU model"), std::string::npos) << r.output;
   size_t pass = 0;
@@ -146,6 +147,28 @@ TEST(BenchCli, KernelCheckOnTheCpuModelPasses) {
   EXPECT_NE(r.output.find(" bfloat16 "), std::string::npos) << r.output;
   EXPECT_EQ(r.output.find("FAIL"), std::string::npos) << r.output;
   EXPECT_EQ(r.last_line(), "kernel-check: 6 of 6 cases pass") << r.output;
+}
+
+// Where the CUDA kernels are not built, kernel-check --device emulated runs their own source on
+// the SIMT emulator (CUDA's dtypes); where they are, it is refused in one line.
+TEST(BenchCli, KernelCheckOnTheEmulatorRunsTheCudaSource) {
+  auto r = run_binary("combiner-bench",
+                      "kernel-check --device emulated --dims 64 --variants combiner-axial-vertical "
+                      "--sizes small");
+#ifdef COMBINER_WITH_EMULATED_KERNELS
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find("the CUDA kernels' source on the CPU's SIMT emulator"), std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find(" float32 "), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find(" bfloat16 "), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find(" float64 "), std::string::npos) << r.output;  // no CUDA kernel has it
+  EXPECT_EQ(r.last_line(), "kernel-check: 4 of 4 cases pass") << r.output;
+#else
+  EXPECT_EQ(r.status, 1) << r.output;
+  EXPECT_NE(r.last_line().find("--device emulated: this build has the real CUDA kernels"),
+            std::string::npos)
+      << r.output;
+#endif
 }
 
 }  // namespace

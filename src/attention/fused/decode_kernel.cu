@@ -21,8 +21,6 @@
 // 0.8 ms for 128 layers, 2.4 s for the 3,072 steps of 64 images. One CTA per SM (128 CTAs) needs
 // ~20 KB of loads in flight each to reach that: 8 warps x 4 rows x 512 B of keys is 16 KB. With
 // bfloat16 caches, half the bytes (and half the memory: 38.7 GB for those 64 images' caches).
-#include <cuda_bf16.h>
-#include <cuda_runtime.h>
 
 #include <cfloat>
 #include <stdexcept>
@@ -31,6 +29,7 @@
 
 #include "attention/fused/decode_kernel.h"
 #include "attention/fused/kernel_launch.cuh"
+#include "simt/cuda.h"
 
 namespace combiner::attention::fused {
 
@@ -81,7 +80,7 @@ __device__ float block_reduce(float x, float* slots) {
 
 template <typename C>
 __global__ void __launch_bounds__(kThreads, 1) decode_step_kernel(const DecodeStep s) {
-  extern __shared__ float smem[];
+  COMBINER_DYNAMIC_SHARED(float, smem);
   const int64_t D = s.dim, Dv = s.value_dim, L = s.length, width = D + Dv;
   const int64_t bh = blockIdx.x, b = bh / s.heads, h = bh % s.heads;
   const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
@@ -193,8 +192,12 @@ void launch_decode(const DecodeStep& s, cudaStream_t stream) {
   // graph captures the later ones).
   const char* what = "decode step kernel";
   cuda_detail::raise_smem_limit(decode_step_kernel<C>, size_t(kDecodeMaxSmem), what);
-  decode_step_kernel<C>
-      <<<unsigned(s.batch * s.heads), kThreads, size_t(decode_smem_bytes(s)), stream>>>(s);
+  COMBINER_LAUNCH(unsigned(s.batch * s.heads),
+                  kThreads,
+                  size_t(decode_smem_bytes(s)),
+                  stream,
+                  decode_step_kernel<C>)
+  (s);
   cuda_detail::check(cudaGetLastError(), what);
 }
 

@@ -11,13 +11,12 @@
 // Shared memory (D = 32 / 64 / 128): dq bf16 30 / 54 / 102 KB, fp32 71 / 119 / 215 KB (packed:
 // 0.75 KB more); dkv bf16 33 / 57 / 70 KB, fp32 74 / 122 / 143 KB (D = 128 walks 32-query
 // tiles).
-#include <cuda_bf16.h>
-#include <cuda_runtime.h>
 
 #include "attention/fused/kernel.h"
 #include "attention/fused/kernel_epilogue.cuh"
 #include "attention/fused/kernel_launch.cuh"
 #include "attention/fused/kernel_tile.cuh"
+#include "simt/cuda.h"
 
 namespace combiner::attention::fused::cuda_detail {
 
@@ -57,7 +56,7 @@ __global__ void __launch_bounds__(kThreads, dq_blocks_per_sm<T, D>()) dq_kernel(
   constexpr int P = pitch<T, D>(), M = kQueryTile, N = kKeyTile;
   static_assert(M == kStagedRows && staged_bytes<D>() <= dq_tile_bytes<T, D>(),
                 "the epilogue's tile (the index tables after it survive it)");
-  extern __shared__ __align__(16) unsigned char smem[];
+  COMBINER_DYNAMIC_SHARED(unsigned char, smem);
   T* qs = reinterpret_cast<T*>(smem);
   T* dos = qs + M * P;
   T* ks = dos + M * P;     // [2][N][P]
@@ -414,7 +413,7 @@ __device__ __forceinline__ void dkv_tile(const Backward& bw, int64_t cta, unsign
 // The dk/dv walk of a pass in one launch: source A's key tiles, then source B's by segment.
 template <typename T, int D, bool PACKED>
 __global__ void __launch_bounds__(kThreads, 1) dkv_kernel(const __grid_constant__ Backward bw) {
-  extern __shared__ __align__(16) unsigned char smem[];
+  COMBINER_DYNAMIC_SHARED(unsigned char, smem);
   const int64_t a_ctas = key_ctas(bw.pass, false);
   if (blockIdx.x < a_ctas)
     dkv_tile<T, D, Keys::kSourceA, PACKED>(bw, blockIdx.x, smem);
@@ -426,7 +425,7 @@ __global__ void __launch_bounds__(kThreads, 1) dkv_kernel(const __grid_constant_
 template <typename T, int D>
 __global__ void __launch_bounds__(kThreads, 1)
     dkv_summary_kernel(const __grid_constant__ Backward bw) {
-  extern __shared__ __align__(16) unsigned char smem[];
+  COMBINER_DYNAMIC_SHARED(unsigned char, smem);
   dkv_tile<T, D, Keys::kPrefixSummaries, false>(bw, blockIdx.x, smem);
 }
 

@@ -14,12 +14,10 @@
 //      rounded to T. Rows whose offset is negative are not written.
 #pragma once
 
-#include <cuda_bf16.h>
-#include <cuda_runtime.h>
-
 #include <cstdint>
 
 #include "attention/fused/kernel_tile.cuh"
+#include "simt/cuda.h"
 
 namespace combiner::attention::fused::cuda_detail {
 

@@ -29,8 +29,6 @@
 // dk/dv walks of both sources 16 and its dq 7, the column pass 16, the local pass 13, the pools
 // 8): ~9.4 GB, ~2.0 ms at an H200's ~4.8 TB/s; measured 8.77 ms there with the earlier plan
 // (three joint passes, summaries kept), 4.5x this floor, against flash's 9.84 ms.
-#include <cuda_bf16.h>
-#include <cuda_runtime.h>
 
 #include <stdexcept>
 #include <string>
@@ -40,6 +38,7 @@
 #include "attention/fused/kernel_epilogue.cuh"
 #include "attention/fused/kernel_launch.cuh"
 #include "attention/fused/kernel_tile.cuh"
+#include "simt/cuda.h"
 
 namespace combiner::attention::fused::cuda_detail {
 
@@ -72,7 +71,7 @@ __global__ void __launch_bounds__(kThreads, forward_blocks_per_sm<T, D>())
   constexpr int P = pitch<T, D>(), M = kQueryTile, N = kKeyTile;
   static_assert(M == kStagedRows && staged_bytes<D>() <= forward_tile_bytes<T, D>(),
                 "the epilogue's tile (the index tables after it survive it)");
-  extern __shared__ __align__(16) unsigned char smem[];
+  COMBINER_DYNAMIC_SHARED(unsigned char, smem);
   T* qs = reinterpret_cast<T*>(smem);
   T* ks = qs + M * P;      // [2][N][P]
   T* vs = ks + 2 * N * P;  // [2][N][P]

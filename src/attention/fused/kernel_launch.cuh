@@ -3,9 +3,6 @@
 // caller's stream and turns a launch error into std::runtime_error naming the kernel.
 #pragma once
 
-#include <cuda_bf16.h>
-#include <cuda_runtime.h>
-
 #include <mutex>
 #include <set>
 #include <stdexcept>
@@ -14,6 +11,7 @@
 #include <utility>
 
 #include "attention/fused/kernel.h"
+#include "simt/cuda.h"
 
 namespace combiner::attention::fused::cuda_detail {
 
@@ -61,7 +59,7 @@ void launch(
     void (*kernel)(Arg), dim3 grid, size_t smem, void* stream, const char* what, const Arg& arg) {
   if (grid.x == 0 || grid.y == 0) return;
   if (smem > 48 * 1024) raise_smem_limit(kernel, smem, what);
-  kernel<<<grid, 128, smem, static_cast<cudaStream_t>(stream)>>>(arg);
+  COMBINER_LAUNCH(grid, 128, smem, static_cast<cudaStream_t>(stream), kernel)(arg);
   check(cudaGetLastError(), what);
 }
 

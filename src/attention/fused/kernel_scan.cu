@@ -9,11 +9,10 @@
 // once, where LibTorch's cummax path runs a scan with indices, then (backward) a scan again,
 // zeros, a scatter-add, a cast and flips per slice, and a pool of a narrowed view zero-fills and
 // scatters its gradient, then zero-fills a whole-size one and copies into its slice.
-#include <cuda_bf16.h>
-#include <cuda_runtime.h>
 
 #include "attention/fused/kernel.h"
 #include "attention/fused/kernel_launch.cuh"
+#include "simt/cuda.h"
 
 namespace combiner::attention::fused::cuda_detail {
 namespace {

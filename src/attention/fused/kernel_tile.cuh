@@ -9,12 +9,10 @@
 // shared-memory operand), so both share every line of the kernels around them.
 #pragma once
 
-#include <cuda_bf16.h>
-#include <cuda_runtime.h>
-
 #include <cstdint>
 
 #include "attention/fused/kernel.h"
+#include "simt/cuda.h"
 
 namespace combiner::attention::fused::cuda_detail {
 
@@ -153,7 +151,9 @@ struct PackedTables {
 };
 
 // ---- cp.async: 16 bytes (or 4) per call, zero-filled where the row does not exist ----
+// (On the CPU's emulator, simt/emulator.h, a copy lands when its thread waits for its group.)
 
+#if defined(__CUDACC__)
 __device__ __forceinline__ void cp_async16(void* smem, const void* gmem, bool valid) {
   const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
   asm volatile(
@@ -172,6 +172,21 @@ template <int N>
 __device__ __forceinline__ void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
 }
+#else
+inline void cp_async16(void* smem, const void* gmem, bool valid) {
+  simt::cp_async(smem, valid ? gmem : nullptr, 16);
+}
+inline void cp_async4(float* smem, const float* gmem, bool valid) {
+  simt::cp_async(smem, valid ? gmem : nullptr, 4);
+}
+inline void cp_async_commit() {
+  simt::cp_async_commit();
+}
+template <int N>
+void cp_async_wait() {
+  simt::cp_async_wait(N);
+}
+#endif
 
 // ROWS rows of D elements into smem (pitch P); row(r) gives the source or nullptr (zeros, so a
 // missing value row multiplies a zero weight into 0, never into NaN). `any` is a valid address.
@@ -222,6 +237,7 @@ __device__ __forceinline__ void write_grad_pair(const GradOut& out, int64_t at, 
 
 // ---- bfloat16: ldmatrix + mma.sync ----
 
+#if defined(__CUDACC__)
 __device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const bf16* p) {
   const unsigned a = static_cast<unsigned>(__cvta_generic_to_shared(p));
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
@@ -244,6 +260,17 @@ __device__ __forceinline__ void mma_bf16(float (&c)[4],
       : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
+#else
+inline void ldmatrix_x4(uint32_t (&r)[4], const bf16* p) {
+  simt::ldmatrix_x4(r, p, false);
+}
+inline void ldmatrix_x4_trans(uint32_t (&r)[4], const bf16* p) {
+  simt::ldmatrix_x4(r, p, true);
+}
+inline void mma_bf16(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  simt::mma_bf16(c, a, b0, b1);
+}
+#endif
 __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
   const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
   return *reinterpret_cast<const uint32_t*>(&v);

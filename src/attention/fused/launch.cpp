@@ -100,12 +100,15 @@ struct CudaFn {
 #define COMBINER_CUDA(fn) nullptr
 #endif
 
+std::atomic<const HostKernels*> host_kernels{nullptr};
+
 template <typename Arg>
 void run(const torch::Tensor& on,
          const Arg& arg,
          int64_t launches,
          void (*cpu)(const Arg&),
-         typename CudaFn<Arg>::type cuda) {
+         typename CudaFn<Arg>::type cuda,
+         typename CudaFn<Arg>::type HostKernels::*host) {
   launched += launches;
   std::unique_ptr<LaunchTimes::Record> record;
   if (active) {
@@ -115,7 +118,11 @@ void run(const torch::Tensor& on,
   }
   if (!on.is_cuda()) {
     const auto start = std::chrono::steady_clock::now();
-    cpu(arg);
+    const HostKernels* installed = host_kernels.load();
+    if (installed && installed->*host)
+      (installed->*host)(arg, nullptr);
+    else
+      cpu(arg);
     if (record) {
       record->cpu_ms =
           std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
@@ -146,31 +153,65 @@ void run(const torch::Tensor& on,
 }  // namespace
 
 void forward(const torch::Tensor& on, const fused::Forward& f) {
-  run(on, f, 1, &fused::forward_cpu, COMBINER_CUDA(forward_cuda));
+  run(on, f, 1, &fused::forward_cpu, COMBINER_CUDA(forward_cuda), &HostKernels::forward);
 }
 void delta(const torch::Tensor& on, const fused::Delta& d) {
-  run(on, d, 1, &fused::delta_cpu, COMBINER_CUDA(delta_cuda));
+  run(on, d, 1, &fused::delta_cpu, COMBINER_CUDA(delta_cuda), &HostKernels::delta);
 }
 void backward(const torch::Tensor& on, const fused::Backward& b) {
-  run(on, b, fused::backward_launches(b), &fused::backward_cpu, COMBINER_CUDA(backward_cuda));
+  run(on,
+      b,
+      fused::backward_launches(b),
+      &fused::backward_cpu,
+      COMBINER_CUDA(backward_cuda),
+      &HostKernels::backward);
 }
 void running_max(const torch::Tensor& on, const fused::RunningMaxes& r) {
-  run(on, r, 1, &fused::running_max_forward_cpu, COMBINER_CUDA(running_max_forward_cuda));
+  run(on,
+      r,
+      1,
+      &fused::running_max_forward_cpu,
+      COMBINER_CUDA(running_max_forward_cuda),
+      &HostKernels::running_max_forward);
 }
 void running_max_backward(const torch::Tensor& on, const fused::RunningMaxes& r) {
-  run(on, r, 1, &fused::running_max_backward_cpu, COMBINER_CUDA(running_max_backward_cuda));
+  run(on,
+      r,
+      1,
+      &fused::running_max_backward_cpu,
+      COMBINER_CUDA(running_max_backward_cuda),
+      &HostKernels::running_max_backward);
 }
 void segment_max(const torch::Tensor& on, const fused::SegmentMaxes& m) {
-  run(on, m, 1, &fused::segment_max_forward_cpu, COMBINER_CUDA(segment_max_forward_cuda));
+  run(on,
+      m,
+      1,
+      &fused::segment_max_forward_cpu,
+      COMBINER_CUDA(segment_max_forward_cuda),
+      &HostKernels::segment_max_forward);
 }
 void segment_max_backward(const torch::Tensor& on, const fused::SegmentMaxes& m) {
-  run(on, m, 1, &fused::segment_max_backward_cpu, COMBINER_CUDA(segment_max_backward_cuda));
+  run(on,
+      m,
+      1,
+      &fused::segment_max_backward_cpu,
+      COMBINER_CUDA(segment_max_backward_cuda),
+      &HostKernels::segment_max_backward);
 }
 void decode_step(const torch::Tensor& on, const fused::DecodeStep& s) {
-  run(on, s, 1, &fused::decode_step_cpu, COMBINER_CUDA(decode_step_cuda));
+  run(on,
+      s,
+      1,
+      &fused::decode_step_cpu,
+      COMBINER_CUDA(decode_step_cuda),
+      &HostKernels::decode_step);
 }
 
 #undef COMBINER_CUDA
+
+const HostKernels* set_host_kernels(const HostKernels* kernels) {
+  return host_kernels.exchange(kernels);
+}
 
 LaunchTimes::LaunchTimes() : outer_(active) {
   active = this;

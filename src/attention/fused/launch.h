@@ -40,6 +40,23 @@ class LaunchTimes {
   LaunchTimes* outer_;  // the one this replaced on its thread
 };
 
+// What runs the kernels on host memory (tensors on the CPU): their CPU models, unless a table of
+// other implementations is installed. The CPU build's tests install the CUDA kernels' own source
+// run by the SIMT emulator (emulated/emulated.h), so kernel-check and the fused path's tests run the
+// kernels themselves. A null entry leaves that kernel's CPU model.
+struct HostKernels {
+  void (*forward)(const fused::Forward&, void* stream) = nullptr;
+  void (*delta)(const fused::Delta&, void* stream) = nullptr;
+  void (*backward)(const fused::Backward&, void* stream) = nullptr;
+  void (*running_max_forward)(const fused::RunningMaxes&, void* stream) = nullptr;
+  void (*running_max_backward)(const fused::RunningMaxes&, void* stream) = nullptr;
+  void (*segment_max_forward)(const fused::SegmentMaxes&, void* stream) = nullptr;
+  void (*segment_max_backward)(const fused::SegmentMaxes&, void* stream) = nullptr;
+  void (*decode_step)(const fused::DecodeStep&, void* stream) = nullptr;
+};
+// Installs `kernels` (nullptr: the CPU models) and returns the table it replaces.
+const HostKernels* set_host_kernels(const HostKernels* kernels);
+
 void forward(const torch::Tensor& on, const fused::Forward& f);
 void delta(const torch::Tensor& on, const fused::Delta& d);
 void backward(const torch::Tensor& on, const fused::Backward& b);

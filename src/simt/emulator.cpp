@@ -1,0 +1,539 @@
+// The SIMT emulator's scheduler (emulator.h): a block's threads as fibers on one CPU thread.
+#include "simt/emulator.h"
+
+#if !defined(__x86_64__) || defined(__SANITIZE_ADDRESS__)
+#define COMBINER_SIMT_UCONTEXT 1
+#include <ucontext.h>
+#endif
+
+#include <cstring>
+#include <exception>
+#include <map>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+thread_local uint3 threadIdx;
+thread_local uint3 blockIdx;
+thread_local dim3 blockDim;
+thread_local dim3 gridDim;
+
+namespace combiner::simt {
+namespace {
+
+constexpr size_t kStackBytes = 256 * 1024;  // a fiber's stack: the kernels' locals and a margin
+
+// ---- contexts: where a fiber (or the scheduler) resumes ----
+#if defined(COMBINER_SIMT_UCONTEXT)
+// ucontext: portable, and what AddressSanitizer understands; each switch is a system call.
+struct Context {
+  ucontext_t context;
+};
+void start(Context& c, unsigned char* stack, size_t size, void (*entry)()) {
+  getcontext(&c.context);
+  c.context.uc_stack.ss_sp = stack;
+  c.context.uc_stack.ss_size = size;
+  c.context.uc_link = nullptr;
+  makecontext(&c.context, entry, 0);
+}
+void jump(Context& from, Context& to) {
+  swapcontext(&from.context, &to.context);
+}
+#else
+// x86-64: the callee-saved registers, MXCSR and the x87 control word pushed on the stack being
+// left and popped from the one entered; no system call (ucontext's switch masks signals).
+struct Context {
+  void* sp = nullptr;
+};
+extern "C" void combiner_simt_switch(void** save_sp, void* load_sp);
+asm(R"(
+  .text
+  .globl combiner_simt_switch
+  .type combiner_simt_switch, @function
+combiner_simt_switch:
+  pushq %rbp
+  pushq %rbx
+  pushq %r12
+  pushq %r13
+  pushq %r14
+  pushq %r15
+  subq $8, %rsp
+  stmxcsr (%rsp)
+  fnstcw 4(%rsp)
+  movq %rsp, (%rdi)
+  movq %rsi, %rsp
+  ldmxcsr (%rsp)
+  fldcw 4(%rsp)
+  addq $8, %rsp
+  popq %r15
+  popq %r14
+  popq %r13
+  popq %r12
+  popq %rbx
+  popq %rbp
+  ret
+  .size combiner_simt_switch, .-combiner_simt_switch
+)");
+// A new stack whose first switch "returns" into entry, as if called (rsp = 8 mod 16 there).
+void start(Context& c, unsigned char* stack, size_t size, void (*entry)()) {
+  auto top = reinterpret_cast<uintptr_t>(stack + size) & ~uintptr_t(15);
+  auto* slot = reinterpret_cast<uint64_t*>(top);
+  slot[-1] = 0;                                  // entry's return address: none
+  slot[-2] = reinterpret_cast<uint64_t>(entry);  // popped by ret
+  for (int r = 3; r <= 8; ++r) slot[-r] = 0;     // rbp, rbx, r12 .. r15
+  uint32_t control[2];                           // MXCSR, and the x87 control word
+  asm volatile("stmxcsr %0\n\tfnstcw %1" : "=m"(control[0]), "=m"(control[1]));
+  std::memcpy(&slot[-9], control, 8);
+  c.sp = &slot[-9];
+}
+void jump(Context& from, Context& to) {
+  combiner_simt_switch(&from.sp, to.sp);
+}
+#endif
+
+enum class State { kRunnable, kBlockBarrier, kWarpCollective, kDone };
+
+struct Fiber {
+  Context context;
+  State state = State::kRunnable;
+  uint3 thread{};
+  const char* barrier_file = nullptr;  // the __syncthreads it waits at
+  int barrier_line = 0;
+  int predicate = 0;            // __syncthreads_or's: in, then the block's OR
+  detail::WarpOp op = nullptr;  // the collective it waits at, and its data
+  void* data = nullptr;
+  unsigned mask = 0;
+  struct Copy {
+    void* dst;
+    const void* src;  // nullptr: zeros
+    size_t bytes;
+  };
+  std::vector<std::vector<Copy>> copies;  // cp.async groups in flight, oldest first; the last
+  bool group_open = false;                // is the open (uncommitted) one when group_open
+};
+
+struct Block {
+  Context scheduler;
+  std::vector<Fiber> fibers;
+  Fiber* current = nullptr;
+  const std::function<void()>* body = nullptr;
+  std::vector<unsigned char> shared;
+  std::exception_ptr error;
+};
+
+thread_local Block* g_block = nullptr;
+thread_local Schedule g_schedule = Schedule::kForward;
+thread_local cudaError_t g_last_error = cudaSuccess;
+thread_local Counters g_counters;
+thread_local std::vector<std::unique_ptr<unsigned char[]>> g_stacks;  // reused across launches
+thread_local std::map<const void*, int> g_shared_limit;               // raised per kernel
+
+std::string where(const Fiber& f) {
+  return "block (" + std::to_string(blockIdx.x) + ", " + std::to_string(blockIdx.y) + ", " +
+         std::to_string(blockIdx.z) + ") thread (" + std::to_string(f.thread.x) + ", " +
+         std::to_string(f.thread.y) + ", " + std::to_string(f.thread.z) + ")";
+}
+
+Block& block() {
+  if (!g_block) throw std::logic_error("simt emulator: a device function called outside a kernel");
+  return *g_block;
+}
+
+// Back to the scheduler until the barrier this fiber now waits at is passed.
+void wait() {
+  Block& b = block();
+  Fiber& f = *b.current;
+  jump(f.context, b.scheduler);
+  threadIdx = f.thread;
+}
+
+void fiber_main() {
+  Block& b = *g_block;
+  Fiber& f = *b.current;
+  try {
+    (*b.body)();
+  } catch (...) {
+    if (!b.error) b.error = std::current_exception();
+  }
+  if (!f.copies.empty() && !b.error)
+    b.error = std::make_exception_ptr(std::runtime_error(
+        "simt emulator: " + where(f) + " returned with cp.async copies in flight (no wait)"));
+  f.state = State::kDone;
+  jump(f.context, b.scheduler);  // never resumed
+}
+
+[[noreturn]] void fail(const std::string& what) {
+  throw std::runtime_error("simt emulator: " + what);
+}
+
+// Passes every barrier whose threads have all arrived; false where none could be passed.
+bool pass_barriers(Block& b) {
+  bool passed = false, warp_pending = false;
+  const size_t n = b.fibers.size();
+  for (size_t w0 = 0; w0 < n; w0 += 32) {
+    const size_t w1 = std::min(n, w0 + 32);
+    const Fiber* waiting = nullptr;
+    for (size_t i = w0; i < w1; ++i)
+      if (b.fibers[i].state == State::kWarpCollective) waiting = &b.fibers[i];
+    if (!waiting) continue;
+    void* lanes[32] = {};
+    for (size_t i = w0; i < w1; ++i) {
+      const Fiber& f = b.fibers[i];
+      if (f.state != State::kWarpCollective)
+        fail(where(*waiting) + " waits at a warp collective that " + where(f) +
+             (f.state == State::kDone ? " has returned before" : " waits elsewhere for"));
+      if (f.op != waiting->op || f.mask != waiting->mask)
+        fail(where(*waiting) + " and " + where(f) + " wait at different warp collectives");
+      lanes[i - w0] = f.data;
+    }
+    waiting->op(lanes);
+    for (size_t i = w0; i < w1; ++i) b.fibers[i].state = State::kRunnable;
+    ++g_counters.warp_collectives;
+    passed = warp_pending = true;
+  }
+  if (warp_pending) return passed;
+  const Fiber* first = nullptr;
+  int any = 0;
+  for (const Fiber& f : b.fibers) {
+    if (f.state == State::kDone) continue;
+    if (!first) first = &f;
+    if (f.barrier_line != first->barrier_line ||
+        std::strcmp(f.barrier_file, first->barrier_file) != 0)
+      fail(where(*first) + " waits at the __syncthreads of " + first->barrier_file + ":" +
+           std::to_string(first->barrier_line) + ", " + where(f) + " at " + f.barrier_file + ":" +
+           std::to_string(f.barrier_line));
+    any |= f.predicate;
+  }
+  if (!first) return false;
+  for (Fiber& f : b.fibers) {
+    if (f.state == State::kDone) continue;
+    f.state = State::kRunnable;
+    f.predicate = any;
+  }
+  ++g_counters.block_barriers;
+  return true;
+}
+
+void run_block(Block& b, dim3 block_dim) {
+  const size_t n = size_t(block_dim.x) * block_dim.y * block_dim.z;
+  while (g_stacks.size() < n) g_stacks.emplace_back(new unsigned char[kStackBytes]);
+  b.fibers.assign(n, Fiber{});
+  for (size_t i = 0; i < n; ++i) {
+    Fiber& f = b.fibers[i];
+    f.thread = {unsigned(i % block_dim.x),
+                unsigned(i / block_dim.x % block_dim.y),
+                unsigned(i / (size_t(block_dim.x) * block_dim.y))};
+    start(f.context, g_stacks[i].get(), kStackBytes, fiber_main);
+  }
+  size_t done = 0;
+  while (done < n) {
+    for (size_t k = 0; k < n; ++k) {
+      Fiber& f = b.fibers[g_schedule == Schedule::kForward ? k : n - 1 - k];
+      if (f.state != State::kRunnable) continue;
+      b.current = &f;
+      threadIdx = f.thread;
+      jump(b.scheduler, f.context);
+      if (b.error) std::rethrow_exception(b.error);
+    }
+    done = 0;
+    for (const Fiber& f : b.fibers) done += f.state == State::kDone;
+    if (done < n && !pass_barriers(b)) fail("no thread can go on");  // unreachable by design
+  }
+}
+
+}  // namespace
+
+ScheduleScope::ScheduleScope(Schedule schedule) : previous_(g_schedule) {
+  g_schedule = schedule;
+}
+ScheduleScope::~ScheduleScope() {
+  g_schedule = previous_;
+}
+
+Counters counters() {
+  return g_counters;
+}
+
+namespace detail {
+
+void set_function_attribute(const void* kernel, cudaFuncAttribute attribute, int value) {
+  if (attribute == cudaFuncAttributeMaxDynamicSharedMemorySize) g_shared_limit[kernel] = value;
+}
+
+void run_grid(const void* kernel,
+              dim3 grid,
+              dim3 block_dim,
+              size_t shared_bytes,
+              const std::function<void()>& body) {
+  const size_t threads = size_t(block_dim.x) * block_dim.y * block_dim.z;
+  const auto raised = g_shared_limit.find(kernel);
+  const size_t limit =
+      raised == g_shared_limit.end() ? kDefaultSharedLimit : size_t(raised->second);
+  if (threads == 0 || threads > kMaxThreadsPerBlock || grid.x == 0 || grid.y == 0 || grid.z == 0 ||
+      grid.y > 65535 || grid.z > 65535) {
+    g_last_error = cudaErrorInvalidConfiguration;
+    return;
+  }
+  if (shared_bytes > limit || shared_bytes > kMaxSharedPerBlock) {
+    g_last_error = cudaErrorInvalidValue;
+    return;
+  }
+  if (g_block) throw std::logic_error("simt emulator: a launch from inside a kernel");
+  ++g_counters.launches;
+  Block b;
+  b.body = &body;
+  g_block = &b;
+  gridDim = grid;
+  blockDim = block_dim;
+  try {
+    for (unsigned z = 0; z < grid.z; ++z)
+      for (unsigned y = 0; y < grid.y; ++y)
+        for (unsigned x = 0; x < grid.x; ++x) {
+          blockIdx = {x, y, z};
+          b.shared.assign(shared_bytes, 0xff);
+          b.error = nullptr;
+          run_block(b, block_dim);
+          ++g_counters.blocks;
+        }
+  } catch (...) {
+    g_block = nullptr;
+    throw;
+  }
+  g_block = nullptr;
+}
+
+void* dynamic_shared() {
+  return block().shared.data();
+}
+
+void warp_collective(unsigned mask, WarpOp op, void* mine) {
+  Block& b = block();
+  Fiber& f = *b.current;
+  if (mask != 0xffffffffu) fail(where(f) + ": a warp collective over part of a warp");
+  f.state = State::kWarpCollective;
+  f.op = op;
+  f.mask = mask;
+  f.data = mine;
+  wait();
+}
+
+}  // namespace detail
+
+// ---- warp collectives ----
+namespace {
+
+template <typename T>
+struct Shuffle {
+  T value;
+  int lane;  // the lane read: an xor of this one's, or an index
+  bool xor_lane;
+  T out;
+};
+template <typename T>
+void shuffle_op(void* const* lanes) {
+  for (int l = 0; l < 32; ++l) {
+    if (!lanes[l]) continue;
+    auto& s = *static_cast<Shuffle<T>*>(lanes[l]);
+    const int src = s.xor_lane ? l ^ s.lane : s.lane % 32;
+    s.out = lanes[src] ? static_cast<Shuffle<T>*>(lanes[src])->value : s.value;
+  }
+}
+template <typename T>
+T shuffle(unsigned mask, T value, int lane, bool xor_lane, int width) {
+  if (width != 32) fail("a shuffle of width other than 32");
+  Shuffle<T> s{value, lane, xor_lane, value};
+  detail::warp_collective(mask, &shuffle_op<T>, &s);
+  return s.out;
+}
+
+struct Vote {
+  int predicate;
+  int any, all;
+};
+void vote_op(void* const* lanes) {
+  int any = 0, all = 1;
+  for (int l = 0; l < 32; ++l)
+    if (lanes[l]) {
+      any |= static_cast<Vote*>(lanes[l])->predicate != 0;
+      all &= static_cast<Vote*>(lanes[l])->predicate != 0;
+    }
+  for (int l = 0; l < 32; ++l)
+    if (lanes[l]) static_cast<Vote*>(lanes[l])->any = any, static_cast<Vote*>(lanes[l])->all = all;
+}
+void nothing_op(void* const*) {}
+
+struct LdMatrix {
+  const __nv_bfloat16* row;
+  bool trans;
+  uint32_t r[4];
+};
+uint32_t pack(__nv_bfloat16 lo, __nv_bfloat16 hi) {
+  return uint32_t(lo.bits) | uint32_t(hi.bits) << 16;
+}
+void ldmatrix_op(void* const* lanes) {
+  for (int l = 0; l < 32; ++l)
+    if (!lanes[l]) fail("ldmatrix in a warp of fewer than 32 threads");
+  auto at = [&](int lane) { return static_cast<LdMatrix*>(lanes[lane]); };
+  for (int l = 0; l < 32; ++l)
+    for (int i = 0; i < 4; ++i) {
+      const int g = l / 4, q = l % 4;
+      at(l)->r[i] = at(l)->trans ? pack(at(8 * i + 2 * q)->row[g], at(8 * i + 2 * q + 1)->row[g])
+                                 : pack(at(8 * i + g)->row[2 * q], at(8 * i + g)->row[2 * q + 1]);
+    }
+}
+
+struct Mma {
+  float* c;
+  uint32_t a[4], b[2];
+};
+float lo(uint32_t x) {
+  return __bfloat162float({uint16_t(x & 0xffffu)});
+}
+float hi(uint32_t x) {
+  return __bfloat162float({uint16_t(x >> 16)});
+}
+void mma_op(void* const* lanes) {
+  float A[16][16], B[16][8], C[16][8];
+  for (int l = 0; l < 32; ++l) {
+    if (!lanes[l]) fail("mma in a warp of fewer than 32 threads");
+    const auto& m = *static_cast<Mma*>(lanes[l]);
+    const int g = l / 4, q = l % 4;
+    for (int h = 0; h < 2; ++h) {  // h: columns (k) 2q + 8h
+      A[g][2 * q + 8 * h] = lo(m.a[2 * h]);
+      A[g][2 * q + 8 * h + 1] = hi(m.a[2 * h]);
+      A[g + 8][2 * q + 8 * h] = lo(m.a[2 * h + 1]);
+      A[g + 8][2 * q + 8 * h + 1] = hi(m.a[2 * h + 1]);
+      B[2 * q + 8 * h][g] = lo(m.b[h]);
+      B[2 * q + 8 * h + 1][g] = hi(m.b[h]);
+    }
+    C[g][2 * q] = m.c[0];
+    C[g][2 * q + 1] = m.c[1];
+    C[g + 8][2 * q] = m.c[2];
+    C[g + 8][2 * q + 1] = m.c[3];
+  }
+  for (int i = 0; i < 16; ++i)
+    for (int j = 0; j < 8; ++j) {
+      float sum = C[i][j];
+      for (int k = 0; k < 16; ++k) sum += A[i][k] * B[k][j];
+      C[i][j] = sum;
+    }
+  for (int l = 0; l < 32; ++l) {
+    float* c = static_cast<Mma*>(lanes[l])->c;
+    const int g = l / 4, q = l % 4;
+    c[0] = C[g][2 * q];
+    c[1] = C[g][2 * q + 1];
+    c[2] = C[g + 8][2 * q];
+    c[3] = C[g + 8][2 * q + 1];
+  }
+}
+
+}  // namespace
+
+void cp_async(void* dst, const void* src, size_t bytes) {
+  Fiber& f = *block().current;
+  if (!f.group_open) {
+    f.copies.emplace_back();
+    f.group_open = true;
+  }
+  f.copies.back().push_back({dst, src, bytes});
+}
+
+void cp_async_commit() {
+  Fiber& f = *block().current;
+  if (!f.group_open) f.copies.emplace_back();  // an empty group, as PTX allows
+  f.group_open = false;
+}
+
+void cp_async_wait(int newest_pending) {
+  Fiber& f = *block().current;
+  const size_t committed = f.copies.size() - (f.group_open ? 1 : 0);
+  const size_t land = committed > size_t(newest_pending) ? committed - newest_pending : 0;
+  for (size_t g = 0; g < land; ++g)
+    for (const auto& c : f.copies[g]) {
+      if (c.src)
+        std::memcpy(c.dst, c.src, c.bytes);
+      else
+        std::memset(c.dst, 0, c.bytes);
+    }
+  f.copies.erase(f.copies.begin(), f.copies.begin() + ptrdiff_t(land));
+}
+
+void ldmatrix_x4(uint32_t (&r)[4], const __nv_bfloat16* row, bool trans) {
+  LdMatrix m{row, trans, {}};
+  detail::warp_collective(0xffffffffu, &ldmatrix_op, &m);
+  for (int i = 0; i < 4; ++i) r[i] = m.r[i];
+}
+
+void mma_bf16(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  Mma m{c, {a[0], a[1], a[2], a[3]}, {b0, b1}};
+  detail::warp_collective(0xffffffffu, &mma_op, &m);
+}
+
+}  // namespace combiner::simt
+
+// ---- the device functions of the global namespace ----
+
+namespace combiner::simt::detail {
+int block_barrier(int predicate, const char* file, int line) {
+  Block& b = block();
+  Fiber& f = *b.current;
+  f.state = State::kBlockBarrier;
+  f.barrier_file = file;
+  f.barrier_line = line;
+  f.predicate = predicate;
+  wait();
+  return f.predicate;
+}
+}  // namespace combiner::simt::detail
+
+void __syncwarp(unsigned mask) {
+  char unused = 0;
+  combiner::simt::detail::warp_collective(mask, &combiner::simt::nothing_op, &unused);
+}
+int __any_sync(unsigned mask, int predicate) {
+  combiner::simt::Vote v{predicate, 0, 0};
+  combiner::simt::detail::warp_collective(mask, &combiner::simt::vote_op, &v);
+  return v.any;
+}
+int __all_sync(unsigned mask, int predicate) {
+  combiner::simt::Vote v{predicate, 0, 0};
+  combiner::simt::detail::warp_collective(mask, &combiner::simt::vote_op, &v);
+  return v.all;
+}
+float __shfl_xor_sync(unsigned mask, float value, int lane_mask, int width) {
+  return combiner::simt::shuffle(mask, value, lane_mask, true, width);
+}
+int __shfl_xor_sync(unsigned mask, int value, int lane_mask, int width) {
+  return combiner::simt::shuffle(mask, value, lane_mask, true, width);
+}
+unsigned __shfl_xor_sync(unsigned mask, unsigned value, int lane_mask, int width) {
+  return combiner::simt::shuffle(mask, value, lane_mask, true, width);
+}
+float __shfl_sync(unsigned mask, float value, int src_lane, int width) {
+  return combiner::simt::shuffle(mask, value, src_lane, false, width);
+}
+int __shfl_sync(unsigned mask, int value, int src_lane, int width) {
+  return combiner::simt::shuffle(mask, value, src_lane, false, width);
+}
+
+cudaError_t cudaGetLastError() {
+  const cudaError_t e = combiner::simt::g_last_error;
+  combiner::simt::g_last_error = cudaSuccess;
+  return e;
+}
+const char* cudaGetErrorString(cudaError_t error) {
+  switch (error) {
+    case cudaSuccess:
+      return "no error";
+    case cudaErrorInvalidValue:
+      return "invalid argument";
+    case cudaErrorInvalidConfiguration:
+      return "invalid configuration argument";
+  }
+  return "unknown error";
+}
+cudaError_t cudaGetDevice(int* device) {
+  *device = 0;
+  return cudaSuccess;
+}

@@ -1,0 +1,86 @@
+// The CUDA kernels' own source (src/attention/fused/*.cu, src/ops/*.cu), run by the SIMT emulator
+// through kernel-check's tables: the cases and tolerances a GPU runs (CUDA's dtypes), under both
+// schedules of the emulator's threads. A race between a kernel's threads (a missing barrier)
+// shows as errors that differ between the schedules; the emulator's counters show that the
+// kernels ran, not their CPU models.
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "emulated/emulated.h"
+#include "simt/emulator.h"
+#include "tools/decode_check.h"
+#include "tools/kernel_check.h"
+#include "tools/norm_check.h"
+#include "tools/norm_linear_check.h"
+
+namespace combiner {
+namespace {
+
+using simt::Schedule;
+
+// Runs `check` under both schedules with the emulated kernels installed; `line` prints a result,
+// `same` compares the two results' errors, equal unless the kernels' output depends on the order.
+template <typename Check, typename Line, typename Same>
+void both_schedules(Check check, Line line, Same same) {
+  const emulated::EmulatedKernels emulation;
+  const int64_t before = simt::counters().launches;
+  decltype(check()) forward, reverse;
+  {
+    const simt::ScheduleScope scope(Schedule::kForward);
+    forward = check();
+  }
+  EXPECT_GT(simt::counters().launches, before) << line(forward) << ": no kernel was emulated";
+  {
+    const simt::ScheduleScope scope(Schedule::kReverse);
+    reverse = check();
+  }
+  EXPECT_TRUE(forward.pass) << line(forward) << " " << forward.detail;
+  EXPECT_TRUE(reverse.pass) << line(reverse) << " (threads in reverse) " << reverse.detail;
+  EXPECT_TRUE(same(forward, reverse)) << "the two schedules differ:\n"
+                                      << line(forward) << "\n"
+                                      << line(reverse);
+}
+
+TEST(SimtKernels, NormLinearKernelPassesItsTable) {
+  for (const auto& c : tools::norm_linear_check_cases(false))
+    both_schedules([&] { return tools::run_norm_linear_check(c, "cpu"); },
+                   [&](const auto& r) { return tools::norm_linear_check_line(c, r); },
+                   [](const auto& a, const auto& b) { return a.sum == b.sum && a.y == b.y; });
+}
+
+TEST(SimtKernels, LayerNormKernelsPassTheirTable) {
+  for (const auto& c : tools::norm_check_cases(false))
+    both_schedules([&] { return tools::run_norm_check(c, "cpu"); },
+                   [&](const auto& r) { return tools::norm_check_line(c, r); },
+                   [](const auto& a, const auto& b) {
+                     return a.y == b.y && a.dx == b.dx && a.d_residual == b.d_residual &&
+                            a.dweight == b.dweight && a.dbias == b.dbias;
+                   });
+}
+
+TEST(SimtKernels, DecodeKernelPassesItsTable) {
+  for (const auto& c : tools::decode_check_cases(false))
+    both_schedules([&] { return tools::run_decode_check(c, "cpu"); },
+                   [&](const auto& r) { return tools::decode_check_line(c, r); },
+                   [](const auto& a, const auto& b) {
+                     return a.composed == b.composed && a.reference == b.reference;
+                   });
+}
+
+// The CUDA grid (float32 and bfloat16) at D 64 (the benchmarks') and 128 (the 128-layer
+// preset's), the small sizes (L up to 300).
+TEST(SimtKernels, AttentionKernelsPassKernelCheck) {
+  for (const auto& c :
+       attention::kernel_check_cases("cuda", {64, 128}, attention::KernelCheckSizes::kSmall))
+    both_schedules([&] { return attention::run_kernel_check(c, "cpu"); },
+                   [&](const auto& r) { return attention::kernel_check_line(c, r); },
+                   [](const auto& a, const auto& b) {
+                     return a.out_reference == b.out_reference && a.grad_q == b.grad_q &&
+                            a.grad_k == b.grad_k && a.grad_v == b.grad_v &&
+                            a.grad_summary == b.grad_summary && a.packed == b.packed;
+                   });
+}
+
+}  // namespace
+}  // namespace combiner
