@@ -1,11 +1,6 @@
 // The SIMT emulator's scheduler (emulator.h): a block's threads as fibers on one CPU thread.
 #include "simt/emulator.h"
 
-#if !defined(__x86_64__) || defined(__SANITIZE_ADDRESS__)
-#define COMBINER_SIMT_UCONTEXT 1
-#include <ucontext.h>
-#endif
-
 #include <cstring>
 #include <exception>
 #include <map>
@@ -13,6 +8,8 @@
 #include <stdexcept>
 #include <string>
 #include <vector>
+
+#include "simt/context.h"
 
 thread_local uint3 threadIdx;
 thread_local uint3 blockIdx;
@@ -23,74 +20,6 @@ namespace combiner::simt {
 namespace {
 
 constexpr size_t kStackBytes = 256 * 1024;  // a fiber's stack: the kernels' locals and a margin
-
-// ---- contexts: where a fiber (or the scheduler) resumes ----
-#if defined(COMBINER_SIMT_UCONTEXT)
-// ucontext: portable, and what AddressSanitizer understands; each switch is a system call.
-struct Context {
-  ucontext_t context;
-};
-void start(Context& c, unsigned char* stack, size_t size, void (*entry)()) {
-  getcontext(&c.context);
-  c.context.uc_stack.ss_sp = stack;
-  c.context.uc_stack.ss_size = size;
-  c.context.uc_link = nullptr;
-  makecontext(&c.context, entry, 0);
-}
-void jump(Context& from, Context& to) {
-  swapcontext(&from.context, &to.context);
-}
-#else
-// x86-64: the callee-saved registers, MXCSR and the x87 control word pushed on the stack being
-// left and popped from the one entered; no system call (ucontext's switch masks signals).
-struct Context {
-  void* sp = nullptr;
-};
-extern "C" void combiner_simt_switch(void** save_sp, void* load_sp);
-asm(R"(
-  .text
-  .globl combiner_simt_switch
-  .type combiner_simt_switch, @function
-combiner_simt_switch:
-  pushq %rbp
-  pushq %rbx
-  pushq %r12
-  pushq %r13
-  pushq %r14
-  pushq %r15
-  subq $8, %rsp
-  stmxcsr (%rsp)
-  fnstcw 4(%rsp)
-  movq %rsp, (%rdi)
-  movq %rsi, %rsp
-  ldmxcsr (%rsp)
-  fldcw 4(%rsp)
-  addq $8, %rsp
-  popq %r15
-  popq %r14
-  popq %r13
-  popq %r12
-  popq %rbx
-  popq %rbp
-  ret
-  .size combiner_simt_switch, .-combiner_simt_switch
-)");
-// A new stack whose first switch "returns" into entry, as if called (rsp = 8 mod 16 there).
-void start(Context& c, unsigned char* stack, size_t size, void (*entry)()) {
-  auto top = reinterpret_cast<uintptr_t>(stack + size) & ~uintptr_t(15);
-  auto* slot = reinterpret_cast<uint64_t*>(top);
-  slot[-1] = 0;                                  // entry's return address: none
-  slot[-2] = reinterpret_cast<uint64_t>(entry);  // popped by ret
-  for (int r = 3; r <= 8; ++r) slot[-r] = 0;     // rbp, rbx, r12 .. r15
-  uint32_t control[2];                           // MXCSR, and the x87 control word
-  asm volatile("stmxcsr %0\n\tfnstcw %1" : "=m"(control[0]), "=m"(control[1]));
-  std::memcpy(&slot[-9], control, 8);
-  c.sp = &slot[-9];
-}
-void jump(Context& from, Context& to) {
-  combiner_simt_switch(&from.sp, to.sp);
-}
-#endif
 
 enum class State { kRunnable, kBlockBarrier, kWarpCollective, kDone };
 
@@ -320,116 +249,6 @@ void warp_collective(unsigned mask, WarpOp op, void* mine) {
 
 }  // namespace detail
 
-// ---- warp collectives ----
-namespace {
-
-template <typename T>
-struct Shuffle {
-  T value;
-  int lane;  // the lane read: an xor of this one's, or an index
-  bool xor_lane;
-  T out;
-};
-template <typename T>
-void shuffle_op(void* const* lanes) {
-  for (int l = 0; l < 32; ++l) {
-    if (!lanes[l]) continue;
-    auto& s = *static_cast<Shuffle<T>*>(lanes[l]);
-    const int src = s.xor_lane ? l ^ s.lane : s.lane % 32;
-    s.out = lanes[src] ? static_cast<Shuffle<T>*>(lanes[src])->value : s.value;
-  }
-}
-template <typename T>
-T shuffle(unsigned mask, T value, int lane, bool xor_lane, int width) {
-  if (width != 32) fail("a shuffle of width other than 32");
-  Shuffle<T> s{value, lane, xor_lane, value};
-  detail::warp_collective(mask, &shuffle_op<T>, &s);
-  return s.out;
-}
-
-struct Vote {
-  int predicate;
-  int any, all;
-};
-void vote_op(void* const* lanes) {
-  int any = 0, all = 1;
-  for (int l = 0; l < 32; ++l)
-    if (lanes[l]) {
-      any |= static_cast<Vote*>(lanes[l])->predicate != 0;
-      all &= static_cast<Vote*>(lanes[l])->predicate != 0;
-    }
-  for (int l = 0; l < 32; ++l)
-    if (lanes[l]) static_cast<Vote*>(lanes[l])->any = any, static_cast<Vote*>(lanes[l])->all = all;
-}
-void nothing_op(void* const*) {}
-
-struct LdMatrix {
-  const __nv_bfloat16* row;
-  bool trans;
-  uint32_t r[4];
-};
-uint32_t pack(__nv_bfloat16 lo, __nv_bfloat16 hi) {
-  return uint32_t(lo.bits) | uint32_t(hi.bits) << 16;
-}
-void ldmatrix_op(void* const* lanes) {
-  for (int l = 0; l < 32; ++l)
-    if (!lanes[l]) fail("ldmatrix in a warp of fewer than 32 threads");
-  auto at = [&](int lane) { return static_cast<LdMatrix*>(lanes[lane]); };
-  for (int l = 0; l < 32; ++l)
-    for (int i = 0; i < 4; ++i) {
-      const int g = l / 4, q = l % 4;
-      at(l)->r[i] = at(l)->trans ? pack(at(8 * i + 2 * q)->row[g], at(8 * i + 2 * q + 1)->row[g])
-                                 : pack(at(8 * i + g)->row[2 * q], at(8 * i + g)->row[2 * q + 1]);
-    }
-}
-
-struct Mma {
-  float* c;
-  uint32_t a[4], b[2];
-};
-float lo(uint32_t x) {
-  return __bfloat162float({uint16_t(x & 0xffffu)});
-}
-float hi(uint32_t x) {
-  return __bfloat162float({uint16_t(x >> 16)});
-}
-void mma_op(void* const* lanes) {
-  float A[16][16], B[16][8], C[16][8];
-  for (int l = 0; l < 32; ++l) {
-    if (!lanes[l]) fail("mma in a warp of fewer than 32 threads");
-    const auto& m = *static_cast<Mma*>(lanes[l]);
-    const int g = l / 4, q = l % 4;
-    for (int h = 0; h < 2; ++h) {  // h: columns (k) 2q + 8h
-      A[g][2 * q + 8 * h] = lo(m.a[2 * h]);
-      A[g][2 * q + 8 * h + 1] = hi(m.a[2 * h]);
-      A[g + 8][2 * q + 8 * h] = lo(m.a[2 * h + 1]);
-      A[g + 8][2 * q + 8 * h + 1] = hi(m.a[2 * h + 1]);
-      B[2 * q + 8 * h][g] = lo(m.b[h]);
-      B[2 * q + 8 * h + 1][g] = hi(m.b[h]);
-    }
-    C[g][2 * q] = m.c[0];
-    C[g][2 * q + 1] = m.c[1];
-    C[g + 8][2 * q] = m.c[2];
-    C[g + 8][2 * q + 1] = m.c[3];
-  }
-  for (int i = 0; i < 16; ++i)
-    for (int j = 0; j < 8; ++j) {
-      float sum = C[i][j];
-      for (int k = 0; k < 16; ++k) sum += A[i][k] * B[k][j];
-      C[i][j] = sum;
-    }
-  for (int l = 0; l < 32; ++l) {
-    float* c = static_cast<Mma*>(lanes[l])->c;
-    const int g = l / 4, q = l % 4;
-    c[0] = C[g][2 * q];
-    c[1] = C[g][2 * q + 1];
-    c[2] = C[g + 8][2 * q];
-    c[3] = C[g + 8][2 * q + 1];
-  }
-}
-
-}  // namespace
-
 void cp_async(void* dst, const void* src, size_t bytes) {
   Fiber& f = *block().current;
   if (!f.group_open) {
@@ -459,17 +278,6 @@ void cp_async_wait(int newest_pending) {
   f.copies.erase(f.copies.begin(), f.copies.begin() + ptrdiff_t(land));
 }
 
-void ldmatrix_x4(uint32_t (&r)[4], const __nv_bfloat16* row, bool trans) {
-  LdMatrix m{row, trans, {}};
-  detail::warp_collective(0xffffffffu, &ldmatrix_op, &m);
-  for (int i = 0; i < 4; ++i) r[i] = m.r[i];
-}
-
-void mma_bf16(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-  Mma m{c, {a[0], a[1], a[2], a[3]}, {b0, b1}};
-  detail::warp_collective(0xffffffffu, &mma_op, &m);
-}
-
 }  // namespace combiner::simt
 
 // ---- the device functions of the global namespace ----
@@ -486,36 +294,6 @@ int block_barrier(int predicate, const char* file, int line) {
   return f.predicate;
 }
 }  // namespace combiner::simt::detail
-
-void __syncwarp(unsigned mask) {
-  char unused = 0;
-  combiner::simt::detail::warp_collective(mask, &combiner::simt::nothing_op, &unused);
-}
-int __any_sync(unsigned mask, int predicate) {
-  combiner::simt::Vote v{predicate, 0, 0};
-  combiner::simt::detail::warp_collective(mask, &combiner::simt::vote_op, &v);
-  return v.any;
-}
-int __all_sync(unsigned mask, int predicate) {
-  combiner::simt::Vote v{predicate, 0, 0};
-  combiner::simt::detail::warp_collective(mask, &combiner::simt::vote_op, &v);
-  return v.all;
-}
-float __shfl_xor_sync(unsigned mask, float value, int lane_mask, int width) {
-  return combiner::simt::shuffle(mask, value, lane_mask, true, width);
-}
-int __shfl_xor_sync(unsigned mask, int value, int lane_mask, int width) {
-  return combiner::simt::shuffle(mask, value, lane_mask, true, width);
-}
-unsigned __shfl_xor_sync(unsigned mask, unsigned value, int lane_mask, int width) {
-  return combiner::simt::shuffle(mask, value, lane_mask, true, width);
-}
-float __shfl_sync(unsigned mask, float value, int src_lane, int width) {
-  return combiner::simt::shuffle(mask, value, src_lane, false, width);
-}
-int __shfl_sync(unsigned mask, int value, int src_lane, int width) {
-  return combiner::simt::shuffle(mask, value, src_lane, false, width);
-}
 
 cudaError_t cudaGetLastError() {
   const cudaError_t e = combiner::simt::g_last_error;
