@@ -14,16 +14,6 @@ venv=${COMBINER_VENV:-.cache/torch-venv}
 torch_version=${COMBINER_TORCH:-2.11.0}
 packages=("torch==$torch_version" "tensorboard" "safetensors" "numpy" "scikit-build-core")
 
-# Debian's python3 with its venv module (a system without python3-venv cannot make one).
-if ! /usr/bin/python3 -c 'import ensurepip' 2>/dev/null; then
-  echo "setup-cuda-deps: installing python3-venv"
-  sudo_cmd=()
-  [ "$(id -u)" -eq 0 ] || sudo_cmd=(sudo)
-  export DEBIAN_FRONTEND=noninteractive
-  "${sudo_cmd[@]}" apt-get update -qq
-  "${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends python3-venv
-fi
-
 if [ -x "$venv/bin/python" ] &&
   "$venv/bin/python" - "$torch_version" <<'PY' 2>/dev/null; then
 import sys, torch, tensorboard, safetensors, numpy, scikit_build_core
@@ -47,6 +37,16 @@ for dir in "$(dirname "$venv")" "${TMPDIR:-/tmp}"; do
     exit 1
   fi
 done
+
+# Debian's python3 with its venv module (a system without python3-venv cannot make one).
+if ! /usr/bin/python3 -c 'import ensurepip' 2>/dev/null; then
+  echo "setup-cuda-deps: installing python3-venv"
+  sudo_cmd=()
+  [ "$(id -u)" -eq 0 ] || sudo_cmd=(sudo)
+  export DEBIAN_FRONTEND=noninteractive
+  "${sudo_cmd[@]}" apt-get update -qq
+  "${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends python3-venv
+fi
 
 echo "setup-cuda-deps: installing ${packages[*]} into $venv"
 start=$(date +%s)
