@@ -6,15 +6,11 @@
 #include "attention/attention.h"
 #include "attention/plan.h"
 #include "model/decoder.h"
+#include "model/decoder_model.h"
 #include "model/static_decoder.h"
 
 namespace combiner::model {
 namespace {
-
-struct DecoderCase {
-  std::string type, abstraction;
-  int64_t block, row_len;
-};
 
 std::vector<DecoderCase> cases() {
   std::vector<DecoderCase> out;
@@ -33,38 +29,6 @@ std::string name(const DecoderCase& c) {
   for (auto& ch : out)
     if (ch == '-') ch = '_';
   return out;
-}
-
-ImageTransformer random_model(const DecoderCase& c, int64_t width = 16) {
-  TransformerOptions o;
-  o.layers = 2;
-  o.width = width;
-  o.heads = 2;
-  o.mlp_ratio = 2;
-  o.image = {4, 4, 3};  // L = 48
-  o.attention = {c.type, c.block, c.row_len, c.abstraction};
-  torch::manual_seed(3);
-  ImageTransformer model(o);
-  torch::NoGradGuard no_grad;
-  for (auto& p : model->parameters()) {
-    if (p.dim() >= 2) p.normal_(0.0, 0.5);  // GPT-2 init is too small: attention ~ uniform
-    if (p.dim() == 1) p.add_(torch::randn_like(p) * 0.1);  // biases, LayerNorms' scales: in use
-  }
-  model->eval();
-  return model;
-}
-
-// The largest difference between a decoder's logits at each step and forward()'s [B, L, 256].
-template <typename AnyDecoder>
-double worst_step_error(AnyDecoder& decoder,
-                        const torch::Tensor& tokens,
-                        const torch::Tensor& expected) {
-  double worst = 0;
-  for (int64_t i = 0; i < tokens.size(1); ++i) {
-    auto logits = decoder.step(tokens.select(1, i));
-    worst = std::max(worst, (logits - expected.select(1, i)).abs().max().template item<double>());
-  }
-  return worst;
 }
 
 class DecoderTest : public ::testing::TestWithParam<DecoderCase> {};
