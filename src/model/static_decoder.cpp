@@ -27,6 +27,10 @@ StaticDecoder::StaticDecoder(ImageTransformer model,
     layers_.emplace_back(attention.span_summary(), options);
   }
   const auto device = device_of(model_);
+  {
+    const torch::NoGradGuard no_grad;  // the weights as they are now: sampling changes none
+    positions_ = model_->position_table();
+  }
   token_ = torch::zeros({batch, 1}, torch::dtype(torch::kLong).device(device));
   logits_ =
       torch::zeros({batch, model_->options().vocab}, torch::dtype(torch::kFloat).device(device));
@@ -35,7 +39,7 @@ StaticDecoder::StaticDecoder(ImageTransformer model,
 StaticDecoder::~StaticDecoder() = default;
 
 void StaticDecoder::work() {
-  auto h = model_->embed_at(token_, inputs_.position()).squeeze(1);
+  auto h = model_->embed_at(token_, inputs_.position(), positions_).squeeze(1);
   logits_.copy_(model_->step_logits(
       h, [&](size_t layer, const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v) {
         return layers_[layer].step(q, k, v, inputs_);

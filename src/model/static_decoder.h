@@ -53,8 +53,9 @@ class StaticDecoder {
   int64_t position_ = 0;
   attention::StaticDecodeInputs inputs_;
   std::vector<attention::StaticDecodeLayer> layers_;
-  torch::Tensor token_;   // [batch, 1] int64: the step's input
-  torch::Tensor logits_;  // [batch, vocab] float32: the step's output
+  torch::Tensor positions_;  // [L, width]: each position's embeddings, summed once
+  torch::Tensor token_;      // [batch, 1] int64: the step's input
+  torch::Tensor logits_;     // [batch, vocab] float32: the step's output
   std::unique_ptr<util::CapturedWork> graph_;
   double replay_ms_ = 0;  // the replays timed so far, in all
   int64_t replays_ = 0;   // how many

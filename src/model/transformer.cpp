@@ -189,18 +189,33 @@ torch::Tensor input_tokens(const torch::Tensor& x, int64_t start_token) {
   return torch::cat({start, tokens.narrow(1, 0, x.size(1) - 1)}, 1);
 }
 
-torch::Tensor ImageTransformerImpl::embed_positions(const torch::Tensor& tokens,
-                                                    const PickPositions& pick) {
+torch::Tensor ImageTransformerImpl::position_embeddings(const torch::Device& device,
+                                                        const PickPositions& pick) {
   // Position p = (row, column, channel) in raster order with channels innermost.
-  if (!rows_.defined() || rows_.device() != tokens.device()) {
-    auto p = torch::arange(options_.length(), tokens.options().dtype(torch::kLong));
+  if (!rows_.defined() || rows_.device() != device) {
+    auto p = torch::arange(options_.length(), torch::dtype(torch::kLong).device(device));
     const auto& img = options_.image;
     rows_ = p.div(img.width * img.channels, "floor");
     columns_ = p.div(img.channels, "floor").remainder(img.width);
     channels_ = p.remainder(img.channels);
   }
-  auto pos = row_embed_(pick(rows_)) + col_embed_(pick(columns_)) + channel_embed_(pick(channels_));
-  return embed_dropout_(token_embed_(tokens) + pos);
+  return row_embed_(pick(rows_)) + col_embed_(pick(columns_)) + channel_embed_(pick(channels_));
+}
+
+torch::Tensor ImageTransformerImpl::embed_positions(const torch::Tensor& tokens,
+                                                    const PickPositions& pick) {
+  return embed_dropout_(token_embed_(tokens) + position_embeddings(tokens.device(), pick));
+}
+
+torch::Tensor ImageTransformerImpl::position_table() {
+  return position_embeddings(token_embed_->weight.device(),
+                             [](const torch::Tensor& table) { return table; });
+}
+
+torch::Tensor ImageTransformerImpl::embed_at(const torch::Tensor& tokens,
+                                             const torch::Tensor& position,
+                                             const torch::Tensor& table) {
+  return embed_dropout_(token_embed_(tokens) + table.index_select(0, position));
 }
 
 torch::Tensor ImageTransformerImpl::embed(const torch::Tensor& tokens, int64_t first) {

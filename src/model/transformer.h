@@ -111,8 +111,17 @@ class ImageTransformerImpl : public torch::nn::Module {
   torch::Tensor embed(const torch::Tensor& tokens, int64_t first);
   // The same for tokens [B, 1] at the position held in `position` ([1] int64 on their device).
   torch::Tensor embed_at(const torch::Tensor& tokens, const torch::Tensor& position);
-  // Both: the token embedding plus those of the positions `pick` takes from each [L] table.
+  // The same, the position's embeddings read from `table` (position_table()): one gather where
+  // the other reads three tables and adds them (the static decoder's step).
+  torch::Tensor embed_at(const torch::Tensor& tokens,
+                         const torch::Tensor& position,
+                         const torch::Tensor& table);
+  // Every position's (row, column, channel) embeddings summed as embed() sums them: [L, width].
+  torch::Tensor position_table();
+  // The positions `pick` takes from each [L] index table, their three embeddings summed; and
+  // the token embedding plus those.
   using PickPositions = std::function<torch::Tensor(const torch::Tensor& table)>;
+  torch::Tensor position_embeddings(const torch::Device& device, const PickPositions& pick);
   torch::Tensor embed_positions(const torch::Tensor& tokens, const PickPositions& pick);
   // One position through the blocks and the head, the residual adds in the LayerNorms after
   // them (BlockImpl::step): h [B, width] embedded -> logits [B, vocab], block l's
