@@ -54,7 +54,7 @@ struct Block {
 thread_local Block* g_block = nullptr;
 thread_local Schedule g_schedule = Schedule::kForward;
 thread_local cudaError_t g_last_error = cudaSuccess;
-thread_local Counters g_counters;
+thread_local int64_t g_launches = 0;
 thread_local std::vector<std::unique_ptr<unsigned char[]>> g_stacks;  // reused across launches
 thread_local std::map<const void*, int> g_shared_limit;               // raised per kernel
 
@@ -118,7 +118,6 @@ bool pass_barriers(Block& b) {
     }
     waiting->op(lanes);
     for (size_t i = w0; i < w1; ++i) b.fibers[i].state = State::kRunnable;
-    ++g_counters.warp_collectives;
     passed = warp_pending = true;
   }
   if (warp_pending) return passed;
@@ -140,7 +139,6 @@ bool pass_barriers(Block& b) {
     f.state = State::kRunnable;
     f.predicate = any;
   }
-  ++g_counters.block_barriers;
   return true;
 }
 
@@ -180,8 +178,8 @@ ScheduleScope::~ScheduleScope() {
   g_schedule = previous_;
 }
 
-Counters counters() {
-  return g_counters;
+int64_t launches() {
+  return g_launches;
 }
 
 namespace detail {
@@ -209,7 +207,7 @@ void run_grid(const void* kernel,
     return;
   }
   if (g_block) throw std::logic_error("simt emulator: a launch from inside a kernel");
-  ++g_counters.launches;
+  ++g_launches;
   Block b;
   b.body = &body;
   g_block = &b;
@@ -223,7 +221,6 @@ void run_grid(const void* kernel,
           b.shared.assign(shared_bytes, 0xff);
           b.error = nullptr;
           run_block(b, block_dim);
-          ++g_counters.blocks;
         }
   } catch (...) {
     g_block = nullptr;

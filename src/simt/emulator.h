@@ -181,12 +181,8 @@ class ScheduleScope {  // the schedule of every launch on this thread while it l
   Schedule previous_;
 };
 
-// What the emulator has run on this thread: launches, blocks, and barriers passed (block-wide
-// and warp-wide), for tests that the kernel ran at all.
-struct Counters {
-  int64_t launches = 0, blocks = 0, block_barriers = 0, warp_collectives = 0;
-};
-Counters counters();
+// The launches the emulator has run on this thread: tests that a kernel ran at all.
+int64_t launches();
 
 namespace detail {
 void set_function_attribute(const void* kernel, cudaFuncAttribute attribute, int value);

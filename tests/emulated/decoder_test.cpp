@@ -24,13 +24,13 @@ TEST_P(EmulatedDecoderTest, StaticStepOnTheKernelsEqualsForwardLogits) {
 
   set_kernel_path(*model, "fused");
   const emulated::EmulatedKernels emulation;
-  const int64_t before = simt::counters().launches;
+  const int64_t before = simt::launches();
   StaticDecoder decoder(model, 3, /*capture=*/false);
   // As on the kernels' CPU models (tests/model/decoder_test.cpp): float32 sums in other orders,
   // logits up to ~13; a misread term gives ~1.
   EXPECT_LT(worst_step_error(decoder, input_tokens(x), expected), 2.5e-4);
   // Every step launches, per layer, the decode kernel and two norm-linear kernels at least.
-  EXPECT_GE(simt::counters().launches - before, 48 * 2 * 3);
+  EXPECT_GE(simt::launches() - before, 48 * 2 * 3);
 }
 
 INSTANTIATE_TEST_SUITE_P(SomeVariants,
@@ -40,9 +40,9 @@ INSTANTIATE_TEST_SUITE_P(SomeVariants,
                                                "combiner-axial-rowmajor", "deepsets-mean", 5, 8},
                                            DecoderCase{"combiner-fixed", "mean", 5, 8},
                                            DecoderCase{"combiner-axial-horizontal", "mean", 12, 12},
-                      DecoderCase{"combiner-mixture", "max", 12, 12},
-                      DecoderCase{"combiner-logsparse", "max", 12, 12},
-                      DecoderCase{"full", "max", 12, 12}),
+                                           DecoderCase{"combiner-mixture", "max", 12, 12},
+                                           DecoderCase{"combiner-logsparse", "max", 12, 12},
+                                           DecoderCase{"full", "max", 12, 12}),
                          [](const auto& info) {
                            std::string out = info.param.type + "_" + info.param.abstraction;
                            for (auto& ch : out)
