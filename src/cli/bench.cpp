@@ -29,6 +29,7 @@
 #include "tools/attention_bench.h"
 #include "tools/decode_check.h"
 #include "tools/kernel_check.h"
+#include "tools/linear_check.h"
 #include "tools/norm_check.h"
 #include "tools/norm_linear_check.h"
 #include "tools/train_bench.h"
@@ -221,7 +222,8 @@ int bench_kernel_check(const KernelCheckFlags& f) {
     if (std::find(variants.begin(), variants.end(), c.variant) != variants.end())
       chosen.push_back(c);
   table(att::kernel_check_header(), chosen, att::run_kernel_check, att::kernel_check_line);
-  if (f.variants == "all") {  // the block's fused kernels too: LayerNorm, and sampling's step
+  // The block's fused kernels too: LayerNorm, sampling's step, the bias gradients.
+  if (f.variants == "all") {
     namespace tools = combiner::tools;
     const bool large = f.sizes != "small";
     table(tools::norm_check_header(),
@@ -236,6 +238,10 @@ int bench_kernel_check(const KernelCheckFlags& f) {
           tools::decode_check_cases(large),
           tools::run_decode_check,
           tools::decode_check_line);
+    table(tools::linear_check_header(),
+          tools::linear_check_cases(large),
+          tools::run_linear_check,
+          tools::linear_check_line);
   }
   std::printf(
       "kernel-check: %lld of %lld cases pass\n", (long long)(cases - failed), (long long)cases);

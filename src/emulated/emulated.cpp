@@ -24,6 +24,7 @@ ops::HostKernels ops_kernels() {
   k.norm_forward = &ops::norm_forward_cuda;
   k.norm_backward = &ops::norm_backward_cuda;
   k.norm_linear = &ops::norm_linear_cuda;
+  k.bias_grad = &ops::bias_grad_cuda;
   return k;
 }
 

@@ -4,6 +4,7 @@
 // kernels themselves. A null entry leaves that kernel's CPU model.
 #pragma once
 
+#include "ops/bias_grad_kernel.h"
 #include "ops/layer_norm_kernel.h"
 #include "ops/norm_linear_kernel.h"
 
@@ -13,6 +14,7 @@ struct HostKernels {
   void (*norm_forward)(const NormForward&, void* stream) = nullptr;
   void (*norm_backward)(const NormBackward&, void* stream) = nullptr;
   void (*norm_linear)(const NormLinear&, void* stream) = nullptr;
+  void (*bias_grad)(const BiasGrad&, void* stream) = nullptr;
 };
 
 // Installs `kernels` (nullptr: the CPU models) and returns the table it replaces.

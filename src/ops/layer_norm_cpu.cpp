@@ -8,23 +8,12 @@
 #include <string>
 #include <vector>
 
+#include "ops/cpu_values.h"
 #include "ops/layer_norm_kernel.h"
-#include "util/bfloat16.h"
 
 namespace combiner::ops {
 
 namespace {
-
-float load(const void* p, Dtype dtype, int64_t i) {
-  return dtype == Dtype::kBFloat16 ? util::bf16_to_float(static_cast<const uint16_t*>(p)[i])
-                                   : static_cast<const float*>(p)[i];
-}
-void store(void* p, Dtype dtype, int64_t i, float v) {
-  if (dtype == Dtype::kBFloat16)
-    static_cast<uint16_t*>(p)[i] = util::float_to_bf16(v);
-  else
-    static_cast<float*>(p)[i] = v;
-}
 
 void check_width(int64_t width) {
   if (!norm_width_supported(width))
@@ -42,7 +31,7 @@ void norm_forward_cpu(const NormForward& f) {
     const float* x = f.x + r * W;
     if (f.residual) {  // the row is x + residual, kept as the sum
       for (int64_t c = 0; c < W; ++c) {
-        row[c] = x[c] + load(f.residual, f.residual_dtype, r * W + c);
+        row[c] = x[c] + load_value(f.residual, f.residual_dtype, r * W + c);
         f.sum[r * W + c] = row[c];
       }
       x = row.data();
@@ -54,7 +43,7 @@ void norm_forward_cpu(const NormForward& f) {
     for (int64_t c = 0; c < W; ++c) var += (x[c] - mean) * (x[c] - mean);
     const float rstd = 1.f / std::sqrt(var / float(W) + f.eps);
     for (int64_t c = 0; c < W; ++c)
-      store(f.y, f.y_dtype, r * W + c, (x[c] - mean) * rstd * f.weight[c] + f.bias[c]);
+      store_value(f.y, f.y_dtype, r * W + c, (x[c] - mean) * rstd * f.weight[c] + f.bias[c]);
     f.mean[r] = mean;
     f.rstd[r] = rstd;
   }
@@ -74,7 +63,7 @@ void norm_backward_cpu(const NormBackward& b) {
     float* dw = warp_sums.data() + (part * kNormWarps + warp) * 2 * W;
     float* db = dw + W;
     for (int64_t c = 0; c < W; ++c) {
-      const float d = load(b.dy, b.dy_dtype, r * W + c);
+      const float d = load_value(b.dy, b.dy_dtype, r * W + c);
       xh[c] = (x[c] - mean) * rstd;
       g[c] = d * b.weight[c];
       sum_g += g[c];
@@ -86,7 +75,7 @@ void norm_backward_cpu(const NormBackward& b) {
     for (int64_t c = 0; c < W; ++c) {
       const float d = rstd * (g[c] - a - xh[c] * bx) + (b.d_sum ? b.d_sum[r * W + c] : 0.f);
       b.dx[r * W + c] = d;
-      if (b.d_residual) store(b.d_residual, b.residual_dtype, r * W + c, d);
+      if (b.d_residual) store_value(b.d_residual, b.residual_dtype, r * W + c, d);
     }
   }
   for (int64_t p = 0; p < P; ++p)

@@ -5,6 +5,7 @@
 
 #include "ops/host_kernels.h"
 #include "ops/norm_linear_kernel.h"
+#include "ops/shape.h"
 
 #ifdef COMBINER_WITH_CUDA_OPS
 #include <c10/cuda/CUDAGuard.h>
@@ -15,12 +16,6 @@ namespace combiner::ops {
 
 namespace {
 std::atomic<int64_t> norm_linear_launched{0};
-
-std::string shape_of(const torch::Tensor& t) {
-  std::string s = "[";
-  for (int64_t i = 0; i < t.dim(); ++i) s += (i ? ", " : "") + std::to_string(t.size(i));
-  return s + "]";
-}
 }  // namespace
 
 std::string norm_linear_unsupported(const torch::Tensor& x,

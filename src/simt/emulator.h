@@ -100,6 +100,9 @@ inline __nv_bfloat162 __floats2bfloat162_rn(float lo, float hi) {
 inline float2 __bfloat1622float2(__nv_bfloat162 v) {
   return {__bfloat162float(v.x), __bfloat162float(v.y)};
 }
+inline unsigned short __bfloat16_as_ushort(__nv_bfloat16 h) {
+  return h.bits;
+}
 inline unsigned __float_as_uint(float f) {
   unsigned u;
   std::memcpy(&u, &f, sizeof u);

@@ -7,10 +7,14 @@
 
 #include <string>
 
+#include <torch/torch.h>
+
 #include "emulated/emulated.h"
+#include "ops/bias_grad_kernel.h"
 #include "simt/emulator.h"
 #include "tools/decode_check.h"
 #include "tools/kernel_check.h"
+#include "tools/linear_check.h"
 #include "tools/norm_check.h"
 #include "tools/norm_linear_check.h"
 
@@ -47,6 +51,55 @@ TEST(SimtKernels, NormLinearKernelPassesItsTable) {
     both_schedules([&] { return tools::run_norm_linear_check(c, "cpu"); },
                    [&](const auto& r) { return tools::norm_linear_check_line(c, r); },
                    [](const auto& a, const auto& b) { return a.sum == b.sum && a.y == b.y; });
+}
+
+TEST(SimtKernels, LinearBiasKernelsPassTheirTable) {
+  for (const auto& c : tools::linear_check_cases(false))
+    both_schedules([&] { return tools::run_linear_check(c, "cpu"); },
+                   [&](const auto& r) { return tools::linear_check_line(c, r); },
+                   [](const auto& a, const auto& b) {
+                     return a.y == b.y && a.dx == b.dx && a.dweight == b.dweight &&
+                            a.dbias == b.dbias;
+                   });
+}
+
+// The bias-gradient kernels add in the order their CPU model does: the same bits, partial sums
+// included, over a partly used tile (264 columns) and more parts than the reduction's 32 slices.
+TEST(SimtKernels, BiasGradKernelsAreTheirCpuModelBitForBit) {
+  for (const auto dtype : {torch::kFloat, torch::kBFloat16})
+    for (const bool gelu : {false, true}) {
+      const int64_t rows = 2200, cols = 264, parts = ops::bias_grad_parts(rows);
+      torch::manual_seed(9);
+      const auto dy = torch::randn({rows, cols}).to(dtype),
+                 pre = torch::randn({rows, cols}).to(dtype);
+      struct Out {
+        torch::Tensor d_pre, partial, db;
+      };
+      auto run = [&](void (*kernels)(const ops::BiasGrad&)) {
+        Out o{torch::zeros_like(dy), torch::zeros({parts, cols}), torch::zeros({cols})};
+        ops::BiasGrad g;
+        g.rows = rows;
+        g.cols = cols;
+        g.parts = parts;
+        g.dy = dy.data_ptr();
+        g.dtype = dtype == torch::kBFloat16 ? ops::Dtype::kBFloat16 : ops::Dtype::kFloat32;
+        if (gelu) {
+          g.pre = pre.data_ptr();
+          g.d_pre = o.d_pre.data_ptr();
+        }
+        g.partial = o.partial.data_ptr<float>();
+        g.dbias = o.db.data_ptr<float>();
+        kernels(g);
+        return o;
+      };
+      const auto model = run(&ops::bias_grad_cpu);
+      const int64_t before = simt::launches();
+      const auto kernel = run([](const ops::BiasGrad& g) { ops::bias_grad_cuda(g, nullptr); });
+      EXPECT_EQ(simt::launches() - before, ops::kBiasGradLaunches);
+      EXPECT_TRUE(torch::equal(kernel.d_pre, model.d_pre)) << dtype << " " << gelu;
+      EXPECT_TRUE(torch::equal(kernel.partial, model.partial)) << dtype << " " << gelu;
+      EXPECT_TRUE(torch::equal(kernel.db, model.db)) << dtype << " " << gelu;
+    }
 }
 
 TEST(SimtKernels, LayerNormKernelsPassTheirTable) {

@@ -1,0 +1,146 @@
+#include "ops/linear.h"
+
+#include <atomic>
+#include <stdexcept>
+
+#include "ops/bias_grad_kernel.h"
+#include "ops/host_kernels.h"
+#include "ops/shape.h"
+
+#ifdef COMBINER_WITH_CUDA_OPS
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#endif
+
+namespace combiner::ops {
+
+namespace {
+
+using torch::autograd::AutogradContext;
+using torch::autograd::tensor_list;
+
+std::atomic<int64_t> bias_grad_launched{0};
+
+bool float_or_bf16(const torch::Tensor& t) {
+  return t.scalar_type() == torch::kFloat || t.scalar_type() == torch::kBFloat16;
+}
+
+// The kernels on dy's device and current stream, or on the CPU the installed host kernel
+// (ops/host_kernels.h) or the CPU model.
+void run_bias_grad(const torch::Tensor& on, const BiasGrad& g) {
+  bias_grad_launched += kBiasGradLaunches;
+  if (!on.is_cuda()) {
+    const HostKernels* installed = host_kernels();
+    if (installed && installed->bias_grad) return installed->bias_grad(g, nullptr);
+    return bias_grad_cpu(g);
+  }
+#ifdef COMBINER_WITH_CUDA_OPS
+  const c10::cuda::CUDAGuard guard(on.device());
+  bias_grad_cuda(g, c10::cuda::getCurrentCUDAStream(on.device().index()).stream());
+#else
+  throw std::invalid_argument("fused linear: this build has no CUDA kernels");
+#endif
+}
+
+// (d_pre, db): with GELU, d_pre = dy * GELU'(pre), else dy itself; db its column sums in float32.
+std::pair<torch::Tensor, torch::Tensor> bias_grad(torch::Tensor dy, const torch::Tensor& pre) {
+  dy = dy.contiguous();
+  if (reinterpret_cast<uintptr_t>(dy.data_ptr()) % 16 != 0) dy = dy.clone();  // a view's offset
+  const int64_t cols = dy.size(1), parts = bias_grad_parts(dy.size(0));
+  const auto d_pre = pre.defined() ? torch::empty_like(dy) : dy;
+  auto partial = torch::empty({parts, cols}, dy.options().dtype(torch::kFloat));
+  auto db = torch::empty({cols}, partial.options());
+  BiasGrad g;
+  g.rows = dy.size(0);
+  g.cols = cols;
+  g.parts = parts;
+  g.dy = dy.data_ptr();
+  g.dtype = dy.scalar_type() == torch::kBFloat16 ? Dtype::kBFloat16 : Dtype::kFloat32;
+  if (pre.defined()) {
+    g.pre = pre.data_ptr();
+    g.d_pre = d_pre.data_ptr();
+  }
+  g.partial = partial.data_ptr<float>();
+  g.dbias = db.data_ptr<float>();
+  run_bias_grad(dy, g);
+  return {d_pre, db};
+}
+
+class FusedLinear : public torch::autograd::Function<FusedLinear> {
+ public:
+  static torch::Tensor forward(AutogradContext* ctx,
+                               const torch::Tensor& x_in,
+                               const torch::Tensor& weight_in,
+                               const torch::Tensor& bias,
+                               bool gelu,
+                               int64_t dtype) {
+    // In the compute dtype: the casts autocast makes (their gradients cast back by the engine,
+    // as autocast's are by theirs); the bias's gradient comes in its own dtype from the kernels.
+    const auto compute = static_cast<torch::ScalarType>(dtype);
+    const auto x = x_in.to(compute), weight = weight_in.to(compute);
+    auto out_shape = x.sizes().vec();
+    out_shape.back() = weight.size(0);
+    // at::linear's op for a 2-d (or flattened contiguous 3-d) input with a bias.
+    auto y = at::addmm(bias.to(compute), x.reshape({-1, x.size(-1)}), weight.t());
+    ctx->save_for_backward({x, weight, gelu ? y : torch::Tensor()});
+    ctx->saved_data["bias_dtype"] = int64_t(bias.scalar_type());
+    return (gelu ? at::gelu(y) : y).view(out_shape);
+  }
+
+  static tensor_list backward(AutogradContext* ctx, tensor_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    const auto &x = saved[0], &weight = saved[1], &pre = saved[2];
+    const auto bias_dtype = static_cast<torch::ScalarType>(ctx->saved_data["bias_dtype"].toInt());
+    const int64_t out = weight.size(0);
+    auto [d_pre, db] = bias_grad(grads[0].to(x.scalar_type()).reshape({-1, out}), pre);
+    torch::Tensor dx, dw;
+    if (ctx->needs_input_grad(0)) dx = d_pre.mm(weight).view(x.sizes());
+    if (ctx->needs_input_grad(1)) dw = d_pre.t().mm(x.reshape({-1, x.size(-1)}));
+    if (bias_dtype != torch::kFloat) db = db.to(bias_dtype);
+    return {dx, dw, db, {}, {}};
+  }
+};
+
+}  // namespace
+
+std::string fused_linear_unsupported(const torch::Tensor& x,
+                                     const torch::Tensor& weight,
+                                     const torch::Tensor& bias) {
+  if (x.dim() < 1 || !float_or_bf16(x))
+    return "x must be float32 or bfloat16 [..., in], got " +
+           std::string(c10::toString(x.scalar_type())) + " " + shape_of(x);
+  if (weight.dim() != 2 || weight.size(1) != x.size(-1) || !float_or_bf16(weight) ||
+      weight.device() != x.device())
+    return "the weight must be float32 or bfloat16 [out, " + std::to_string(x.size(-1)) +
+           "] on x's device, got " + shape_of(weight);
+  const int64_t out = weight.size(0);
+  if (!bias.defined() || bias.dim() != 1 || bias.size(0) != out || !float_or_bf16(bias) ||
+      bias.device() != x.device())
+    return "the bias must be float32 or bfloat16 [" + std::to_string(out) + "] on x's device";
+  if (!bias_grad_supported(out))
+    return "out " + std::to_string(out) + " is not a multiple of " + std::to_string(kBiasVector);
+#ifndef COMBINER_WITH_CUDA_OPS
+  if (x.is_cuda()) return "this build has no CUDA kernels";
+#endif
+  return "";
+}
+
+torch::Tensor fused_linear(const torch::Tensor& x,
+                           const torch::Tensor& weight,
+                           const torch::Tensor& bias,
+                           bool gelu,
+                           torch::ScalarType dtype) {
+  const auto why = fused_linear_unsupported(x, weight, bias);
+  if (!why.empty()) throw std::invalid_argument("fused linear: " + why);
+  if (dtype != torch::kFloat && dtype != torch::kBFloat16)
+    throw std::invalid_argument(std::string("fused linear: the compute dtype must be float32 or "
+                                            "bfloat16, got ") +
+                                c10::toString(dtype));
+  return FusedLinear::apply(x, weight, bias, gelu, int64_t(dtype));
+}
+
+int64_t bias_grad_launches() {
+  return bias_grad_launched.load();
+}
+
+}  // namespace combiner::ops
