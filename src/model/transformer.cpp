@@ -42,13 +42,13 @@ TransformerOptions TransformerOptions::from_config(const config::Config& config)
 BlockImpl::BlockImpl(const TransformerOptions& o) : heads_(o.heads) {
   const int64_t W = o.width;
   ln_attn_ = register_module("ln_attn", LayerNorm(W));
-  qkv_ = register_module("qkv", torch::nn::Linear(W, 3 * W));
+  qkv_ = register_module("qkv", Linear(W, 3 * W));
   attention_ =
       register_module("attention", attention::make_attention(o.attention, o.length(), W / o.heads));
-  attn_out_ = register_module("attn_out", torch::nn::Linear(W, W));
+  attn_out_ = register_module("attn_out", Linear(W, W));
   ln_mlp_ = register_module("ln_mlp", LayerNorm(W));
-  mlp_in_ = register_module("mlp_in", torch::nn::Linear(W, o.mlp_ratio * W));
-  mlp_out_ = register_module("mlp_out", torch::nn::Linear(o.mlp_ratio * W, W));
+  mlp_in_ = register_module("mlp_in", Linear(W, o.mlp_ratio * W));
+  mlp_out_ = register_module("mlp_out", Linear(o.mlp_ratio * W, W));
   dropout_ = register_module("dropout", torch::nn::Dropout(o.dropout));
 }
 
@@ -87,14 +87,14 @@ torch::Tensor BlockImpl::attention_of_normed(const torch::Tensor& normed) {
   // [B, L, 3W] -> three [B, H, L, W/H] views. Backward: the projection's gradient in its own
   // layout, passed on as the fused attention writes it (q, k and v's gradients side by side per
   // position), else made in one stack (attention/heads.h).
-  const auto heads = attention::split_heads(linear(qkv_, normed), H);
+  const auto heads = attention::split_heads(qkv_(normed), H);
   torch::Tensor heads_out;
   {
     AutocastGuard fp32_attention(false, normed.device());  // scores, softmax in fp32 (or fp64)
     heads_out = attention_->forward(heads[0], heads[1], heads[2]);
   }
   auto merged = heads_out.transpose(1, 2).reshape({B, L, W});
-  return dropout_(linear(attn_out_, merged));
+  return dropout_(attn_out_(merged));
 }
 
 torch::Tensor BlockImpl::mlp_half(const torch::Tensor& h) {
@@ -106,7 +106,7 @@ torch::Tensor BlockImpl::mlp_branch(const torch::Tensor& h) {
 }
 
 torch::Tensor BlockImpl::mlp_of_normed(const torch::Tensor& normed) {
-  return linear(mlp_out_, torch::gelu(linear(mlp_in_, normed)));
+  return mlp_out_(mlp_in_->forward_gelu(normed));
 }
 
 // What dropout_(branch) computes, from the same draws, with what replays it: at::dropout runs
@@ -141,12 +141,9 @@ std::pair<torch::Tensor, torch::Tensor> BlockImpl::step(const torch::Tensor& x,
   auto [input, qkv] = ln_attn_->add_forward_linear(x, pending, qkv_->weight, qkv_->bias, false);
   qkv = qkv.view({B, 3, H, W / H});
   auto heads_out = attend(qkv.select(1, 0), qkv.select(1, 1), qkv.select(1, 2));
-  auto [h, hidden] = ln_mlp_->add_forward_linear(input,
-                                                 drop(linear(attn_out_, heads_out.reshape({B, W}))),
-                                                 mlp_in_->weight,
-                                                 mlp_in_->bias,
-                                                 true);
-  return {h, drop(linear(mlp_out_, hidden))};
+  auto [h, hidden] = ln_mlp_->add_forward_linear(
+      input, drop(attn_out_(heads_out.reshape({B, W}))), mlp_in_->weight, mlp_in_->bias, true);
+  return {h, drop(mlp_out_(hidden))};
 }
 
 std::unique_ptr<attention::DecodeState> BlockImpl::start_decoding(int64_t length) const {
@@ -289,6 +286,7 @@ void set_kernel_path(torch::nn::Module& model, const std::string& path) {
   for (const auto& module : model.modules()) {
     if (auto* layer = dynamic_cast<Attention*>(module.get())) layer->set_path(chosen);
     if (auto* layer = dynamic_cast<LayerNormImpl*>(module.get())) layer->set_path(norm);
+    if (auto* layer = dynamic_cast<LinearImpl*>(module.get())) layer->set_path(norm);
   }
 }
 

@@ -11,6 +11,7 @@
 #include "config/config.h"
 #include "data/image_set.h"
 #include "model/layer_norm.h"
+#include "model/linear.h"
 
 namespace combiner::model {
 
@@ -87,7 +88,7 @@ class BlockImpl : public torch::nn::Module {
  private:
   int64_t heads_;
   LayerNorm ln_attn_{nullptr}, ln_mlp_{nullptr};
-  torch::nn::Linear qkv_{nullptr}, attn_out_{nullptr}, mlp_in_{nullptr}, mlp_out_{nullptr};
+  Linear qkv_{nullptr}, attn_out_{nullptr}, mlp_in_{nullptr}, mlp_out_{nullptr};
   torch::nn::Dropout dropout_{nullptr};
   std::shared_ptr<attention::AttentionImpl> attention_;
 };
@@ -148,10 +149,10 @@ torch::Tensor input_tokens(const torch::Tensor& x, int64_t start_token = kStartT
 
 int64_t parameter_count(const torch::nn::Module& module);
 
-// train.attention_path on every attention layer and LayerNorm of `model`: auto (the fused CUDA
-// kernels where they apply), composed (always the LibTorch composition) or fused (always the
-// fused path; on the CPU the kernels' model: slow, for counting on the CPU the launches and memory
-// a GPU run has).
+// train.attention_path on every attention layer, LayerNorm and block's linear layer of `model`:
+// auto (the fused CUDA kernels where they apply), composed (always the LibTorch composition) or
+// fused (always the fused path; on the CPU the kernels' model: slow, for counting on the CPU the
+// launches and memory a GPU run has).
 void set_kernel_path(torch::nn::Module& model, const std::string& path);
 
 }  // namespace combiner::model

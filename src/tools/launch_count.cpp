@@ -8,6 +8,7 @@
 
 #include "attention/fused/fused.h"
 #include "ops/layer_norm.h"
+#include "ops/linear.h"
 #include "ops/norm_linear.h"
 
 namespace combiner::tools {
@@ -73,10 +74,10 @@ void on_end(const at::RecordFunction& fn, at::ObserverContext*) {
 using namespace launch_count_detail;
 
 namespace {
-// Both fused families: the attention kernels and the block's (LayerNorm).
+// Both fused families: the attention kernels and the block's (LayerNorm, the bias gradients).
 int64_t fused_launches() {
   return attention::fused_kernel_launches() + ops::norm_kernel_launches() +
-         ops::norm_linear_launches();
+         ops::norm_linear_launches() + ops::bias_grad_launches();
 }
 }  // namespace
 

@@ -71,6 +71,7 @@ int64_t linear_weight_count(model::ImageTransformerImpl& model) {
   for (const auto& item : model.named_modules()) {
     if (train_bench_detail::inside_attention(item.key())) continue;
     if (auto* linear = item.value()->as<torch::nn::Linear>()) n += linear->weight.numel();
+    if (auto* linear = item.value()->as<model::LinearImpl>()) n += linear->weight.numel();
   }
   return n;
 }

@@ -30,8 +30,9 @@ struct FlopCount {
   double total() const { return dense + attention; }
 };
 
-// Weights of every torch::nn::Linear in the model outside its attention modules (the DeepSets
-// maps there are D x D per head and left out, as the span summaries are).
+// Weights of every linear layer (torch::nn::Linear, model::Linear) in the model outside its
+// attention modules (the DeepSets maps there are D x D per head and left out, as the span
+// summaries are).
 int64_t linear_weight_count(model::ImageTransformerImpl& model);
 
 // Sum over positions i < length of |direct(i)| + |spans(i)|, over every plan of the variant

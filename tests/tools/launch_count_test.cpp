@@ -117,6 +117,36 @@ TEST(LaunchCount, FusedVariantsStayWithinTheirBounds) {
   }
 }
 
+// A block's linear layers under bf16 autocast (the trainer's) on the fused path (model::Linear):
+// per block one launch fewer than LibTorch's linear and gelu (the MLP's GELU backward, its bias's
+// column sum and that sum's cast become the two bias-gradient kernels; each other linear's sum
+// and cast become those two).
+TEST(LaunchCount, ABlocksFusedLinearsLaunchOneFewer) {
+  const auto count = [](int64_t layers, bool fused) {
+    model::TransformerOptions o;
+    o.layers = layers;
+    o.width = 16;
+    o.heads = 2;
+    o.mlp_ratio = 2;
+    o.bfloat16 = true;
+    o.attention = {"full", 8, 8, "max"};
+    o.image = {8, 8, 1};
+    torch::manual_seed(0);
+    model::ImageTransformer model(o);
+    for (const auto& module : model->modules())
+      if (auto* linear = dynamic_cast<model::LinearImpl*>(module.get()))
+        linear->set_path(fused ? model::LinearImpl::Path::kFused
+                               : model::LinearImpl::Path::kComposed);
+    const auto x = torch::randint(0, 256, {2, 64}, torch::kByte);
+    const LaunchCounter counter;
+    model->forward(x).sum().backward();
+    return counter.launches();
+  };
+  const int64_t composed = count(2, false) - count(1, false),
+                fused = count(2, true) - count(1, true);
+  EXPECT_EQ(fused, composed - 1) << "composed " << composed << ", fused " << fused;
+}
+
 // scripts/peer_gpu.py counts the Python peer's launches (--count) by this rule: its list of ops
 // that launch nothing is this one.
 TEST(LaunchCount, ThePeersRuleIsOurs) {

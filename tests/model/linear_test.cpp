@@ -1,0 +1,67 @@
+// model::Linear: torch::nn::Linear's function, with the fused op (ops/linear.h) where the path
+// asks for it and a gradient is wanted.
+#include <gtest/gtest.h>
+
+#include <torch/torch.h>
+
+#include "model/linear.h"
+#include "model/precision.h"
+#include "ops/bias_grad_kernel.h"
+#include "ops/linear.h"
+
+namespace combiner::model {
+namespace {
+
+double max_diff(const torch::Tensor& a, const torch::Tensor& b) {
+  return (a.to(torch::kDouble) - b.to(torch::kDouble)).abs().max().item<double>();
+}
+
+// model::Linear: the fused op on the fused path while a gradient is wanted, at::linear
+// otherwise (the composed path, no grad mode, an out the kernels do not take), the same numbers.
+TEST(ModelLinear, TakesTheFusedOpOnlyOnTheFusedPathWithAGradient) {
+  torch::manual_seed(6);
+  Linear fused(16, 24), composed(16, 24), odd(16, 12);
+  {
+    torch::NoGradGuard no_grad;
+    composed->weight.copy_(fused->weight);
+    composed->bias.copy_(fused->bias);
+  }
+  fused->set_path(LinearImpl::Path::kFused);
+  odd->set_path(LinearImpl::Path::kFused);
+  composed->set_path(LinearImpl::Path::kComposed);
+  const auto x = torch::randn({4, 16});
+  auto launched = [&](auto&& f) {
+    const int64_t before = ops::bias_grad_launches();
+    f();
+    return ops::bias_grad_launches() - before;
+  };
+  EXPECT_EQ(launched([&] { fused->forward_gelu(x).sum().backward(); }), ops::kBiasGradLaunches);
+  EXPECT_EQ(launched([&] { composed->forward_gelu(x).sum().backward(); }), 0);
+  EXPECT_EQ(launched([&] { odd->forward(x).sum().backward(); }), 0);
+  EXPECT_LT(max_diff(fused->bias.grad(), composed->bias.grad()), 1e-5);
+  EXPECT_LT(max_diff(fused->weight.grad(), composed->weight.grad()), 1e-5);
+  torch::NoGradGuard no_grad;
+  EXPECT_EQ(launched([&] { fused->forward(x); }), 0);
+  EXPECT_TRUE(torch::equal(fused->forward(x), at::linear(x, fused->weight, fused->bias)));
+}
+
+// Under bf16 autocast (the trainer's), the fused path gives autocast's dtypes: a bf16 output and
+// float32 parameter gradients.
+TEST(ModelLinear, UnderAutocastRunsInBFloat16) {
+  Linear layer(16, 8);
+  layer->set_path(LinearImpl::Path::kFused);
+  const auto x = torch::randn({4, 16}).requires_grad_();
+  torch::Tensor y;
+  {
+    AutocastGuard autocast(true, x.device());
+    y = layer(x);
+  }
+  EXPECT_EQ(y.scalar_type(), torch::kBFloat16);
+  y.to(torch::kFloat).sum().backward();
+  EXPECT_EQ(layer->bias.grad().scalar_type(), torch::kFloat);
+  EXPECT_EQ(layer->weight.grad().scalar_type(), torch::kFloat);
+  EXPECT_EQ(x.grad().scalar_type(), torch::kFloat);
+}
+
+}  // namespace
+}  // namespace combiner::model
