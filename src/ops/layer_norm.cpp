@@ -3,13 +3,8 @@
 #include <atomic>
 #include <stdexcept>
 
-#include "ops/host_kernels.h"
+#include "ops/dispatch.h"
 #include "ops/layer_norm_kernel.h"
-
-#ifdef COMBINER_WITH_CUDA_OPS
-#include <c10/cuda/CUDAGuard.h>
-#include <c10/cuda/CUDAStream.h>
-#endif
 
 namespace combiner::ops {
 
@@ -28,37 +23,16 @@ Dtype dtype_of(torch::ScalarType t) {
       c10::toString(t));
 }
 
-// The CUDA kernel on `on`'s device and current stream, or on the CPU the installed host kernel
-// (ops/host_kernels.h) or the CPU model.
-template <typename Arg>
-void run(const torch::Tensor& on,
-         const Arg& arg,
-         int launches,
-         void (*cpu)(const Arg&),
-         void (*cuda)(const Arg&, void*),
-         void (*HostKernels::*host)(const Arg&, void*)) {
-  launched += launches;
-  if (!on.is_cuda()) {
-    const HostKernels* installed = host_kernels();
-    if (installed && installed->*host) return (installed->*host)(arg, nullptr);
-    return cpu(arg);
-  }
-#ifdef COMBINER_WITH_CUDA_OPS
-  const c10::cuda::CUDAGuard guard(on.device());
-  cuda(arg, c10::cuda::getCurrentCUDAStream(on.device().index()).stream());
-#else
-  (void)cuda;
-  throw std::invalid_argument("fused layer norm: this build has no CUDA kernels");
-#endif
-}
-
-#ifdef COMBINER_WITH_CUDA_OPS
-constexpr auto kForwardCuda = &norm_forward_cuda;
-constexpr auto kBackwardCuda = &norm_backward_cuda;
-#else
-constexpr void (*kForwardCuda)(const NormForward&, void*) = nullptr;
-constexpr void (*kBackwardCuda)(const NormBackward&, void*) = nullptr;
-#endif
+const Kernel<NormForward> kForward{&norm_forward_cpu,
+                                   COMBINER_OPS_CUDA(norm_forward_cuda),
+                                   &HostKernels::norm_forward,
+                                   kNormForwardLaunches,
+                                   "fused layer norm"};
+const Kernel<NormBackward> kBackward{&norm_backward_cpu,
+                                     COMBINER_OPS_CUDA(norm_backward_cuda),
+                                     &HostKernels::norm_backward,
+                                     kNormBackwardLaunches,
+                                     "fused layer norm"};
 
 // The forward of x (+ residual): y in `out`, mean and rstd; with a residual, its sum with x.
 struct NormOut {
@@ -92,7 +66,7 @@ NormOut norm_forward(const torch::Tensor& x,
     f.residual_dtype = dtype_of(residual.scalar_type());
     f.sum = o.sum.data_ptr<float>();
   }
-  run(x, f, kNormForwardLaunches, &norm_forward_cpu, kForwardCuda, &HostKernels::norm_forward);
+  run_kernel(kForward, x, f, launched);
   return o;
 }
 
@@ -136,7 +110,7 @@ tensor_list norm_backward(const torch::Tensor& x,
     b.d_residual = d_residual.data_ptr();
     b.residual_dtype = dtype_of(residual_type);
   }
-  run(x, b, kNormBackwardLaunches, &norm_backward_cpu, kBackwardCuda, &HostKernels::norm_backward);
+  run_kernel(kBackward, x, b, launched);
   return {dx, d_residual, dweight, dbias};
 }
 

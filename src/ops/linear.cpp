@@ -4,13 +4,8 @@
 #include <stdexcept>
 
 #include "ops/bias_grad_kernel.h"
-#include "ops/host_kernels.h"
+#include "ops/dispatch.h"
 #include "ops/shape.h"
-
-#ifdef COMBINER_WITH_CUDA_OPS
-#include <c10/cuda/CUDAGuard.h>
-#include <c10/cuda/CUDAStream.h>
-#endif
 
 namespace combiner::ops {
 
@@ -25,22 +20,11 @@ bool float_or_bf16(const torch::Tensor& t) {
   return t.scalar_type() == torch::kFloat || t.scalar_type() == torch::kBFloat16;
 }
 
-// The kernels on dy's device and current stream, or on the CPU the installed host kernel
-// (ops/host_kernels.h) or the CPU model.
-void run_bias_grad(const torch::Tensor& on, const BiasGrad& g) {
-  bias_grad_launched += kBiasGradLaunches;
-  if (!on.is_cuda()) {
-    const HostKernels* installed = host_kernels();
-    if (installed && installed->bias_grad) return installed->bias_grad(g, nullptr);
-    return bias_grad_cpu(g);
-  }
-#ifdef COMBINER_WITH_CUDA_OPS
-  const c10::cuda::CUDAGuard guard(on.device());
-  bias_grad_cuda(g, c10::cuda::getCurrentCUDAStream(on.device().index()).stream());
-#else
-  throw std::invalid_argument("fused linear: this build has no CUDA kernels");
-#endif
-}
+const Kernel<BiasGrad> kBiasGrad{&bias_grad_cpu,
+                                 COMBINER_OPS_CUDA(bias_grad_cuda),
+                                 &HostKernels::bias_grad,
+                                 kBiasGradLaunches,
+                                 "fused linear"};
 
 // (d_pre, db): with GELU, d_pre = dy * GELU'(pre), else dy itself; db its column sums in float32.
 std::pair<torch::Tensor, torch::Tensor> bias_grad(torch::Tensor dy, const torch::Tensor& pre) {
@@ -62,7 +46,7 @@ std::pair<torch::Tensor, torch::Tensor> bias_grad(torch::Tensor dy, const torch:
   }
   g.partial = partial.data_ptr<float>();
   g.dbias = db.data_ptr<float>();
-  run_bias_grad(dy, g);
+  run_kernel(kBiasGrad, dy, g, bias_grad_launched);
   return {d_pre, db};
 }
 

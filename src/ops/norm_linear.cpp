@@ -3,14 +3,9 @@
 #include <atomic>
 #include <stdexcept>
 
-#include "ops/host_kernels.h"
+#include "ops/dispatch.h"
 #include "ops/norm_linear_kernel.h"
 #include "ops/shape.h"
-
-#ifdef COMBINER_WITH_CUDA_OPS
-#include <c10/cuda/CUDAGuard.h>
-#include <c10/cuda/CUDAStream.h>
-#endif
 
 namespace combiner::ops {
 
@@ -85,19 +80,12 @@ std::pair<torch::Tensor, torch::Tensor> norm_linear(const torch::Tensor& x,
   n.bias = bc.defined() ? bc.data_ptr<float>() : nullptr;
   n.gelu = gelu;
   n.y = y.data_ptr<float>();
-  ++norm_linear_launched;
-  if (!x.is_cuda()) {
-    const HostKernels* installed = host_kernels();
-    if (installed && installed->norm_linear)
-      installed->norm_linear(n, nullptr);
-    else
-      norm_linear_cpu(n);
-  } else {
-#ifdef COMBINER_WITH_CUDA_OPS
-    const c10::cuda::CUDAGuard guard(x.device());
-    norm_linear_cuda(n, c10::cuda::getCurrentCUDAStream(x.device().index()).stream());
-#endif
-  }
+  const Kernel<NormLinear> kernel{&norm_linear_cpu,
+                                  COMBINER_OPS_CUDA(norm_linear_cuda),
+                                  &HostKernels::norm_linear,
+                                  1,
+                                  "norm-linear"};
+  run_kernel(kernel, x, n, norm_linear_launched);
   return {sum, y};
 }
 
