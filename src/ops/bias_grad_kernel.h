@@ -34,15 +34,12 @@ constexpr int64_t kBiasMaxParts = 1024;
 COMBINER_OPS_HD bool bias_grad_supported(int64_t cols) {
   return cols > 0 && cols % kBiasVector == 0;
 }
-// Parts: about 8 rows per warp, at most kBiasMaxParts.
+// The parts (ops/layer_norm_kernel.h's row_parts), and the part whose CTAs take row r.
 COMBINER_OPS_HD int64_t bias_grad_parts(int64_t rows) {
-  const int64_t per_part = int64_t(kBiasWarps) * 8;
-  const int64_t parts = (rows + per_part - 1) / per_part;
-  return parts < 1 ? 1 : parts > kBiasMaxParts ? kBiasMaxParts : parts;
+  return row_parts(rows, kBiasWarps, kBiasMaxParts);
 }
-// The part whose CTAs take row r.
 COMBINER_OPS_HD int64_t bias_grad_part_of_row(int64_t r, int64_t parts) {
-  return r % (int64_t(kBiasWarps) * parts) / kBiasWarps;
+  return part_of_row(r, kBiasWarps, parts);
 }
 
 struct BiasGrad {

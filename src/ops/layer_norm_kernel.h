@@ -38,17 +38,24 @@ constexpr int64_t kNormMaxParts = 1024;  // backward: CTAs, each one row of part
 COMBINER_OPS_HD bool norm_width_supported(int64_t width) {
   return width > 0 && width % 32 == 0 && width <= kNormMaxWidth;
 }
-// Backward parts (CTAs of the first launch): about 8 rows per warp, at most kNormMaxParts. Fixed
-// by the shape alone, so that the sums' order, and so their rounding, is the same on every GPU.
-COMBINER_OPS_HD int64_t norm_parts(int64_t rows) {
-  const int64_t per_part = int64_t(kNormWarps) * 8;
+// Column sums over rows in parts (the LayerNorm's dweight and dbias, a linear's bias gradient):
+// CTAs of `warps` warps, about 8 rows per warp, at most `max_parts`. Fixed by the shape alone,
+// so that the sums' order, and so their rounding, is the same on every GPU. Warp w of part p
+// takes rows w + warps * p, then every warps * parts rows after it.
+COMBINER_OPS_HD int64_t row_parts(int64_t rows, int64_t warps, int64_t max_parts) {
+  const int64_t per_part = warps * 8;
   const int64_t parts = (rows + per_part - 1) / per_part;
-  return parts < 1 ? 1 : parts > kNormMaxParts ? kNormMaxParts : parts;
+  return parts < 1 ? 1 : parts > max_parts ? max_parts : parts;
 }
-// The part whose CTA takes row r: warp w of part p takes rows w + kNormWarps * p, then every
-// kNormWarps * parts rows after it.
+COMBINER_OPS_HD int64_t part_of_row(int64_t r, int64_t warps, int64_t parts) {
+  return r % (warps * parts) / warps;
+}
+// The LayerNorm backward's parts (CTAs of its first launch), and the part taking row r.
+COMBINER_OPS_HD int64_t norm_parts(int64_t rows) {
+  return row_parts(rows, kNormWarps, kNormMaxParts);
+}
 COMBINER_OPS_HD int64_t norm_part_of_row(int64_t r, int64_t parts) {
-  return r % (int64_t(kNormWarps) * parts) / kNormWarps;
+  return part_of_row(r, kNormWarps, parts);
 }
 
 struct NormForward {
