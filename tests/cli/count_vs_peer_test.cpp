@@ -3,11 +3,13 @@
 // peer's op for op but for its two LayerNorms (ours: one fused kernel forward and two backward,
 // its output already bf16; the peer's: LayerNorm and a bf16 cast each way), the two residual
 // adds (ours: each in the passes of the LayerNorm after it; the peer's: the add, and backward
-// the gradients' sum and the cast to the branch's bf16) and the gradient of the q, k, v
-// projection (ours: one stack into its layout; the peer's: a stack and a copy), so the two must
-// agree exactly on that: a glue op added to the block (three selects for q, k, v,
-// say, or a bias added apart from its matmul) or bytes kept that the peer does not keep fail it. It needs this
-// build to be pip's torch (SDPA on the CPU) and the venv's python.
+// the gradients' sum and the cast to the branch's bf16), the gradient of the q, k, v
+// projection (ours: one stack into its layout; the peer's: a stack and a copy) and the four
+// linears' bias gradients (ours: two kernels each, the MLP's GELU backward in them; the peer's:
+// a column sum and its cast each, and the GELU backward), so the two must agree exactly on that:
+// a glue op added to the block (three selects for q, k, v, say, or a bias added apart from its
+// matmul) or bytes kept that the peer does not keep fail it. It needs this build to be pip's
+// torch (SDPA on the CPU) and the venv's python.
 #include <gtest/gtest.h>
 
 #include <torch/version.h>
@@ -28,16 +30,17 @@ TEST(VenvCountVsPeer, ToyRunOurFullBlockIsThePeers) {
                  << "run the peer's kernel (the build of scripts/build-cuda.sh does)";
   combiner::testing::TempDir dir;
   const std::string out = dir.file("count.csv");
-  const auto run = combiner::testing::run_shell(
-      combiner::testing::venv_python() + " " + COMBINER_SOURCE_DIR +
-      "/scripts/count_vs_peer.py --toy --threads 1 --bench " + COMBINER_BINARY_DIR +
-      "/combiner-bench --out " + out);
+  const auto run =
+      combiner::testing::run_shell(combiner::testing::venv_python() + " " + COMBINER_SOURCE_DIR +
+                                   "/scripts/count_vs_peer.py --toy --threads 1 --bench " +
+                                   COMBINER_BINARY_DIR + "/combiner-bench --out " + out);
   ASSERT_EQ(run.status, 0) << run.output;
   const auto rows = combiner::testing::csv_rows(out);
   ASSERT_EQ(rows.size(), 7u) << run.output;
-  EXPECT_EQ(rows[0],
-            combiner::testing::csv_cells(
-                "shape,system,attention,block_launches,fused_kernels,rest_launches,block_kept_mib"));
+  EXPECT_EQ(
+      rows[0],
+      combiner::testing::csv_cells(
+          "shape,system,attention,block_launches,fused_kernels,rest_launches,block_kept_mib"));
   // Per shape: the peer, ours with full, ours with the shape's Combiner.
   for (size_t shape = 0; shape < 2; ++shape) {
     const auto& peer = rows[1 + 3 * shape];
@@ -49,13 +52,13 @@ TEST(VenvCountVsPeer, ToyRunOurFullBlockIsThePeers) {
     EXPECT_EQ(full[2], "full");
     // Two LayerNorms: the peer's 2 ops + 2 casts each, ours 3 fused kernels each; the two
     // residual adds: the peer's 3 ops each, ours none; the projection's gradient: the peer's 2
-    // ops, ours 1.
-    EXPECT_EQ(std::stoi(full[3]), std::stoi(peer[3]) - 9)
+    // ops, ours 1; the bias gradients: the peer's 9 ops, ours 8 kernels.
+    EXPECT_EQ(std::stoi(full[3]), std::stoi(peer[3]) - 10)
         << "launches per block, ours with full against the peer's";
     EXPECT_EQ(full[6], peer[6]) << "MiB kept per block, ours with full against the peer's";
     EXPECT_GT(std::stod(peer[6]), 0.0);
     EXPECT_GT(std::stoi(combiner[4]), 0) << "the Combiner's fused kernels count";
-    EXPECT_EQ(full[4], "6") << "the fused LayerNorms' kernels";
+    EXPECT_EQ(full[4], "14") << "the fused LayerNorms' kernels and the bias gradients'";
   }
 }
 
