@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <functional>
 #include <future>
 #include <thread>
@@ -136,10 +137,20 @@ TEST(Distributed, OneProcessIsANoOp) {
   dist.barrier();
 }
 
+// The ranks below are two threads of this process, each with a Gloo group of its own. LibTorch
+// 2.x records every collective in a process-wide flight recorder, which looks up and adds the
+// group in a std::map before taking its lock (FlightRecorder::recordWithResetEnabled, torch
+// 2.11), so two groups starting collectives at the same moment corrupt that map: a segfault in
+// std::_Rb_tree_insert_and_rebalance, seen when rank 0's run_on_main released rank 1 straight
+// into the all-reduce. combiner-train runs one process per rank, one group each, and never
+// meets it. The recorder is off in this test binary (0 entries: LibTorch 1.13 has none).
+const bool kFlightRecorderOff = setenv("TORCH_FR_BUFFER_SIZE", "0", 1) == 0;
+
 // Runs body(dist) on two ranks of a fresh Gloo group, one thread each; returns their results.
 template <typename Result>
 std::vector<Result> on_two_ranks(const std::function<Result(const Distributed&)>& body,
                                  DistributedOptions options = {}) {
+  EXPECT_TRUE(kFlightRecorderOff);
   const int64_t port = free_port();
   std::vector<std::future<Result>> ranks;
   for (int64_t rank = 0; rank < 2; ++rank)
