@@ -10,7 +10,7 @@ per step to skip a non-finite update. Times training steps on random tokens (as
     gpu,shape,L,batch,system,attention,precision,ms_per_step,tokens_per_s,peak_mib,status
 On the CPU (Debian's torch 1.13, no SDPA, no compile) it runs in fp32 with an explicit causal
 softmax: a smoke test of the model, not a measurement.
-`--system peer-flex --attention combiner-fixed|combiner-axial-rowmajor` swaps SDPA for our
+`--system peer-flex --attention combiner-fixed|combiner-axial-*` swaps SDPA for our
 Combiner written in FlexAttention (scripts/peer_flex.py, torch.compile(flex_attention)), the rest
 of the model unchanged; rows say system `peer-flex` and the variant. It needs a CUDA device
 (flex_attention has no backward on the CPU).
@@ -152,7 +152,8 @@ def parse_args(argv):
     p.add_argument("--compile", action="store_true", help="torch.compile the model")
     p.add_argument("--system", choices=["peer", "peer-flex"], default="peer",
                    help="peer: causal SDPA; peer-flex: our Combiner in FlexAttention")
-    p.add_argument("--attention", choices=["combiner-fixed", "combiner-axial-rowmajor"],
+    p.add_argument("--attention", choices=["combiner-fixed", "combiner-axial-rowmajor",
+                                           "combiner-axial-vertical", "combiner-axial-horizontal"],
                    help="peer-flex's variant (required with it)")
     p.add_argument("--layout", type=int, default=0,
                    help="peer-flex's block s / row length W; 0 = one image row in subpixels, "
@@ -188,16 +189,16 @@ def parse_args(argv):
         p.error(f"--compile needs torch >= 2.0, this is {torch.__version__}")
     if args.system == "peer-flex":
         if not args.attention:
-            p.error("--system peer-flex needs --attention combiner-fixed|combiner-axial-rowmajor")
+            p.error("--system peer-flex needs --attention combiner-fixed or an axial Combiner")
         if args.compile:
             p.error("--compile is the SDPA peer's; peer-flex compiles flex_attention itself")
         if args.layout < 0:
             p.error(f"--layout must be >= 0, got {args.layout}")
         _, height, row, channels = IMAGES[args.length]
         args.layout = args.layout or row * channels
-        if args.attention == "combiner-axial-rowmajor" and args.length % args.layout:
+        if args.attention != "combiner-fixed" and args.length % args.layout:
             p.error(f"--layout {args.layout} must divide --length {args.length} "
-                    "for combiner-axial-rowmajor")
+                    f"for {args.attention}")
     elif args.attention:
         p.error(f"--attention {args.attention} needs --system peer-flex")
     return args

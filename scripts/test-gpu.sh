@@ -27,8 +27,9 @@
 #             B 2 at 49152: `full` (at::scaled_dot_product_attention, labelled sdpa-flash) and
 #             ours -> OUT/attention-vs-flash.csv (with --count: attention-cuda.csv's launches and
 #             allocated_mib, against the profile's kernels and the CPU's count);
-#   flex      the same cases in compiled FlexAttention (scripts/peer_flex.py, flex:<variant>),
-#             one process per L; the compile is untimed and its seconds logged, Inductor's cache
+#   flex      the same cases in compiled FlexAttention (scripts/peer_flex.py, flex:<variant>,
+#             every fused variant), one process per L, each row kept as it is measured; the
+#             compile is untimed and its seconds logged, Inductor's cache
 #             in .cache/inductor (carry it: a warm cache skips most of the compile) and packed
 #             back as OUT/inductor-cache.tar.gz;
 #   train     training steps, ours (combiner-axial-rowmajor and full) against the plain-PyTorch
@@ -77,6 +78,9 @@ device=cuda precision=bfloat16 steps=6 warmup=2 matmul=8192
 stages=${COMBINER_GPU_STAGES:-all}
 all_stages=(profile check attention flex train deep quick sample compiled python)
 flex_pass=(--backward --dtype bfloat16)  # peer_flex.py attention: what the flex stage times
+# in this order (the user's command's variant first: an L's process that runs out of time keeps
+# the rows it finished)
+flex_variants=combiner-axial-vertical,combiner-fixed,combiner-axial-rowmajor,combiner-axial-horizontal
 quick_shrink=() sample_shrink=() sample_count=16 deep_sample_count=64
 shapes=("cifar10 3072 32" "imagenet64 12288 8")  # dataset, L, batch
 attention_shapes=("3072 8" "12288 8" "49152 2")  # L, batch: one run each, so a hang loses one
@@ -365,7 +369,7 @@ stage_flex() {
     set -- $shape
     echo "-- flex: L $1, batch $2"
     PYTHONUNBUFFERED=1 run_for 200 python3 scripts/peer_flex.py attention --lengths "$1" \
-      --batch "$2" --heads 8 --dim 64 --variants combiner-fixed,combiner-axial-rowmajor \
+      --batch "$2" --heads 8 --dim 64 --variants "$flex_variants" \
       --repeats 5 "${flex_pass[@]}" --csv "$work/flex-attention.csv" ||
       echo "flex attention L $1: exit status $?"
   done

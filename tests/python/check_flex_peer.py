@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Checks scripts/peer_flex.py (Combiner-Fixed and Combiner-Axial-Rowmajor in FlexAttention)
+"""Checks scripts/peer_flex.py (Combiner-Fixed and the Combiner-Axial variants in FlexAttention)
 against a float64 dense reference written here from docs/ATTENTION.md, on the CPU, before the
 peer ever runs on a GPU. Exits 1 naming the case on any mismatch.
 
@@ -64,7 +64,19 @@ def plan(variant, i, layout):
     W = layout
     row, col = divmod(i, W)
     direct = list(range(row * W, i + 1))
-    return direct, [(list(range(r * W, (r + 1) * W)), r * W + col) for r in range(row)]
+    if variant == "combiner-axial-rowmajor":
+        return direct, [(list(range(r * W, (r + 1) * W)), r * W + col) for r in range(row)]
+    direct += [r * W + col for r in range(row)]  # the axial support: own row and own column
+    if variant == "combiner-axial-vertical":
+        return direct, [([r * W + c for r in range(row)], None)
+                        for c in range(W) if c != col and row > 0]
+    spans = []  # combiner-axial-horizontal: each earlier row's prefix and suffix beside col
+    for r in range(row):
+        if col > 0:
+            spans.append((list(range(r * W, r * W + col)), None))
+        if col < W - 1:
+            spans.append((list(range(r * W + col + 1, (r + 1) * W)), None))
+    return direct, spans
 
 
 def reference_matrix(variant, layout, abstraction, q, k, phi_q=None, phi_k=None):
@@ -111,13 +123,14 @@ def check_matrix(name, a):
 def make_dense_flex():
     """flex_attention's contract as a dense masked softmax over block_mask.mask_mod, with
     autograd through it: out [B, H, Lq, Dv] and lse [B, H, Lq] (-inf, out 0, where nothing is
-    allowed)."""
+    allowed). The mask is evaluated per head (horizontal's depends on it)."""
     from torch.nn.attention.flex_attention import AuxOutput
 
     def flex(q, k, v, block_mask=None, scale=None, return_aux=None):
-        Lq, Lk = q.shape[-2], k.shape[-2]
-        allowed = block_mask.mask_mod(0, 0, torch.arange(Lq).view(Lq, 1),
-                                      torch.arange(Lk).view(1, Lk)).expand(Lq, Lk)
+        H, Lq, Lk = q.shape[1], q.shape[-2], k.shape[-2]
+        allowed = block_mask.mask_mod(0, torch.arange(H).view(H, 1, 1),
+                                      torch.arange(Lq).view(1, Lq, 1),
+                                      torch.arange(Lk).view(1, 1, Lk)).expand(H, Lq, Lk)
         scores = ((q @ k.transpose(-2, -1)) * scale).masked_fill(~allowed, float("-inf"))
         lse = torch.logsumexp(scores, -1)
         out = torch.exp(scores - lse.masked_fill(~torch.isfinite(lse), 0).unsqueeze(-1)) @ v
@@ -268,14 +281,22 @@ def main(argv):
     print(f"torch {torch.__version__}; tolerances are max |error| against the float64 reference")
 
     # Layouts with a short last block (L = 100, s = 16; L = 200, s = 12), L not a power of two,
-    # rows of 8..16; every abstraction meets both variants.
+    # rows of 1..16; every abstraction meets every variant.
     cases = [("combiner-fixed", 48, 8, "max", 1), ("combiner-fixed", 100, 16, "mean", 2),
              ("combiner-fixed", 200, 12, "deepsets-max", 1), ("combiner-fixed", 60, 16,
                                                               "deepsets-mean", 2),
              ("combiner-axial-rowmajor", 48, 8, "max", 2),
              ("combiner-axial-rowmajor", 120, 12, "mean", 1),
              ("combiner-axial-rowmajor", 192, 16, "deepsets-max", 1),
-             ("combiner-axial-rowmajor", 64, 16, "deepsets-mean", 2)]
+             ("combiner-axial-rowmajor", 64, 16, "deepsets-mean", 2),
+             ("combiner-axial-vertical", 48, 8, "max", 2),
+             ("combiner-axial-vertical", 60, 12, "mean", 1),
+             ("combiner-axial-vertical", 64, 16, "deepsets-max", 1),
+             ("combiner-axial-vertical", 24, 1, "deepsets-mean", 1),
+             ("combiner-axial-horizontal", 48, 8, "max", 1),
+             ("combiner-axial-horizontal", 64, 16, "mean", 1),
+             ("combiner-axial-horizontal", 60, 12, "deepsets-max", 2),
+             ("combiner-axial-horizontal", 24, 2, "deepsets-mean", 1)]
     for n, (variant, L, layout, abstraction, B) in enumerate(cases):
         a = forward_case(variant, L, layout, abstraction, B, flex_attention, torch.float64, 1e-10,
                          "eager flex float64", n)
@@ -285,31 +306,43 @@ def main(argv):
     for n, (variant, L, layout, abstraction) in enumerate([
             ("combiner-fixed", 40, 8, "deepsets-max"), ("combiner-fixed", 36, 16, "mean"),
             ("combiner-axial-rowmajor", 48, 8, "deepsets-mean"),
-            ("combiner-axial-rowmajor", 32, 16, "max")]):
+            ("combiner-axial-rowmajor", 32, 16, "max"),
+            ("combiner-axial-vertical", 48, 8, "deepsets-mean"),
+            ("combiner-axial-vertical", 36, 6, "max"),
+            ("combiner-axial-horizontal", 40, 8, "deepsets-max"),
+            ("combiner-axial-horizontal", 36, 6, "mean")]):
         gradient_case(variant, L, layout, abstraction, 100 + n)
 
     # One layer of the fixed variant fits one block (no spans); a single row (no spans).
     forward_case("combiner-fixed", 12, 16, "max", 1, flex_attention, torch.float64, 1e-10,
                  "eager flex float64 (no span)", 7)
-    forward_case("combiner-axial-rowmajor", 16, 16, "max", 1, flex_attention, torch.float64,
-                 1e-10, "eager flex float64 (one row)", 7)
-    try:
-        peer_flex.CombinerFlex("combiner-axial-rowmajor", 7, "max", 16, flex=flex_attention)(
-            *inputs(1, 1, 48, 16, 0))
-        expect(False, "combiner-axial-rowmajor with W 7, L 48 is refused")
-    except ValueError as e:
-        expect("row length W 7 must divide L 48" in str(e), f"bad layout refused: {e}")
+    for variant in peer_flex.VARIANTS[1:]:
+        forward_case(variant, 16, 16, "max", 1, flex_attention, torch.float64, 1e-10,
+                     "eager flex float64 (one row)", 7)
+        try:
+            peer_flex.CombinerFlex(variant, 7, "max", 16, flex=flex_attention)(
+                *inputs(1, 1, 48, 16, 0))
+            expect(False, f"{variant} with W 7, L 48 is refused")
+        except ValueError as e:
+            expect(f"{variant}: row length W 7 must divide L 48" in str(e),
+                   f"bad layout refused: {e}")
 
     if args.inspect:
         for variant, L, layout, abstraction in [("combiner-fixed", 100, 16, "max"),
                                                 ("combiner-fixed", 96, 12, "mean"),
                                                 ("combiner-axial-rowmajor", 120, 12, "max"),
-                                                ("combiner-axial-rowmajor", 64, 8, "mean")]:
+                                                ("combiner-axial-rowmajor", 64, 8, "mean"),
+                                                ("combiner-axial-vertical", 96, 12, "max"),
+                                                ("combiner-axial-vertical", 64, 8, "mean"),
+                                                ("combiner-axial-horizontal", 96, 12, "max"),
+                                                ("combiner-axial-horizontal", 64, 8, "mean")]:
             inspect_case(args.inspect, variant, L, layout, abstraction, 200 + L)
     else:
         print("note: no --inspect binary; the tie to the C++ fast path is not checked")
     model_case(args.bench, "combiner-fixed", "deepsets-max")
     model_case(args.bench, "combiner-axial-rowmajor", "deepsets-mean")
+    model_case(args.bench, "combiner-axial-vertical", "deepsets-max")
+    model_case(args.bench, "combiner-axial-horizontal", "mean")
     if not args.bench:
         print("note: no --bench binary; the parameter counts are not compared with ours")
     if not args.no_compile:
