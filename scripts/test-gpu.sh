@@ -52,7 +52,9 @@
 #   python    the combiner_attention package from the wheel carried in .cache/gpu-wheel
 #             (scripts/python-wheel.sh): its CUDA tests (python/tests/test_cuda.py), then
 #             python -m combiner_attention.bench over the attention stage's shapes -> py:<variant>
-#             rows of OUT/attention-vs-flash.csv.
+#             rows of OUT/attention-vs-flash.csv, then in the same process SDPA and the
+#             FlexAttention peer (--peers scripts: py:sdpa-flash, py:flex:<variant>; each row
+#             written as it is measured, the flex compiles last).
 # Everything lands in OUT, kept to 8 files so that all of them come back: test-gpu.log (all
 # output), gpu-vs-peer.csv, attention-vs-flash.csv, train-cuda.csv (our raw combiner-bench train
 # rows, with MFU), attention-cuda.csv (combiner-bench attention's own rows), fused-vs-libtorch.csv,
@@ -571,9 +573,10 @@ stage_python() {
   for shape in "${attention_shapes[@]}"; do
     # shellcheck disable=SC2086  # L, batch
     set -- $shape
-    PYTHONPATH="$work/py" run_for 90 python3 -m combiner_attention.bench --device $device \
+    PYTHONPATH="$work/py" run_for 150 python3 -m combiner_attention.bench --device $device \
       --dtype $precision --backward --lengths "$1" --batch "$2" --heads 8 --dim 64 \
-      --variants "$variants" --repeats 5 --no-header >>"$out/attention-vs-flash.csv" ||
+      --variants "$variants" --repeats 5 --peers scripts --no-header \
+      >>"$out/attention-vs-flash.csv" ||
       echo "python bench L $1: exit status $?"
   done
 }

@@ -8,14 +8,25 @@ timed when it disagrees (status `wrong`).
 
   python -m combiner_attention.bench --device cuda --dtype bfloat16 --lengths 3072,12288 \\
       --batch 8 --heads 8 --dim 64 --backward [--variants full,combiner-fixed,...] [--no-header]
-Rows go to stdout; which implementation each variant runs (path()) to stderr.
+      [--peers scripts]
+Rows go to stdout, each as it is measured; which implementation each variant runs (path()) to
+stderr. With --peers DIR (a clone's scripts/), the same process then times the alternatives a
+PyTorch user weighs: F.scaled_dot_product_attention(is_causal=True) (flash on a GPU), row
+`py:sdpa-flash`, and for each Combiner variant asked for that DIR/peer_flex.py offers, the same
+Combiner in FlexAttention, row `py:flex:<variant>` (compiled on a GPU, the compile in the untimed
+warm-up; eager on the CPU, forward only: flex_attention has no backward there). Each peer is
+checked against the reference like the operator (the FlexAttention one on the CPU in float32,
+through eager flex_attention, so that the check compiles nothing).
 """
 import argparse
 import math
+import os
 import sys
 import time
+import warnings
 
 import torch
+import torch.nn.functional as F
 
 import combiner_attention as ca
 
@@ -62,40 +73,63 @@ def reset_peak(device):
             f.write("5")
 
 
-def disagreement(variant, dtype, device):
-    """max |op - reference| / max(1, max |reference|) on a small input, or None when within the
-    dtype's tolerance."""
-    L = 96
-    args = layout(variant, L)
+CHECK_LENGTH = 96  # the small input every implementation is checked on before it is timed
+
+
+def ours(variant):
+    """The operator as a model calls it: make(L) -> a function of q, k, v at that length."""
+    return lambda length: lambda q, k, v: ca.attention(q, k, v, variant, **layout(variant, length))
+
+
+def sdpa(length):
+    return lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True)
+
+
+def flex_peer(peer_flex, variant, dim, device, eager):
+    """The FlexAttention Combiner of scripts/peer_flex.py: make(L) -> its module at that length,
+    on `device`; eager flex_attention when `eager`, else compiled (one module per L: its block
+    masks and compiled kernels are the shape's)."""
+    def make(length):
+        flex = peer_flex.flex_api()[0] if eager else None
+        return peer_flex.CombinerFlex(variant, default_layout(length), "max", dim,
+                                      flex=flex).to(device)
+    return make
+
+
+def disagreement(make, reference_variant, dtype, device):
+    """max |call - reference| / max(1, max |reference|) on a small input, where call =
+    make(CHECK_LENGTH), or None when within the dtype's tolerance."""
+    L = CHECK_LENGTH
     g = torch.Generator().manual_seed(0)
     q, k, v = (torch.randn(1, 2, L, 32, generator=g, dtype=torch.float64) for _ in range(3))
     low = [t.to(dtype) for t in (q, k, v)]
     with torch.no_grad():
-        ours = ca.attention(*(t.to(device) for t in low), variant, **args).double().cpu()
-    ref = ca.reference_attention(*(t.double() for t in low), variant, **args)
-    error = ((ours - ref).abs().max() / max(1.0, ref.abs().max().item())).item()
+        got = make(L)(*(t.to(device) for t in low)).double().cpu()
+    ref = ca.reference_attention(*(t.double() for t in low), reference_variant,
+                                 **layout(reference_variant, L))
+    error = ((got - ref).abs().max() / max(1.0, ref.abs().max().item())).item()
     return None if error <= TOLERANCE[dtype] else error
 
 
-def time_case(variant, length, a, device, dtype):
-    """(ms, peak MiB) of one case."""
+def time_case(make, length, a, device, dtype):
+    """(ms, peak MiB) of one case: call = make(length)."""
     shape = (a.batch, a.heads, length, a.dim)
     q, k, v = (torch.randn(shape, device=device, dtype=dtype, requires_grad=a.backward)
                for _ in range(3))
     grad = torch.randn(shape, device=device, dtype=dtype)
-    args = layout(variant, length)
+    call = make(length)
 
     def once():
         if a.backward:
             for t in (q, k, v):
                 t.grad = None
-            ca.attention(q, k, v, variant, **args).backward(grad)
+            call(q, k, v).backward(grad)
         else:
             with torch.no_grad():
-                ca.attention(q, k, v, variant, **args)
+                call(q, k, v)
         synchronize(device)
 
-    once()  # warm-up: code paged in, allocator and thread pool started
+    once()  # warm-up: code paged in, allocator and thread pool started, a peer compiled
     for t in (q, k, v):
         t.grad = None
     synchronize(device)
@@ -122,6 +156,9 @@ def main(argv):
     p.add_argument("--backward", action="store_true", help="forward + backward (default forward)")
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--no-header", action="store_true", help="rows only (to append to a table)")
+    p.add_argument("--peers", metavar="DIR",
+                   help="then time SDPA and the FlexAttention peer of DIR/peer_flex.py (a "
+                        "clone's scripts/) in this process too")
     a = p.parse_args(argv)
     device, dtype = torch.device(a.device), getattr(torch, a.dtype)
     if device.type == "cuda" and not torch.cuda.is_available():
@@ -135,20 +172,49 @@ def main(argv):
         lengths = [int(x) for x in a.lengths.split(",")]
     except ValueError:
         p.error(f"--lengths: expected comma-separated integers, got '{a.lengths}'")
+    peer_flex = None
+    if a.peers:
+        if not os.path.isfile(os.path.join(a.peers, "peer_flex.py")):
+            p.error(f"--peers: no peer_flex.py in '{a.peers}' (expected a clone's scripts/)")
+        sys.path.insert(0, os.path.abspath(a.peers))
+        import peer_flex
+        warnings.filterwarnings("ignore", message=".*flex_attention called without torch.compile")
     gpu = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
     if not a.no_header:
         print(COLUMNS, flush=True)
+    # (row name, make(L) -> call, the reference's variant, why it is not timed or None)
+    cases = []
     for variant in variants:
-        wrong = disagreement(variant, dtype, device)
         probe = torch.empty(1, 1, 1, a.dim, device=device, dtype=dtype)
         print(f"py:{variant}: {ca.path(probe, probe, variant)}", file=sys.stderr, flush=True)
+        cases.append((variant, ours(variant), variant, None))
+    if peer_flex is not None:
+        cases.append(("sdpa-flash", sdpa, "full", None))
+        no_backward = ("skipped: flex_attention has no backward on the CPU"
+                       if a.backward and device.type == "cpu" else None)
+        for variant in (v for v in variants if v in peer_flex.VARIANTS):
+            cases.append((f"flex:{variant}",
+                          flex_peer(peer_flex, variant, a.dim, device, device.type == "cpu"),
+                          variant, no_backward))
+    for name, make, reference, skipped in cases:
+        wrong = None
+        if skipped is None and name.startswith("flex:"):
+            # The composition around flex_attention, checked on the CPU in float32 (eager there:
+            # nothing is compiled for it); the kernels are PyTorch's.
+            cpu = torch.device("cpu")
+            wrong = disagreement(flex_peer(peer_flex, reference, 32, cpu, True), reference,
+                                 torch.float32, cpu)
+        elif skipped is None:
+            wrong = disagreement(make, reference, dtype, device)
         for length in lengths:
             ms = peak = ""
-            if wrong is not None:
-                status = f"wrong (error {wrong:.1e} on a check at L 96)"
+            if skipped is not None:
+                status = skipped
+            elif wrong is not None:
+                status = f"wrong (error {wrong:.1e} on a check at L {CHECK_LENGTH})"
             else:
                 try:
-                    ms, peak = time_case(variant, length, a, device, dtype)
+                    ms, peak = time_case(make, length, a, device, dtype)
                     ms, peak = f"{ms:.3f}", f"{peak:.1f}"
                     status = "ok"
                 except torch.cuda.OutOfMemoryError:
@@ -157,7 +223,7 @@ def main(argv):
                     status = "error: " + str(e).splitlines()[0].replace(",", ";")
                 if device.type == "cuda":
                     torch.cuda.empty_cache()
-            row = (f"{gpu},{length},{a.batch},{a.heads},{a.dim},{a.dtype},py:{variant},{ms},"
+            row = (f"{gpu},{length},{a.batch},{a.heads},{a.dim},{a.dtype},py:{name},{ms},"
                    f"{peak},{status}")
             print(row, flush=True)
     return 0
