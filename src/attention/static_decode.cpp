@@ -23,6 +23,12 @@ std::tuple<int64_t, int64_t, int64_t, int64_t> key_of(const Span& span) {
           span.query_position};
 }
 
+fused::Dtype fused_dtype(torch::ScalarType t) {
+  return t == torch::kDouble     ? fused::Dtype::kFloat64
+         : t == torch::kBFloat16 ? fused::Dtype::kBFloat16
+                                 : fused::Dtype::kFloat32;
+}
+
 torch::Tensor int64_tensor(const std::vector<int64_t>& values,
                            int64_t rows,
                            const torch::Device& d) {
@@ -189,6 +195,7 @@ void StaticDecodeLayer::summarize(const std::vector<std::vector<SpanJob>>& jobs)
       TORCH_CHECK(summary_ != nullptr && kv_.defined(),
                   "static decode: span summaries asked of a layer without them or before its "
                   "first step");
+      if (summarize_fused(p, job)) continue;
       const int64_t G = job.positions.size(0), n = job.positions.size(1);
       // Gathered rows, and their float32 copy where the caches are bfloat16.
       const int64_t element = kv_.scalar_type() == torch::kBFloat16 ? 2 + 4 : kv_.element_size();
@@ -231,6 +238,47 @@ void StaticDecodeLayer::summarize(size_t p, const SpanJob& job) {
   auto local = torch::softmax(scores, -1);  // [B, H, G, 1, n]
   auto value = torch::matmul(local, values(kv)).squeeze(3);
   spans_[p].index_copy_(2, job.slots, torch::cat({key, value}, -1));
+}
+
+bool StaticDecodeLayer::summarize_fused(size_t p, const SpanJob& job) {
+  const auto path = options_.path;
+  if (!(path == Path::kFused || (path == Path::kAuto && kv_.is_cuda())) || !summary_->plain())
+    return false;
+  fused::DecodeSummaries s;
+  s.batch = kv_.size(0);
+  s.heads = kv_.size(1);
+  s.dim = key_dim_;
+  s.value_dim = kv_.size(3) - key_dim_;
+  s.length = kv_.size(2);
+  s.scale = score_scale(key_dim_);
+  s.max = summary_->is_max();
+  s.dtype = fused_dtype(spans_[p].scalar_type());
+  s.cache = fused_dtype(kv_.scalar_type());
+  s.spans = job.positions.size(0);
+  s.span_len = job.positions.size(1);
+  if (!fused::summary_dtypes_supported(s)) return false;
+  if (kv_.is_cuda()) {
+#ifdef COMBINER_WITH_CUDA_KERNELS
+    if (s.dtype != fused::Dtype::kFloat32 || fused::summary_smem_bytes(s) > fused::kSummaryMaxSmem)
+      return false;
+#else
+    return false;
+#endif
+  }
+  const auto positions = job.positions.contiguous(), slots = job.slots.contiguous();
+  const auto valid = job.valid.defined() ? job.valid.contiguous() : torch::Tensor();
+  const auto queries =
+      job.query_positions.defined() ? job.query_positions.contiguous() : torch::Tensor();
+  s.q_cache = q_.data_ptr();
+  s.kv_cache = kv_.data_ptr();
+  s.positions = positions.data_ptr<int64_t>();
+  s.valid = valid.defined() ? valid.data_ptr<bool>() : nullptr;
+  s.queries = queries.defined() ? queries.data_ptr<int64_t>() : nullptr;
+  s.slots = slots.data_ptr<int64_t>();
+  s.table = spans_[p].data_ptr();
+  s.table_rows = spans_[p].size(2);
+  fused_launch::decode_summaries(kv_, s);
+  return true;
 }
 
 torch::Tensor StaticDecodeLayer::step(const torch::Tensor& q,
@@ -291,13 +339,8 @@ fused::DecodeStep StaticDecodeLayer::fused_step(const torch::Tensor& q,
   s.value_dim = v.size(2);
   s.length = inputs.length();
   s.scale = score_scale(q.size(2));
-  auto as_fused = [](torch::ScalarType t) {
-    return t == torch::kDouble     ? fused::Dtype::kFloat64
-           : t == torch::kBFloat16 ? fused::Dtype::kBFloat16
-                                   : fused::Dtype::kFloat32;
-  };
-  s.dtype = as_fused(q.scalar_type());
-  s.cache = as_fused(kv_.scalar_type());
+  s.dtype = fused_dtype(q.scalar_type());
+  s.cache = fused_dtype(kv_.scalar_type());
   s.position = inputs.position().data_ptr<int64_t>();
   auto operand = [](const torch::Tensor& x) {
     return fused::Operand{x.data_ptr(), x.stride(0), x.stride(1), 0};

@@ -106,7 +106,9 @@ struct StaticDecodeOptions {
 };
 
 // One layer's cache and span tables. `summary` is the module's (null for variants without
-// spans) and must outlive this.
+// spans) and must outlive this. On the fused path a job's summaries are one kernel
+// (fused/decode_summary.h: its CPU model elsewhere) for the plain abstractions; the ops make
+// them otherwise.
 //
 // A step runs as one fused call (fused/decode_kernel.h: the cache writes, gathers, softmax and
 // weighted sums in one kernel on a GPU, its CPU model elsewhere) or as LibTorch ops, the
@@ -144,6 +146,10 @@ class StaticDecodeLayer {
   }
 
   void summarize(size_t plan, const SpanJob& job);
+  // Makes a job's summaries in one fused call (fused/decode_summary.h) where the path is fused
+  // and the kernel takes them; false where it leaves them to the ops (a DeepSets map, a dtype, a
+  // build without the CUDA kernels).
+  bool summarize_fused(size_t plan, const SpanJob& job);
   // The fused call's descriptor of this step, all but its output (at most kDecodeMaxPlans
   // plans: fused_unsupported says when there are more).
   fused::DecodeStep fused_step(const torch::Tensor& q,

@@ -43,6 +43,8 @@ class SpanSummary {
                            bool keep_indices) const;
 
   bool is_max() const { return max_; }
+  // Whether phi is the identity on both sides (max or mean, no DeepSets map).
+  bool plain() const { return !w_query_.defined() && !w_key_.defined(); }
 
   // Whether the query (or key) side's summaries of a bfloat16 x computed in bfloat16 are the
   // float32 ones exactly, values and gradients: max pools with no DeepSets map (a max picks one

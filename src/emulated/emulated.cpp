@@ -16,6 +16,7 @@ attention::fused_launch::HostKernels attention_kernels() {
   k.segment_max_forward = &f::segment_max_forward_cuda;
   k.segment_max_backward = &f::segment_max_backward_cuda;
   k.decode_step = &f::decode_step_cuda;
+  k.decode_summaries = &f::decode_summaries_cuda;
   return k;
 }
 

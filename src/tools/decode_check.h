@@ -2,7 +2,8 @@
 // on its fused path (the decode kernel on a GPU, its CPU model on the CPU) against the same
 // decoder's LibTorch ops on the same device, and against forward() in float64 on the CPU, at
 // every position of a sequence: the cache writes, the listed terms, the spans' slots and the
-// softmax all show in the outputs. With bfloat16 caches the reference is forward() of q, k and v
+// softmax all show in the outputs, and so do the span summaries, which the fused path makes with
+// its own kernel (fused/decode_summary.h) for the plain abstractions. With bfloat16 caches the reference is forward() of q, k and v
 // rounded to bfloat16 (what the step computes over).
 #pragma once
 

@@ -1,6 +1,7 @@
 // What one cached decode step launches, counted as a GPU would launch it (tools/launch_count.h):
 // the static decoder's step, which a GPU replays as one CUDA graph, stays within the bound stated
-// here per layer, and does so at every step (the same work whatever the position).
+// here per layer, and does so at every step (the same work whatever the position); a row start
+// adds one span-summary launch per layer.
 #include <gtest/gtest.h>
 
 #include <torch/torch.h>
@@ -86,6 +87,37 @@ TEST(DecodeCount, StaticStepLaunchesTheSameWorkAtEveryPosition) {
   // The same step in LibTorch ops (the reference path): the attention step alone is a dozen.
   const auto composed = static_step_launches("composed");
   EXPECT_GE(composed.first, per_layer + 10);
+}
+
+// Per layer and per step, what a row start launches more than the step before it: the spans'
+// summaries, made eagerly before the step (outside a captured graph).
+std::pair<int64_t, int64_t> row_start_launches(const std::string& path) {
+  std::vector<int64_t> extra;
+  for (const int64_t layers : {1, 3}) {
+    auto model = vertical_model(layers, path);
+    model::StaticDecoder decoder(model, 2, /*capture=*/false);
+    std::string seen;
+    const auto counts = launches_per_step(decoder, 2, &seen);
+    extra.push_back(counts[24] - counts[23]);
+    EXPECT_EQ(counts[12] - counts[11], extra.back()) << path << ", " << layers << " layers";
+  }
+  const int64_t per_layer = (extra[1] - extra[0]) / 2, per_step = extra[0] - per_layer;
+  std::cout << path << ": a row start's summaries, per layer " << per_layer << ", per step "
+            << per_step << "\n";
+  return {per_layer, per_step};
+}
+
+TEST(DecodeCount, ARowStartSummarisesEachLayersSpansInOneLaunch) {
+  torch::NoGradGuard no_grad;
+  // On a GPU's paths, each layer's W column spans are one span-summary kernel; once per row
+  // start, the job's lists (slots, positions) are copied in.
+  const auto [per_layer, per_step] = row_start_launches("fused");
+  EXPECT_EQ(per_layer, 1);
+  EXPECT_LE(per_step, 2);
+  // In LibTorch ops: gathers, casts, pools, products, softmax, concatenation, table write.
+  const auto composed = row_start_launches("composed");
+  EXPECT_GE(composed.first, per_layer + 9);
+  EXPECT_EQ(composed.second, per_step);
 }
 
 TEST(DecodeCount, DynamicStepLaunchesGrowWithThePrefix) {

@@ -82,6 +82,11 @@ std::string describe(const fused::RunningMaxes& r) {
 std::string describe(const fused::SegmentMaxes& m) {
   return std::string(m.part[0].dy ? "segment max backward: " : "segment max: ") + parts(m);
 }
+std::string describe(const fused::DecodeSummaries& s) {
+  return "span summaries: " + n(s.spans) + " spans of " + n(s.span_len) + " x " + n(s.batch) +
+         " x " + n(s.heads) + " heads" +
+         (s.cache == fused::Dtype::kBFloat16 ? ", bfloat16 caches" : "");
+}
 std::string describe(const fused::DecodeStep& s) {
   return "decode step: " + n(s.batch) + " x " + n(s.heads) + " heads, " +
          n(fused::decode_terms(s)) + " terms" + (s.plans > 1 ? " x " + n(s.plans) + " plans" : "") +
@@ -205,6 +210,15 @@ void decode_step(const torch::Tensor& on, const fused::DecodeStep& s) {
       &fused::decode_step_cpu,
       COMBINER_CUDA(decode_step_cuda),
       &HostKernels::decode_step);
+}
+
+void decode_summaries(const torch::Tensor& on, const fused::DecodeSummaries& s) {
+  run(on,
+      s,
+      1,
+      &fused::decode_summaries_cpu,
+      COMBINER_CUDA(decode_summaries_cuda),
+      &HostKernels::decode_summaries);
 }
 
 #undef COMBINER_CUDA

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "attention/fused/decode_kernel.h"
+#include "attention/fused/decode_summary.h"
 #include "attention/fused/kernel.h"
 
 namespace combiner::attention::fused_launch {
@@ -42,8 +43,8 @@ class LaunchTimes {
 
 // What runs the kernels on host memory (tensors on the CPU): their CPU models, unless a table of
 // other implementations is installed. The CPU build's tests install the CUDA kernels' own source
-// run by the SIMT emulator (emulated/emulated.h), so kernel-check and the fused path's tests run the
-// kernels themselves. A null entry leaves that kernel's CPU model.
+// run by the SIMT emulator (emulated/emulated.h), so kernel-check and the fused path's tests run
+// the kernels themselves. A null entry leaves that kernel's CPU model.
 struct HostKernels {
   void (*forward)(const fused::Forward&, void* stream) = nullptr;
   void (*delta)(const fused::Delta&, void* stream) = nullptr;
@@ -53,6 +54,7 @@ struct HostKernels {
   void (*segment_max_forward)(const fused::SegmentMaxes&, void* stream) = nullptr;
   void (*segment_max_backward)(const fused::SegmentMaxes&, void* stream) = nullptr;
   void (*decode_step)(const fused::DecodeStep&, void* stream) = nullptr;
+  void (*decode_summaries)(const fused::DecodeSummaries&, void* stream) = nullptr;
 };
 // Installs `kernels` (nullptr: the CPU models) and returns the table it replaces.
 const HostKernels* set_host_kernels(const HostKernels* kernels);
@@ -65,7 +67,8 @@ void running_max(const torch::Tensor& on, const fused::RunningMaxes& r);
 void running_max_backward(const torch::Tensor& on, const fused::RunningMaxes& r);
 void segment_max(const torch::Tensor& on, const fused::SegmentMaxes& m);
 void segment_max_backward(const torch::Tensor& on, const fused::SegmentMaxes& m);
-// One cached decode step (attention/static_decode.h).
+// One cached decode step, and the span summaries made before one (attention/static_decode.h).
 void decode_step(const torch::Tensor& on, const fused::DecodeStep& s);
+void decode_summaries(const torch::Tensor& on, const fused::DecodeSummaries& s);
 
 }  // namespace combiner::attention::fused_launch
