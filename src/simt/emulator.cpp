@@ -20,6 +20,9 @@ namespace combiner::simt {
 namespace {
 
 constexpr size_t kStackBytes = 256 * 1024;  // a fiber's stack: the kernels' locals and a margin
+// Past a block's dynamic shared memory: bytes of this value that no kernel may write.
+constexpr size_t kSharedGuardBytes = 4096;
+constexpr unsigned char kSharedGuard = 0xa5;
 
 enum class State { kRunnable, kBlockBarrier, kWarpCollective, kDone };
 
@@ -218,9 +221,15 @@ void run_grid(const void* kernel,
       for (unsigned y = 0; y < grid.y; ++y)
         for (unsigned x = 0; x < grid.x; ++x) {
           blockIdx = {x, y, z};
-          b.shared.assign(shared_bytes, 0xff);
+          b.shared.assign(shared_bytes + kSharedGuardBytes, kSharedGuard);
+          std::memset(b.shared.data(), 0xff, shared_bytes);
           b.error = nullptr;
           run_block(b, block_dim);
+          for (size_t i = shared_bytes; i < b.shared.size(); ++i)
+            if (b.shared[i] != kSharedGuard)
+              fail("block (" + std::to_string(x) + ", " + std::to_string(y) + ", " +
+                   std::to_string(z) + ") wrote past its " + std::to_string(shared_bytes) +
+                   " bytes of dynamic shared memory (byte " + std::to_string(i) + ")");
         }
   } catch (...) {
     g_block = nullptr;

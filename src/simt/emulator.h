@@ -12,7 +12,9 @@
 //     collective while another lane of it has returned or waits at something else;
 //   - a launch of over 1,024 threads, or with more dynamic shared memory than the device has
 //     (227 KB), or over 48 KB without the kernel's limit raised (cudaFuncSetAttribute), as
-//     cudaGetLastError() reports it on a GPU.
+//     cudaGetLastError() reports it on a GPU;
+//   - a block that wrote within 4 KB past its dynamic shared memory (a guard zone checked when
+//     the block ends: a layout bigger than the launch asked for).
 // A write is seen by every thread at once (but for cp.async's copies, which land when their thread
 // waits for them), so a missing barrier does not show by itself; run a kernel under both schedules
 // (threads in order, then in reverse, `ScheduleScope`) and compare: output that depends on the

@@ -1,7 +1,8 @@
 // The SIMT emulator (src/simt/emulator.h) on small kernels of known result: indices, barriers,
 // shuffles and votes, the warp's matrix instructions against plain loops, and the errors it must
 // raise (threads at different barriers, a lane missing from a collective, a launch a GPU would
-// refuse, a race that shows as a difference between the two schedules).
+// refuse, a write past the dynamic shared memory, a race that shows as a difference between the
+// two schedules).
 #include <gtest/gtest.h>
 
 #include <random>
@@ -111,6 +112,24 @@ TEST(SimtEmulator, SharedMemoryNoThreadWroteReadsAsNaN) {
   std::vector<float> out(32, 0.f);
   COMBINER_LAUNCH(1, 32, 32 * sizeof(float), nullptr, uninitialised_shared)(out.data());
   for (float v : out) EXPECT_TRUE(std::isnan(v));
+}
+
+__global__ void write_shared_at(int at) {
+  COMBINER_DYNAMIC_SHARED(float, s);
+  if (threadIdx.x == 0) s[at] = 1.f;
+}
+
+TEST(SimtEmulator, AWritePastTheDynamicSharedMemoryIsAnError) {
+  COMBINER_LAUNCH(2, 32, 16 * sizeof(float), nullptr, write_shared_at)(15);  // the last float
+  try {
+    COMBINER_LAUNCH(2, 32, 16 * sizeof(float), nullptr, write_shared_at)(16);
+    FAIL() << "no error";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find(
+                  "block (0, 0, 0) wrote past its 64 bytes of dynamic shared memory (byte 64)"),
+              std::string::npos)
+        << e.what();
+  }
 }
 
 __global__ void divergent_barrier(int* out) {
