@@ -29,6 +29,7 @@
 
 #include "attention/fused/decode_kernel.h"
 #include "attention/fused/kernel_launch.cuh"
+#include "attention/fused/kernel_reduce.cuh"
 #include "simt/cuda.h"
 
 namespace combiner::attention::fused {
@@ -54,28 +55,6 @@ __device__ __forceinline__ C to_cache(float x) {
     return x;
   else
     return __float2bfloat16(x);
-}
-
-__device__ __forceinline__ float warp_sum(float x) {
-  for (int offset = 16; offset > 0; offset /= 2) x += __shfl_xor_sync(0xffffffffu, x, offset);
-  return x;
-}
-__device__ __forceinline__ float warp_max(float x) {
-  for (int offset = 16; offset > 0; offset /= 2)
-    x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, offset));
-  return x;
-}
-
-// The block's sum or max of x (every thread gets it); `slots` holds kDecodeWarps floats.
-template <bool MAX>
-__device__ float block_reduce(float x, float* slots) {
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  x = MAX ? warp_max(x) : warp_sum(x);
-  if (lane == 0) slots[warp] = x;
-  __syncthreads();
-  float all = slots[0];
-  for (int w = 1; w < kDecodeWarps; ++w) all = MAX ? fmaxf(all, slots[w]) : all + slots[w];
-  return all;
 }
 
 template <typename C>
@@ -141,21 +120,22 @@ __global__ void __launch_bounds__(kThreads, 1) decode_step_kernel(const DecodeSt
         float dot = 0.f;
 #pragma unroll
         for (int c = 0; c < kChunks; ++c) dot += q_r[c] * key[j][c];
-        dot = warp_sum(dot);
+        dot = cuda_detail::warp_sum(dot);
         if (lane == 0 && t0 + j < n) scores[t0 + j] = dot * float(s.scale) + plan.bias[t0 + j];
       }
     }
     __syncthreads();
     float max = -FLT_MAX;
     for (int64_t t = tid; t < n; t += kThreads) max = fmaxf(max, scores[t]);
-    max = block_reduce<true>(max, slots);
+    max = cuda_detail::block_reduce<true, kDecodeWarps>(max, slots);
     float total = 0.f;
     for (int64_t t = tid; t < n; t += kThreads) {
       const float e = expf(scores[t] - max);
       scores[t] = e;
       total += e;
     }
-    total = block_reduce<false>(total, slots + kDecodeWarps);  // also orders the weights' stores
+    total = cuda_detail::block_reduce<false, kDecodeWarps>(
+        total, slots + kDecodeWarps);  // also orders the weights' stores
 
     float acc[kChunks];
 #pragma unroll

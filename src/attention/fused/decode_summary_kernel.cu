@@ -23,6 +23,7 @@
 
 #include "attention/fused/decode_summary.h"
 #include "attention/fused/kernel_launch.cuh"
+#include "attention/fused/kernel_reduce.cuh"
 #include "simt/cuda.h"
 
 namespace combiner::attention::fused {
@@ -36,28 +37,6 @@ __device__ __forceinline__ float summary_float(float x) {
 }
 __device__ __forceinline__ float summary_float(__nv_bfloat16 x) {
   return __bfloat162float(x);
-}
-
-__device__ __forceinline__ float summary_warp_sum(float x) {
-  for (int offset = 16; offset > 0; offset /= 2) x += __shfl_xor_sync(0xffffffffu, x, offset);
-  return x;
-}
-__device__ __forceinline__ float summary_warp_max(float x) {
-  for (int offset = 16; offset > 0; offset /= 2)
-    x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, offset));
-  return x;
-}
-
-// The block's sum or max of x (every thread gets it); `slots` holds kSummaryWarps floats.
-template <bool MAX>
-__device__ float summary_block_reduce(float x, float* slots) {
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  x = MAX ? summary_warp_max(x) : summary_warp_sum(x);
-  if (lane == 0) slots[warp] = x;
-  __syncthreads();
-  float all = slots[0];
-  for (int w = 1; w < kSummaryWarps; ++w) all = MAX ? fmaxf(all, slots[w]) : all + slots[w];
-  return all;
 }
 
 template <typename C>
@@ -101,20 +80,21 @@ __global__ void __launch_bounds__(kThreads) decode_summary_kernel(const DecodeSu
     float dot = 0.f;
     if (r >= 0)
       for (int64_t d = lane; d < D; d += 32) dot += query[d] * summary_float(kv[r * width + d]);
-    dot = summary_warp_sum(dot);
+    dot = cuda_detail::warp_sum(dot);
     if (lane == 0) scores[j] = r >= 0 ? dot * float(s.scale) : -INFINITY;
   }
   __syncthreads();
   float max = -INFINITY;
   for (int64_t j = tid; j < n; j += kThreads) max = fmaxf(max, scores[j]);
-  max = summary_block_reduce<true>(max, slots);
+  max = cuda_detail::block_reduce<true, kSummaryWarps>(max, slots);
   float total = 0.f;
   for (int64_t j = tid; j < n; j += kThreads) {
     const float e = rows[j] >= 0 ? expf(scores[j] - max) : 0.f;
     scores[j] = e;
     total += e;
   }
-  total = summary_block_reduce<false>(total, slots + kSummaryWarps);  // orders the weights too
+  total = cuda_detail::block_reduce<false, kSummaryWarps>(
+      total, slots + kSummaryWarps);  // orders the weights too
 
   for (int64_t d = tid; d < Dv; d += kThreads) {
     float sum = 0.f;
