@@ -38,7 +38,8 @@
 #   deep      the 128-layer CIFAR-10 preset (bf16) with activation checkpointing, without, and
 #             with the MLP halves alone recomputed (train.recompute_mlp); the last two also
 #             captured as a CUDA graph (--cuda-graph), and
-#             the eager peer at that shape (gpu-vs-peer.csv rows of shape cifar10-128x256);
+#             the eager peer at that shape, then (on CUDA) peer-flex with the preset's Combiner
+#             (gpu-vs-peer.csv rows of shape cifar10-128x256);
 #   quick     the quick-start config (configs/fashion_mnist.yaml, dropout 0.1) trained with the
 #             fused kernels and with train.attention_path=composed: the final validation bits/dim
 #             must agree within 0.01; on CUDA also with train.cuda_graph=off, and killed (-9) after
@@ -433,6 +434,11 @@ stage_deep() {
   done
   peer_shape=("${peer_128[@]}")
   peer 3072 "$deep_batch"
+  # The same model with the preset's Combiner in FlexAttention: what a PyTorch user would run.
+  if [ "$device" = cuda ]; then
+    PEER_TIMEOUT=180 peer 3072 "$deep_batch" --system peer-flex \
+      --attention "$(sed -n 's/.*type: \([a-z-]*\).*/\1/p' "$deep" | head -1)"
+  fi
   peer_shape=(--layers 6 --width 512 --heads 8 --mlp 4)
   [ "$device" = cuda ] || peer_shape=(--layers 1 --width 16 --heads 2 --mlp 2 --device cpu)
   flush_peer
