@@ -46,6 +46,13 @@ def flex_api():
 
 
 @functools.lru_cache(maxsize=None)
+def compiled_flex_attention():
+    """torch.compile(flex_attention), one per process: every layer's module calls the same
+    compiled function, so a model of 128 layers compiles each shape once, not once a layer."""
+    return torch.compile(flex_api()[0], dynamic=False)
+
+
+@functools.lru_cache(maxsize=None)
 def compiled_create_block_mask():
     """torch.compile(create_block_mask): on a GPU it never holds the L x (L + n) mask in memory
     (eager create_block_mask evaluates mask_mod on the whole grid: gigabytes at L 49152), as
@@ -66,7 +73,7 @@ def check_layout(variant, length, layout):
 class CombinerFlex(nn.Module):
     """One layer's Combiner attention: forward(q, k, v) with [B, H, L, D] -> [B, H, L, D].
 
-    `flex` is the flex_attention to call (torch.compile(flex_attention) by default; tests pass
+    `flex` is the flex_attention to call (compiled_flex_attention() by default; tests pass
     the eager one, or a dense stand-in with the same signature to check gradients on the CPU).
     DeepSets abstractions hold phi_key (and phi_query where the spans' local queries are pooled:
     all but rowmajor) as [D, D] parameters, initialised as combiner's SpanSummary does
@@ -82,9 +89,9 @@ class CombinerFlex(nn.Module):
                              f"got '{abstraction}'")
         if layout < 1:
             raise ValueError(f"{variant}: block / row length must be >= 1, got {layout}")
-        flex_attention, self._create_block_mask, self._aux = flex_api()
+        _, self._create_block_mask, self._aux = flex_api()
         self.variant, self.layout, self.max = variant, layout, abstraction.endswith("max")
-        self.flex = flex if flex is not None else torch.compile(flex_attention, dynamic=False)
+        self.flex = flex if flex is not None else compiled_flex_attention()
         self.phi_query = self.phi_key = None
         if abstraction.startswith("deepsets-"):
             scale = 1.0 / math.sqrt(head_dim)
