@@ -107,11 +107,14 @@ COMBINER_HD int64_t decode_smem_bytes(const DecodeStep& s) {
 }
 constexpr int64_t kDecodeMaxSmem = 200 * 1024;  // under the 227 KB an H100 CTA may ask for
 
-// Whether a step's dtypes are one the CPU model takes: float32 or float64 throughout, or
-// float32 over bfloat16 caches.
+// Whether arithmetic in `dtype` over caches of `cache` is one the decode kernels' CPU models take:
+// float32 or float64 throughout, or float32 over bfloat16 caches (the span summaries' too).
+COMBINER_HD bool cached_dtypes_supported(Dtype dtype, Dtype cache) {
+  return cache == dtype ? dtype != Dtype::kBFloat16
+                        : dtype == Dtype::kFloat32 && cache == Dtype::kBFloat16;
+}
 COMBINER_HD bool decode_dtypes_supported(const DecodeStep& s) {
-  return s.cache == s.dtype ? s.dtype != Dtype::kBFloat16
-                            : s.dtype == Dtype::kFloat32 && s.cache == Dtype::kBFloat16;
+  return cached_dtypes_supported(s.dtype, s.cache);
 }
 
 // ---- the CPU model (decode_cpu.cpp) ----

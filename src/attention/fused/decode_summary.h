@@ -20,6 +20,7 @@
 
 #include <cstdint>
 
+#include "attention/fused/decode_kernel.h"
 #include "attention/fused/kernel.h"
 
 namespace combiner::attention::fused {
@@ -60,11 +61,9 @@ COMBINER_HD int64_t summary_smem_bytes(const DecodeSummaries& s) {
   return (8 + 4) * s.span_len + 4 * (2 * s.dim + 2 * kSummaryWarps);
 }
 
-// Whether the dtypes are ones the CPU model takes: float32 or float64 throughout, or float32 over
-// bfloat16 caches.
+// Whether the dtypes are ones the CPU model takes (decode_kernel.h's rule).
 COMBINER_HD bool summary_dtypes_supported(const DecodeSummaries& s) {
-  return s.cache == s.dtype ? s.dtype != Dtype::kBFloat16
-                            : s.dtype == Dtype::kFloat32 && s.cache == Dtype::kBFloat16;
+  return cached_dtypes_supported(s.dtype, s.cache);
 }
 
 // ---- the CPU model (decode_summary_cpu.cpp) ----
