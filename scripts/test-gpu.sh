@@ -5,9 +5,11 @@
 # them, so that the stages most wanted get the budget first; the build always):
 #   build     unpack the Debian packages carried in .cache/gpu-debs (scripts/gpu-deps.sh); use the
 #             binaries carried in .cache/gpu-bin (scripts/gpu-prebuild.sh, built elsewhere against
-#             the same pip torch) when they load here, else build combiner-bench, combiner-train
-#             and combiner-sample against pip's LibTorch (scripts/build-cuda.sh; if that fails,
-#             again with the LibTorch 2 fast paths compiled out, COMBINER_TORCH2_PATHS=OFF);
+#             the same pip torch) when they load here and were built from this tree's sources
+#             (their SOURCE file is scripts/source-stamp.sh's stamp here, which the log's first
+#             section prints), else build combiner-bench, combiner-train and combiner-sample
+#             against pip's LibTorch (scripts/build-cuda.sh; if that fails, again with the
+#             LibTorch 2 fast paths compiled out, COMBINER_TORCH2_PATHS=OFF);
 #   profile   where the time goes: LibTorch's profiler (combiner-bench --profile) over the fused
 #             attention variants alone (forward + backward, bf16, B 8 x 8 heads x D 64, L 3072
 #             and 12288; then vertical at the 128-layer preset's B 16 x 2 heads x D 128), each
@@ -51,7 +53,7 @@
 #             caches, one batch) -> OUT/sampling-cuda.csv;
 #   compiled  the peer under torch.compile, both 6 x 512 shapes (appended to gpu-vs-peer.csv);
 #   python    the combiner_attention package from the wheel carried in .cache/gpu-wheel
-#             (scripts/python-wheel.sh): its CUDA tests (python/tests/test_cuda.py), then
+#             (scripts/python-wheel.sh; skipped if built from other sources): its CUDA tests (python/tests/test_cuda.py), then
 #             python -m combiner_attention.bench over the attention stage's shapes -> py:<variant>
 #             rows of OUT/attention-vs-flash.csv, then in the same process SDPA and the
 #             FlexAttention peer (--peers scripts: py:sdpa-flash, py:flex:<variant>; each row
@@ -150,6 +152,16 @@ fi
 python3 -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda)'
 nvcc --version 2>/dev/null | tail -1
 echo "stages: ${stages/all/${all_stages[*]}}; budget $budget s"
+sources=$(scripts/source-stamp.sh)
+echo "sources: $sources (scripts/source-stamp.sh)"
+# carried DIR: whether DIR/SOURCE names this tree's sources; says why not.
+carried() {
+  local built
+  built=$(cat "$1/SOURCE" 2>/dev/null) || built=""
+  [ "$built" = "$sources" ] && return 0
+  echo "$1 was built from other sources (${built:-no stamp}) than this tree's ($sources)"
+  return 1
+}
 
 section "build: dependencies and binaries"
 build() {  # extra cmake arguments
@@ -171,7 +183,7 @@ else
   for z in .cache/gpu-bin/*.gz; do  # gzipped by scripts/gpu-prebuild.sh
     [ -e "$z" ] && gunzip -c "$z" >"${z%.gz}" && chmod +x "${z%.gz}"
   done
-  if [ -x .cache/gpu-bin/combiner-bench ]; then
+  if [ -x .cache/gpu-bin/combiner-bench ] && carried .cache/gpu-bin; then
     torch_lib=$(python3 -c 'import os, torch; print(os.path.join(os.path.dirname(torch.__file__), "lib"))')
     cudart=$(dirname "$(find "${torch_lib%/torch/lib}/nvidia" -name 'libcudart.so.13*' 2>/dev/null | head -1)")
     export LD_LIBRARY_PATH="$torch_lib:${cudart:-/usr/local/cuda/lib64}:/usr/local/cuda/lib64${prefix:+:$prefix/lib/x86_64-linux-gnu}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
@@ -573,6 +585,7 @@ stage_python() {
     echo "no .cache/gpu-wheel/*.whl (scripts/python-wheel.sh, passed in carry); skipped"
     return
   fi
+  carried .cache/gpu-wheel || { echo "skipped (scripts/python-wheel.sh makes it again)"; return; }
   python3 -m pip install -q --no-deps --no-index --target "$work/py" "$wheel" || return
   PYTHONPATH="$work/py" run_for 150 python3 python/tests/run.py -k test_cuda ||
     echo "python tests: exit status $?"
