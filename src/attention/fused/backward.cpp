@@ -334,11 +334,15 @@ tensor_list FusedFunction::backward(AutogradContext* ctx, tensor_list grads) {
     const Grad& key_grad = p.a_from_summaries ? dks : dk;
     bw.dk = key_grad.out(s);
     bw.dv = (p.a_from_summaries ? du : dv).out(s);
-    // Segments sharing their key rows: one slab each (no atomics), summed after the pass.
+    // Segments sharing their key rows: one slab each (no atomics), summed after the pass. The
+    // dk/dv kernel writes every valid key row of a segment, seen by a query or not, so where a
+    // segment's keys are all of rows 0..limit-1 every row of its slab is written.
     const auto& key = p.key;
     torch::Tensor slabs;
     if (bw.dk.kind == GradOut::kAtomic && key.seg_stride == 0 && key.segments > 1) {
-      slabs = torch::zeros({B, H, key.segments * key.limit, D}, lse.options());
+      const bool written = key.first == 0 && key.row_stride == 1 && key.seg_len >= key.limit;
+      const std::vector<int64_t> shape{B, H, key.segments * key.limit, D};
+      slabs = written ? torch::empty(shape, lse.options()) : torch::zeros(shape, lse.options());
       bw.dk = grad_out(slabs, GradOut::kStoreAcc);
       bw.dk.segment_rows = key.limit;
     }
