@@ -180,9 +180,11 @@ else
   export COMBINER_TARGETS="combiner-bench combiner-train combiner-sample"
   # Binaries built elsewhere against the same pip torch (scripts/gpu-prebuild.sh, carried in
   # .cache/gpu-bin) save the build when they load here; else the build below.
-  for z in .cache/gpu-bin/*.gz; do  # gzipped by scripts/gpu-prebuild.sh
-    [ -e "$z" ] && gunzip -c "$z" >"${z%.gz}" && chmod +x "${z%.gz}"
-  done
+  if [ -e .cache/gpu-bin/binaries.tar.xz ]; then  # packed by scripts/gpu-prebuild.sh
+    python3 -m tarfile -e .cache/gpu-bin/binaries.tar.xz .cache/gpu-bin &&
+      chmod +x .cache/gpu-bin/combiner-* ||
+      echo "build: .cache/gpu-bin/binaries.tar.xz does not unpack"
+  fi
   if [ -x .cache/gpu-bin/combiner-bench ] && carried .cache/gpu-bin; then
     torch_lib=$(python3 -c 'import os, torch; print(os.path.join(os.path.dirname(torch.__file__), "lib"))')
     cudart=$(dirname "$(find "${torch_lib%/torch/lib}/nvidia" -name 'libcudart.so.13*' 2>/dev/null | head -1)")
