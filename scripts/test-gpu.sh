@@ -179,22 +179,24 @@ else
   export COMBINER_DEPS_PREFIX=$prefix
   export COMBINER_TARGETS="combiner-bench combiner-train combiner-sample"
   # Binaries built elsewhere against the same pip torch (scripts/gpu-prebuild.sh, carried in
-  # .cache/gpu-bin) save the build when they load here; else the build below.
-  if [ -e .cache/gpu-bin/binaries.tar.xz ]; then  # packed by scripts/gpu-prebuild.sh
-    python3 -m tarfile -e .cache/gpu-bin/binaries.tar.xz .cache/gpu-bin &&
-      chmod +x .cache/gpu-bin/combiner-* ||
-      echo "build: .cache/gpu-bin/binaries.tar.xz does not unpack"
-  fi
-  if [ -x .cache/gpu-bin/combiner-bench ] && carried .cache/gpu-bin; then
-    torch_lib=$(python3 -c 'import os, torch; print(os.path.join(os.path.dirname(torch.__file__), "lib"))')
-    cudart=$(dirname "$(find "${torch_lib%/torch/lib}/nvidia" -name 'libcudart.so.13*' 2>/dev/null | head -1)")
-    export LD_LIBRARY_PATH="$torch_lib:${cudart:-/usr/local/cuda/lib64}:/usr/local/cuda/lib64${prefix:+:$prefix/lib/x86_64-linux-gnu}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-    if .cache/gpu-bin/combiner-bench --help >/dev/null 2>"$work/prebuilt.log"; then
-      bench=.cache/gpu-bin/combiner-bench
-      echo "build: the carried binaries in .cache/gpu-bin load here; no build"
+  # .cache/gpu-bin) save the build when they load here; else the build below. Unpacked into the
+  # run's own folder, so that .cache/gpu-bin stays as small as it travels.
+  if [ -e .cache/gpu-bin/binaries.tar.xz ] && carried .cache/gpu-bin; then
+    mkdir -p "$work/bin"
+    if python3 -m tarfile -e .cache/gpu-bin/binaries.tar.xz "$work/bin" &&
+      chmod +x "$work"/bin/combiner-*; then
+      torch_lib=$(python3 -c 'import os, torch; print(os.path.join(os.path.dirname(torch.__file__), "lib"))')
+      cudart=$(dirname "$(find "${torch_lib%/torch/lib}/nvidia" -name 'libcudart.so.13*' 2>/dev/null | head -1)")
+      export LD_LIBRARY_PATH="$torch_lib:${cudart:-/usr/local/cuda/lib64}:/usr/local/cuda/lib64${prefix:+:$prefix/lib/x86_64-linux-gnu}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+      if "$work/bin/combiner-bench" --help >/dev/null 2>"$work/prebuilt.log"; then
+        bench=$work/bin/combiner-bench
+        echo "build: the binaries carried in .cache/gpu-bin load here; no build"
+      else
+        echo "build: the carried binaries do not load here:"
+        head -3 "$work/prebuilt.log"
+      fi
     else
-      echo "build: the carried binaries do not load here:"
-      head -3 "$work/prebuilt.log"
+      echo "build: .cache/gpu-bin/binaries.tar.xz does not unpack"
     fi
   fi
   if [ "$bench" = build-cuda/combiner-bench ]; then
