@@ -45,6 +45,7 @@ TEST(LaunchTimes, RecordsEveryCallInOrder) {
   // joint passes. Backward: the column pass, which reads no summary; then the summary slots,
   // which were not kept: the pools and u made again, the row pass with its spans, qs made again
   // (dropped while the joint passes ran), the local pass, and the pools' backward (one launch).
+  // Each pass's segments fit one tile: its backward is one launch (kernel.h segment_backward).
   const std::string pools = "running max: 128 lines of 7 + 128 lines of 7";
   const std::string local = "queries 8 x 7, keys 8 x 7, causal";
   const std::string row = "queries 8 x 8, keys 8 x 8, causal, + summaries 8 x 8, others";
@@ -55,13 +56,13 @@ TEST(LaunchTimes, RecordsEveryCallInOrder) {
       "forward: " + row,
       "forward (merged): " + column,
       "delta: 64 rows",
-      "backward (dk dv, dq): " + column,
+      "backward (one CTA per segment): " + column,
       pools,
       "forward: " + local,
-      "backward (dk dv, dq): " + row,
+      "backward (one CTA per segment): " + row,
       "running max: 128 lines of 7",
       "delta: 56 rows",
-      "backward (dk dv, dq): " + local,
+      "backward (one CTA per segment): " + local,
       "running max backward: 128 lines of 7 + 128 lines of 7"};
   std::vector<std::string> what;
   for (const auto& t : times) what.push_back(t.what);

@@ -450,13 +450,32 @@ COMBINER_HD int scan_part(const ScanParts<Scan>& s, bool backward, int64_t& line
 
 // Kernels one call launches on a GPU (kernel_*.cu): the forward and the delta one each; the
 // backward its dk/dv walk (source A's keys, and source B's by segment, in one launch), the
-// summary-gradient walk where the pass reads summaries by prefix, and dq. The glue counts these
-// for the CPU model too, so that combiner-bench --count says a GPU's launches.
+// summary-gradient walk where the pass reads summaries by prefix, and dq; or, for a pass whose
+// segments each fit one tile (segment_backward), one launch. The glue counts these for the CPU
+// model too, so that combiner-bench --count says a GPU's launches.
 COMBINER_HD bool prefix_summaries(const Pass& p) {
   return p.summaries && !p.by_segment && p.summary_count > 0;
 }
+// Whether every segment (or pack group) of the pass is one query tile of the key-side walk and
+// one key tile of each source, owned by no other segment: then one CTA per segment computes
+// its dk, dv (and dks, du) and, from the same dS, its dq, in one launch (no dq kernel reading
+// q, dO, k and v again and recomputing the scores). Vertical's passes at L 3072 with rows of 48,
+// and the columns of 32 at rows of 96, are such passes.
+// Not at D 128, where the key-side walk's query tile is 32 rows: a segment of more than 32 queries
+// is not packed, and a pack group holds more than 32 (over half of a 64-row tile).
+COMBINER_HD constexpr bool segment_backward_built(int64_t dim) {
+  return dim <= 64;
+}
+COMBINER_HD bool segment_backward(const Pass& p) {
+  if (!segment_backward_built(p.dim) || (p.summaries && !p.by_segment)) return false;
+  const int64_t pack = segment_pack(p), segments = p.query.segments;
+  if (pack * p.query.seg_len > backward_query_tile(p.dim)) return false;
+  if (pack * p.key.seg_len > kKeyTile || p.key.segments != segments) return false;
+  return !p.summaries ||
+         (pack * p.summary_key.seg_len <= kKeyTile && p.summary_key.segments == segments);
+}
 COMBINER_HD int64_t backward_launches(const Backward& b) {
-  return prefix_summaries(b.pass) ? 3 : 2;
+  return segment_backward(b.pass) ? 1 : prefix_summaries(b.pass) ? 3 : 2;
 }
 // The dk/dv walk's CTAs: one per key tile of source A's segments (a pack group's: one), then
 // (by segment) of B's.

@@ -8,6 +8,11 @@
 //   that see its keys: its own segment's (source A, and source B by segment, in one launch), or
 //   for a summary tile by prefix the queries of a run of later segments, whose partial sums are
 //   added atomically (fp32).
+//   segment kernel (kernel.h segment_backward: every segment one query tile and one key tile
+//   per source): one CTA per segment runs the dk/dv walk of its source A keys, then of its
+//   source B keys, and from the same dS^T, stored transposed, adds dS K into its dq: one launch,
+//   q, dO, k and v read once, the scores computed once. The CPU model runs that CTA's dk/dv tiles
+//   and its dq tile in turn.
 // Shared memory (D = 32 / 64 / 128): dq bf16 30 / 54 / 102 KB, fp32 71 / 119 / 215 KB (packed:
 // 0.75 KB more); dkv bf16 33 / 57 / 70 KB, fp32 74 / 122 / 143 KB (D = 128 walks 32-query
 // tiles).
@@ -40,6 +45,17 @@ __host__ __device__ constexpr size_t dkv_smem() {
   return size_t(2 * kKeyTile + 4 * MQ) * pitch<T, D>() * sizeof(T) + 2 * 4 * MQ * sizeof(float) +
          size_t(kWarps) * scratch_floats<T, MQ>() * sizeof(float) +
          size_t(2 * MQ + 2 * kKeyTile) * sizeof(int);
+}
+// The one-CTA-per-segment backward (segment_backward in kernel.h) adds, after the dk/dv walk's:
+// dS of the query tile against the key tile [MQ][kDsPitch] (fp32; for the fp32 path also each
+// warp's scratch of the dq product), and the query tile's dq accumulated over the sources
+// [MQ][D + 4] (fp32). bf16 D = 32 / 64: 59 / 91 KB; fp32: 100 / 156 KB (not built at D 128:
+// kernel.h segment_backward_built).
+constexpr int kDsPitch = kKeyTile + 4;
+template <typename T, int D>
+__host__ __device__ constexpr size_t segment_smem() {
+  constexpr int MQ = backward_query_tile(D);
+  return dkv_smem<T, D>() + size_t(MQ) * (kDsPitch + D + 4) * sizeof(float);
 }
 
 // CTAs per SM the dq kernel is built for: three for bf16 up to D 64 (at most 168 registers a
@@ -204,7 +220,11 @@ enum class Keys { kSourceA, kSegmentSummaries, kPrefixSummaries };
 
 // One dk/dv CTA: `cta` numbers the CTAs of its kind of keys (segment g, key tile; PACKED, a pack
 // group's keys, kernel.h dkv_key) or, by prefix, (summary tile, part).
-template <typename T, int D, Keys KEYS, bool PACKED>
+// DQ (segment_backward passes: one query tile, one key tile): the tile's dS^T is also stored as
+// dS (queries x keys, fp32) after dk/dv's shared memory, and once dk and dv are written (staged in
+// the query tiles' memory, so that the keys stay) each warp with query rows adds dS K for its 16
+// rows into the CTA's dq accumulator there: dq from the same dS, no second walk.
+template <typename T, int D, Keys KEYS, bool PACKED, bool DQ = false>
 __device__ __forceinline__ void dkv_tile(const Backward& bw, int64_t cta, unsigned char* smem) {
   constexpr int P = pitch<T, D>(), N = kKeyTile, MQ = backward_query_tile(D);
   constexpr bool A = KEYS == Keys::kSourceA, SUMMARY = KEYS == Keys::kPrefixSummaries;
@@ -224,6 +244,10 @@ __device__ __forceinline__ void dkv_tile(const Backward& bw, int64_t cta, unsign
   float* scratch = reinterpret_cast<float*>(k_idx + N) + warp * scratch_floats<T, MQ>();
   static_assert(N == kStagedRows && staged_bytes<D>() <= size_t(2 * N + 4 * MQ) * P * sizeof(T),
                 "the epilogue's tile (the index tables after it survive it)");
+  static_assert(!DQ || (staged_bytes<D>() <= size_t(4 * MQ) * P * sizeof(T) && !SUMMARY),
+                "DQ: dk and dv staged in the query tiles' memory, the keys kept for dS K");
+  [[maybe_unused]] float* ds = reinterpret_cast<float*>(smem + dkv_smem<T, D>());  // [MQ][kDsPitch]
+  [[maybe_unused]] float* dq_acc = ds + MQ * kDsPitch;                             // [MQ][D + 4]
 
   const Pass& p = bw.pass;
   const Mask mask = A ? p.mask : p.summary_mask;
@@ -392,6 +416,15 @@ __device__ __forceinline__ void dkv_tile(const Backward& bw, int64_t cta, unsign
         }
       warp_nn<D, MQ>(dv, s, dot, scratch);
       warp_nn<D, MQ>(dk, dp, qt, scratch);
+      if constexpr (DQ) {
+#pragma unroll
+        for (int i = 0; i < MQ / 8; ++i)
+#pragma unroll
+          for (int e = 0; e < 4; ++e)
+            ds[(i * 8 + 2 * qq + (e & 1)) * kDsPitch + warp * 16 + gq + 8 * (e / 2)] = dp[i][e];
+      }
+    } else if constexpr (DQ) {
+      for (int i = lane; i < 16 * MQ; i += 32) ds[i / 16 * kDsPitch + warp * 16 + i % 16] = 0.f;
     }
     __syncthreads();
   }
@@ -399,7 +432,7 @@ __device__ __forceinline__ void dkv_tile(const Backward& bw, int64_t cta, unsign
   cp_async_wait<0>();
   const GradOut& out_k = A ? bw.dk : bw.dks;
   const GradOut& out_v = A ? bw.dv : bw.du;
-  float* tile = reinterpret_cast<float*>(smem);
+  float* tile = reinterpret_cast<float*>(DQ ? reinterpret_cast<unsigned char*>(qs) : smem);
   write_gradient<T, D>(tile, out_k, dk, float(p.scale), warp_active, [&](int c) -> int64_t {
     if (key_idx(c) < 0) return -1;
     return grad_at(out_k, b, h, key_row(c) + (A ? key_seg(c) * out_k.segment_rows : 0));
@@ -408,6 +441,27 @@ __device__ __forceinline__ void dkv_tile(const Backward& bw, int64_t cta, unsign
     if (key_idx(c) < 0) return -1;
     return grad_at(out_v, b, h, value_row(c) + (A ? key_seg(c) * out_v.segment_rows : 0));
   });
+  if constexpr (DQ) {
+    // dq += dS K over this source's keys (dS complete since the walk's last barrier; the keys
+    // untouched by the epilogue), each warp its 16 query rows.
+    if (n_tiles == 0 || warp * 16 >= MQ) return;
+    float* rows_ds = ds + warp * 16 * kDsPitch;
+    float d_s[N / 8][4], part[D / 8][4];
+#pragma unroll
+    for (int i = 0; i < N / 8; ++i)
+#pragma unroll
+      for (int e = 0; e < 4; ++e)
+        d_s[i][e] = rows_ds[(gq + 8 * (e / 2)) * kDsPitch + i * 8 + 2 * qq + (e & 1)];
+#pragma unroll
+    for (int dt = 0; dt < D / 8; ++dt) part[dt][0] = part[dt][1] = part[dt][2] = part[dt][3] = 0.f;
+    warp_nn<D, N>(part, d_s, ks, rows_ds);  // fp32: its scratch is these rows, the same values
+    float* rows_dq = dq_acc + warp * 16 * (D + 4);
+#pragma unroll
+    for (int dt = 0; dt < D / 8; ++dt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e)
+        rows_dq[(gq + 8 * (e / 2)) * (D + 4) + dt * 8 + 2 * qq + (e & 1)] += part[dt][e];
+  }
 }
 
 // The dk/dv walk of a pass in one launch: source A's key tiles, then source B's by segment.
@@ -419,6 +473,43 @@ __global__ void __launch_bounds__(kThreads, 1) dkv_kernel(const __grid_constant_
     dkv_tile<T, D, Keys::kSourceA, PACKED>(bw, blockIdx.x, smem);
   else
     dkv_tile<T, D, Keys::kSegmentSummaries, PACKED>(bw, blockIdx.x - a_ctas, smem);
+}
+
+// A segment_backward pass (kernel.h): one CTA per segment or pack group (as the query CTAs)
+// walks its keys of source A, then of source B by segment, as the dk/dv CTAs do, and adds each
+// one's dS K into its dq, which it writes last: the queries' d_o rows are read by this CTA alone,
+// so dq may overwrite them.
+template <typename T, int D, bool PACKED>
+__global__ void __launch_bounds__(kThreads, 1)
+    segment_backward_kernel(const __grid_constant__ Backward bw) {
+  constexpr int MQ = backward_query_tile(D), QP = D + 4;
+  COMBINER_DYNAMIC_SHARED(unsigned char, smem);
+  float* dq = reinterpret_cast<float*>(smem + dkv_smem<T, D>()) + MQ * kDsPitch;
+  for (int i = threadIdx.x; i < MQ * QP; i += kThreads) dq[i] = 0.f;
+  __syncthreads();
+  dkv_tile<T, D, Keys::kSourceA, PACKED, true>(bw, blockIdx.x, smem);
+  if (bw.pass.summaries) {
+    __syncthreads();  // source A's dS K has read the keys before B's land there
+    dkv_tile<T, D, Keys::kSegmentSummaries, PACKED, true>(bw, blockIdx.x, smem);
+  }
+  __syncthreads();
+  const Pass& p = bw.pass;
+  const int64_t b = blockIdx.y / p.heads, h = blockIdx.y % p.heads;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, gq = lane / 4, qq = lane % 4;
+  const bool active = warp * 16 < MQ;
+  float acc[D / 8][4];
+#pragma unroll
+  for (int dt = 0; dt < D / 8; ++dt)
+#pragma unroll
+    for (int e = 0; e < 4; ++e)
+      acc[dt][e] =
+          active ? dq[(warp * 16 + gq + 8 * (e / 2)) * QP + dt * 8 + 2 * qq + (e & 1)] : 0.f;
+  write_gradient<T, D>(
+      reinterpret_cast<float*>(smem), bw.dq, acc, float(p.scale), active, [&](int r) -> int64_t {
+        if (r >= MQ) return -1;
+        const TileIndex q = tile_query(p, blockIdx.x, r);
+        return q.valid ? grad_at(bw.dq, b, h, row_of(p.query, q.g, q.i)) : -1;
+      });
 }
 
 // The summaries' dk/dv walk (by prefix): CTA (summary tile, part).
@@ -440,8 +531,20 @@ void backward_cuda(const Backward& bw, void* stream) {
     using T = typename decltype(type)::type;
     constexpr int D = decltype(dim)::value;
     const unsigned heads = unsigned(p.batch * p.heads);
-    // dk, dv first: they read d_o, which dq may overwrite in place (Backward in kernel.h).
     const bool packed = segment_pack(p) > 1;
+    if constexpr (segment_backward_built(D)) {
+      if (segment_backward(p)) {
+        const dim3 grid(unsigned(query_ctas(p)), heads);
+        const char* what = "fused backward (one CTA per segment)";
+        if (packed)
+          launch(segment_backward_kernel<T, D, true>, grid, segment_smem<T, D>(), stream, what, bw);
+        else
+          launch(
+              segment_backward_kernel<T, D, false>, grid, segment_smem<T, D>(), stream, what, bw);
+        return;
+      }
+    }
+    // dk, dv first: they read d_o, which dq may overwrite in place (Backward in kernel.h).
     const dim3 dkv_grid(unsigned(dkv_ctas(p)), heads);
     if (packed)
       launch(dkv_kernel<T, D, true>,

@@ -343,6 +343,17 @@ void backward_all(const Backward& bw) {
   const Pass& p = bw.pass;
   for (int64_t b = 0; b < p.batch; ++b)
     for (int64_t h = 0; h < p.heads; ++h) {
+      if (segment_backward(p)) {
+        // One CTA per segment (kernel_backward.cu segment_backward_kernel): its keys of source
+        // A, then of source B, then its queries' dq, which may overwrite d_o rows that only
+        // this segment reads.
+        for (int64_t cta = 0; cta < query_ctas(p); ++cta) {
+          backward_dkv_tile<S, T>(bw, b, h, Keys::kSourceA, cta, 0);
+          if (p.summaries) backward_dkv_tile<S, T>(bw, b, h, Keys::kSegmentSummaries, cta, 0);
+          backward_dq_tile<S, T>(bw, b, h, cta);
+        }
+        continue;
+      }
       // dk, dv first, as the kernels: dq may overwrite d_o in place (Backward in kernel.h).
       // One launch on a GPU: source A's key tiles, then source B's by segment.
       for (int64_t cta = 0; cta < key_ctas(p, false); ++cta)

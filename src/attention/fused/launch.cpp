@@ -59,8 +59,10 @@ std::string describe(const fused::Delta& d) {
   return "delta: " + n(d.rows) + " rows";
 }
 std::string describe(const fused::Backward& b) {
-  return (fused::backward_launches(b) == 3 ? "backward (dk dv, d summaries, dq): "
-                                           : "backward (dk dv, dq): ") +
+  const int64_t launches = fused::backward_launches(b);
+  return (launches == 1   ? "backward (one CTA per segment): "
+          : launches == 3 ? "backward (dk dv, d summaries, dq): "
+                          : "backward (dk dv, dq): ") +
          shape(b.pass);
 }
 std::string part(const fused::RunningMax& r) {
