@@ -178,60 +178,57 @@ TEST(FusedTiles, AQueryTileHoldsEachKeyItsQueriesSeeOnce) {
 
 // A segment_backward pass runs one CTA per query tile, which walks dk/dv CTA `cta` of source A
 // and of source B by segment and adds their dS K into its dq: that CTA's keys must be exactly
-// the keys its query tile holds, and its walk one tile of exactly the tile's queries.
+// the keys its query tile holds, and its walk (one or two tiles) exactly the tile's queries, row
+// f of the walk being row f of the query tile.
 TEST(FusedTiles, ASegmentBackwardCtaHoldsItsQueriesAndTheirKeysAlone) {
   int64_t segment_passes = 0;
-  for (auto c : plan_cases()) {
-    auto& p = c.pass;
-    p.dim = 64;
-    p.dtype = fused::Dtype::kBFloat16;
-    if (!fused::segment_backward(p)) continue;
-    ++segment_passes;
-    const bool packed = fused::segment_pack(p) > 1;
-    const int64_t MQ = fused::backward_query_tile(p.dim);
-    ASSERT_EQ(fused::key_ctas(p, false), fused::query_ctas(p)) << c.name;
-    if (p.summaries) {
-      ASSERT_EQ(fused::key_ctas(p, true), fused::query_ctas(p)) << c.name;
-    }
-    for (int64_t cta = 0; cta < fused::query_ctas(p); ++cta) {
-      std::set<Index> queries, walked;
-      for (int64_t r = 0; r < fused::kQueryTile; ++r) {
-        const TileIndex q = fused::tile_query(p, cta, r);
-        if (!q.valid) continue;
-        ASSERT_LT(r, MQ) << c.name << ": a query past the key-side walk's one tile";
-        queries.insert({q.g, q.i});
+  for (const int64_t dim : {64, 128})
+    for (auto c : plan_cases()) {
+      auto& p = c.pass;
+      p.dim = dim;
+      p.dtype = fused::Dtype::kBFloat16;
+      if (!fused::segment_backward(p)) continue;
+      ++segment_passes;
+      const bool packed = fused::segment_pack(p) > 1;
+      ASSERT_EQ(fused::key_ctas(p, false), fused::query_ctas(p)) << c.name;
+      if (p.summaries) {
+        ASSERT_EQ(fused::key_ctas(p, true), fused::query_ctas(p)) << c.name;
       }
-      for (int64_t f = 0; f < MQ; ++f) {
-        const TileIndex q = packed ? fused::packed_query(p, cta, f)
-                                   : TileIndex{cta, f, f < fused::valid_count(p.query, cta)};
-        if (q.valid) walked.insert({q.g, q.i});
-      }
-      ASSERT_EQ(walked, queries) << c.name << ": CTA " << cta;
-      const auto n = fused::query_tile_keys(p, cta);
-      std::set<std::pair<bool, Index>> held, owned;
-      for (int64_t tile = 0; tile < n.total; ++tile)
-        for (int64_t col = 0; col < fused::kKeyTile; ++col) {
-          const TileIndex k = fused::tile_key(p, cta, tile, n.direct, col);
-          if (k.valid) held.insert({tile >= n.direct, {k.g, k.i}});
+      for (int64_t cta = 0; cta < fused::query_ctas(p); ++cta) {
+        for (int64_t f = 0; f < fused::kQueryTile; ++f) {
+          const TileIndex q = fused::tile_query(p, cta, f);
+          const TileIndex w = packed ? fused::packed_query(p, cta, f)
+                                     : TileIndex{cta, f, f < fused::valid_count(p.query, cta)};
+          ASSERT_EQ(w.valid, q.valid) << c.name << ": CTA " << cta << " row " << f;
+          if (q.valid) {
+            ASSERT_TRUE(w.g == q.g && w.i == q.i) << c.name << ": row " << f;
+          }
         }
-      for (const bool b : {false, true}) {
-        if (b && !p.summaries) continue;
-        for (int64_t col = 0; col < fused::kKeyTile; ++col) {
-          const TileIndex k = fused::dkv_key(p, b, cta, col);
-          if (k.valid) owned.insert({b, {k.g, k.i}});
+        const auto n = fused::query_tile_keys(p, cta);
+        std::set<std::pair<bool, Index>> held, owned;
+        for (int64_t tile = 0; tile < n.total; ++tile)
+          for (int64_t col = 0; col < fused::kKeyTile; ++col) {
+            const TileIndex k = fused::tile_key(p, cta, tile, n.direct, col);
+            if (k.valid) held.insert({tile >= n.direct, {k.g, k.i}});
+          }
+        for (const bool b : {false, true}) {
+          if (b && !p.summaries) continue;
+          for (int64_t col = 0; col < fused::kKeyTile; ++col) {
+            const TileIndex k = fused::dkv_key(p, b, cta, col);
+            if (k.valid) owned.insert({b, {k.g, k.i}});
+          }
         }
+        // Every key the query tile holds is the CTA's (it may own more: keys no query of the tile
+        // sees, under a causal mask, whose weights are zero), and each is of the tile's segments.
+        for (const auto& key : held)
+          ASSERT_TRUE(owned.count(key)) << c.name << ": CTA " << cta << " lacks a key of its tile";
+        const int64_t pack = fused::segment_pack(p);
+        for (const auto& key : owned)
+          ASSERT_EQ(key.second.first / pack, cta)
+              << c.name << ": CTA " << cta << " owns a key of another segment";
       }
-      // Every key the query tile holds is the CTA's (it may own more: keys no query of the tile
-      // sees, under a causal mask, whose weights are zero), and each is of the tile's segments.
-      for (const auto& key : held)
-        ASSERT_TRUE(owned.count(key)) << c.name << ": CTA " << cta << " lacks a key of its tile";
-      const int64_t pack = fused::segment_pack(p);
-      for (const auto& key : owned)
-        ASSERT_EQ(key.second.first / pack, cta)
-            << c.name << ": CTA " << cta << " owns a key of another segment";
     }
-  }
-  EXPECT_GT(segment_passes, 10);
+  EXPECT_GT(segment_passes, 20);
 }
 
 TEST(FusedTiles, SegmentBackwardTakesThePassesThatFitOneTile) {
@@ -247,9 +244,14 @@ TEST(FusedTiles, SegmentBackwardTakesThePassesThatFitOneTile) {
     EXPECT_TRUE(fused::segment_backward(bf16(fp)));
   EXPECT_FALSE(fused::segment_backward(bf16(vertical_joint_passes(3072, 96).front())));
   EXPECT_TRUE(fused::segment_backward(bf16(vertical_joint_passes(3072, 96).back())));
-  // At D 128 the walk's query tile is 32 rows, which no segment or pack group fits.
+  // At D 128 (the 128-layer preset's two heads of 128) the walk takes two tiles of 32 queries:
+  // the columns still fit; rows with their spans (two sources) do not.
+  EXPECT_TRUE(fused::segment_backward(bf16(vertical_joint_passes(3072, 96).back(), 128)));
   EXPECT_FALSE(fused::segment_backward(bf16(vertical_joint_passes(3072, 48).front(), 128)));
-  EXPECT_FALSE(fused::segment_backward(bf16(vertical_joint_passes(768, 24).back(), 128)));
+  // float32 at D 128: not built (its kernel would spill).
+  auto f32 = bf16(vertical_joint_passes(3072, 96).back(), 128);
+  f32.dtype = fused::Dtype::kFloat32;
+  EXPECT_FALSE(fused::segment_backward(f32));
   // Summaries by prefix are every later segment's: no.
   EXPECT_FALSE(fused::segment_backward(bf16(fixed_joint_passes(3072, 48).front())));
 }

@@ -456,20 +456,23 @@ COMBINER_HD int scan_part(const ScanParts<Scan>& s, bool backward, int64_t& line
 COMBINER_HD bool prefix_summaries(const Pass& p) {
   return p.summaries && !p.by_segment && p.summary_count > 0;
 }
-// Whether every segment (or pack group) of the pass is one query tile of the key-side walk and
-// one key tile of each source, owned by no other segment: then one CTA per segment computes
-// its dk, dv (and dks, du) and, from the same dS, its dq, in one launch (no dq kernel reading
-// q, dO, k and v again and recomputing the scores). Vertical's passes at L 3072 with rows of 48,
-// and the columns of 32 at rows of 96, are such passes.
-// Not at D 128, where the key-side walk's query tile is 32 rows: a segment of more than 32 queries
-// is not packed, and a pack group holds more than 32 (over half of a 64-row tile).
-COMBINER_HD constexpr bool segment_backward_built(int64_t dim) {
-  return dim <= 64;
+// Whether every segment (or pack group) of the pass is one query tile (kQueryTile rows: one or
+// two of the key-side walk's) and one key tile of each source, owned by no other segment: then one
+// CTA per segment computes its dk, dv (and dks, du) and, from the same dS, its dq, in one launch
+// (no dq kernel reading q, dO, k and v again and recomputing the scores). Two sources only at
+// D <= 64 (the first's dq waits in shared memory, for which D 128 has no room beside the walk's).
+// Vertical's passes at L 3072 with rows of 48, and its columns of 32 at rows of 96, two to a tile,
+// are such passes; summaries by prefix, every later segment's, are not.
+// Not for float32 at D 128, whose dk/dv walk alone takes every register: its CUDA instance
+// would spill.
+COMBINER_HD constexpr bool segment_backward_built(Dtype dtype, int64_t dim) {
+  return dtype != Dtype::kFloat32 || dim <= 64;
 }
 COMBINER_HD bool segment_backward(const Pass& p) {
-  if (!segment_backward_built(p.dim) || (p.summaries && !p.by_segment)) return false;
+  if (!segment_backward_built(p.dtype, p.dim)) return false;
+  if (p.summaries && (!p.by_segment || p.dim > 64)) return false;
   const int64_t pack = segment_pack(p), segments = p.query.segments;
-  if (pack * p.query.seg_len > backward_query_tile(p.dim)) return false;
+  if (pack * p.query.seg_len > kQueryTile) return false;
   if (pack * p.key.seg_len > kKeyTile || p.key.segments != segments) return false;
   return !p.summaries ||
          (pack * p.summary_key.seg_len <= kKeyTile && p.summary_key.segments == segments);

@@ -47,15 +47,16 @@ __host__ __device__ constexpr size_t dkv_smem() {
          size_t(2 * MQ + 2 * kKeyTile) * sizeof(int);
 }
 // The one-CTA-per-segment backward (segment_backward in kernel.h) adds, after the dk/dv walk's:
-// dS of the query tile against the key tile [MQ][kDsPitch] (fp32; for the fp32 path also each
-// warp's scratch of the dq product), and the query tile's dq accumulated over the sources
-// [MQ][D + 4] (fp32). bf16 D = 32 / 64: 59 / 91 KB; fp32: 100 / 156 KB (not built at D 128:
+// dS of the walk's query tiles (up to kQueryTile rows) against the key tile, [kQueryTile][kDsPitch]
+// fp32 (for the fp32 path also each warp's scratch of the dq product); with two sources (D <= 64)
+// the dq of the first, [kQueryTile][D + 4] fp32, until the second's is added. bf16 D = 32 / 64 /
+// 128: 59 / 91 / 87 KB; fp32 D = 32 / 64: 100 / 156 KB (not built at D 128:
 // kernel.h segment_backward_built).
 constexpr int kDsPitch = kKeyTile + 4;
 template <typename T, int D>
 __host__ __device__ constexpr size_t segment_smem() {
-  constexpr int MQ = backward_query_tile(D);
-  return dkv_smem<T, D>() + size_t(MQ) * (kDsPitch + D + 4) * sizeof(float);
+  return dkv_smem<T, D>() + size_t(kQueryTile) * kDsPitch * sizeof(float) +
+         (D <= 64 ? size_t(kQueryTile) * (D + 4) * sizeof(float) : 0);
 }
 
 // CTAs per SM the dq kernel is built for: three for bf16 up to D 64 (at most 168 registers a
@@ -220,12 +221,13 @@ enum class Keys { kSourceA, kSegmentSummaries, kPrefixSummaries };
 
 // One dk/dv CTA: `cta` numbers the CTAs of its kind of keys (segment g, key tile; PACKED, a pack
 // group's keys, kernel.h dkv_key) or, by prefix, (summary tile, part).
-// DQ (segment_backward passes: one query tile, one key tile): the tile's dS^T is also stored as
-// dS (queries x keys, fp32) after dk/dv's shared memory, and once dk and dv are written (staged in
-// the query tiles' memory, so that the keys stay) each warp with query rows adds dS K for its 16
-// rows into the CTA's dq accumulator there: dq from the same dS, no second walk.
+// DQ (segment_backward passes: one key tile, the walk's query tiles one segment's or pack
+// group's): each tile's dS^T is also stored as dS, row f of the walk's queries by key column
+// (fp32), after dk/dv's shared memory, and dk and dv are staged in the query tiles' memory, so
+// that the keys stay for the caller's dS K. Returns whether it walked a query tile (else it wrote
+// no dS).
 template <typename T, int D, Keys KEYS, bool PACKED, bool DQ = false>
-__device__ __forceinline__ void dkv_tile(const Backward& bw, int64_t cta, unsigned char* smem) {
+__device__ __forceinline__ bool dkv_tile(const Backward& bw, int64_t cta, unsigned char* smem) {
   constexpr int P = pitch<T, D>(), N = kKeyTile, MQ = backward_query_tile(D);
   constexpr bool A = KEYS == Keys::kSourceA, SUMMARY = KEYS == Keys::kPrefixSummaries;
   static_assert(!(SUMMARY && PACKED), "summaries by prefix are not packed");
@@ -246,8 +248,7 @@ __device__ __forceinline__ void dkv_tile(const Backward& bw, int64_t cta, unsign
                 "the epilogue's tile (the index tables after it survive it)");
   static_assert(!DQ || (staged_bytes<D>() <= size_t(4 * MQ) * P * sizeof(T) && !SUMMARY),
                 "DQ: dk and dv staged in the query tiles' memory, the keys kept for dS K");
-  [[maybe_unused]] float* ds = reinterpret_cast<float*>(smem + dkv_smem<T, D>());  // [MQ][kDsPitch]
-  [[maybe_unused]] float* dq_acc = ds + MQ * kDsPitch;                             // [MQ][D + 4]
+  [[maybe_unused]] float* ds = reinterpret_cast<float*>(smem + dkv_smem<T, D>());
 
   const Pass& p = bw.pass;
   const Mask mask = A ? p.mask : p.summary_mask;
@@ -261,7 +262,7 @@ __device__ __forceinline__ void dkv_tile(const Backward& bw, int64_t cta, unsign
     key_count = int(p.summary_count);
     const int64_t g_lo = max(part * per, int64_t(j0) + 1);
     const int64_t g_hi = min((part + 1) * per, p.query.segments);
-    if (g_hi <= g_lo || j0 >= key_count) return;  // atomic outputs: nothing to add
+    if (g_hi <= g_lo || j0 >= key_count) return false;  // atomic outputs: nothing to add
     f_begin = g_lo * p.query.seg_len;
     f_end = g_hi * p.query.seg_len;
   } else if constexpr (PACKED) {
@@ -276,7 +277,7 @@ __device__ __forceinline__ void dkv_tile(const Backward& bw, int64_t cta, unsign
       k_idx[c] = k.valid ? int(k.i) : -1;
       any = any || k.valid;
     }
-    if (!__syncthreads_or(any)) return;  // no key: no gradient to write
+    if (!__syncthreads_or(any)) return false;  // no key: no gradient to write
     key_count = N;
     f_end = pack * p.query.seg_len;
   } else {
@@ -284,7 +285,7 @@ __device__ __forceinline__ void dkv_tile(const Backward& bw, int64_t cta, unsign
     g = cta / tiles;
     j0 = int(cta % tiles) * N;
     key_count = int(A ? valid_count(p.key, g) : summary_terms(p, g));
-    if (j0 >= key_count) return;
+    if (j0 >= key_count) return false;
     f_begin = first_query_tile(mask, j0, MQ);
     f_end = valid_count(p.query, g);
   }
@@ -417,14 +418,17 @@ __device__ __forceinline__ void dkv_tile(const Backward& bw, int64_t cta, unsign
       warp_nn<D, MQ>(dv, s, dot, scratch);
       warp_nn<D, MQ>(dk, dp, qt, scratch);
       if constexpr (DQ) {
+        float* rows_ds = ds + tile * MQ * kDsPitch;  // (f_begin = 0)
 #pragma unroll
         for (int i = 0; i < MQ / 8; ++i)
 #pragma unroll
           for (int e = 0; e < 4; ++e)
-            ds[(i * 8 + 2 * qq + (e & 1)) * kDsPitch + warp * 16 + gq + 8 * (e / 2)] = dp[i][e];
+            rows_ds[(i * 8 + 2 * qq + (e & 1)) * kDsPitch + warp * 16 + gq + 8 * (e / 2)] =
+                dp[i][e];
       }
     } else if constexpr (DQ) {
-      for (int i = lane; i < 16 * MQ; i += 32) ds[i / 16 * kDsPitch + warp * 16 + i % 16] = 0.f;
+      for (int i = lane; i < 16 * MQ; i += 32)
+        ds[(tile * MQ + i / 16) * kDsPitch + warp * 16 + i % 16] = 0.f;
     }
     __syncthreads();
   }
@@ -441,27 +445,7 @@ __device__ __forceinline__ void dkv_tile(const Backward& bw, int64_t cta, unsign
     if (key_idx(c) < 0) return -1;
     return grad_at(out_v, b, h, value_row(c) + (A ? key_seg(c) * out_v.segment_rows : 0));
   });
-  if constexpr (DQ) {
-    // dq += dS K over this source's keys (dS complete since the walk's last barrier; the keys
-    // untouched by the epilogue), each warp its 16 query rows.
-    if (n_tiles == 0 || warp * 16 >= MQ) return;
-    float* rows_ds = ds + warp * 16 * kDsPitch;
-    float d_s[N / 8][4], part[D / 8][4];
-#pragma unroll
-    for (int i = 0; i < N / 8; ++i)
-#pragma unroll
-      for (int e = 0; e < 4; ++e)
-        d_s[i][e] = rows_ds[(gq + 8 * (e / 2)) * kDsPitch + i * 8 + 2 * qq + (e & 1)];
-#pragma unroll
-    for (int dt = 0; dt < D / 8; ++dt) part[dt][0] = part[dt][1] = part[dt][2] = part[dt][3] = 0.f;
-    warp_nn<D, N>(part, d_s, ks, rows_ds);  // fp32: its scratch is these rows, the same values
-    float* rows_dq = dq_acc + warp * 16 * (D + 4);
-#pragma unroll
-    for (int dt = 0; dt < D / 8; ++dt)
-#pragma unroll
-      for (int e = 0; e < 4; ++e)
-        rows_dq[(gq + 8 * (e / 2)) * (D + 4) + dt * 8 + 2 * qq + (e & 1)] += part[dt][e];
-  }
+  return n_tiles > 0;
 }
 
 // The dk/dv walk of a pass in one launch: source A's key tiles, then source B's by segment.
@@ -475,38 +459,73 @@ __global__ void __launch_bounds__(kThreads, 1) dkv_kernel(const __grid_constant_
     dkv_tile<T, D, Keys::kSegmentSummaries, PACKED>(bw, blockIdx.x - a_ctas, smem);
 }
 
-// A segment_backward pass (kernel.h): one CTA per segment or pack group (as the query CTAs)
-// walks its keys of source A, then of source B by segment, as the dk/dv CTAs do, and adds each
-// one's dS K into its dq, which it writes last: the queries' d_o rows are read by this CTA alone,
-// so dq may overwrite them.
+// One warp's 16 rows (16 warp + ...) of dS K: dS as the walk stored it, K the key tile the walk
+// left in shared memory.
+template <typename T, int D>
+__device__ __forceinline__ void add_ds_times_k(float (&dq)[D / 8][4], float* ds, const T* ks) {
+  constexpr int N = kKeyTile;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, gq = lane / 4, qq = lane % 4;
+  float* rows = ds + warp * 16 * kDsPitch;
+  float d_s[N / 8][4];
+#pragma unroll
+  for (int i = 0; i < N / 8; ++i)
+#pragma unroll
+    for (int e = 0; e < 4; ++e)
+      d_s[i][e] = rows[(gq + 8 * (e / 2)) * kDsPitch + i * 8 + 2 * qq + (e & 1)];
+  warp_nn<D, N>(dq, d_s, ks, rows);  // fp32: its scratch is these rows, the same values
+}
+
+// A segment_backward pass (kernel.h): one CTA per segment or pack group (as the query CTAs) runs
+// the dk/dv walk of its keys of source A, then of source B by segment, and after each adds dS K
+// into its dq (kept in shared memory while B's walk runs), which it writes last: the queries'
+// d_o rows are read by this CTA alone, so dq may overwrite them. A segment with no key of a
+// source adds nothing for it; its dq is still written (an empty buffer's first writer).
 template <typename T, int D, bool PACKED>
 __global__ void __launch_bounds__(kThreads, 1)
     segment_backward_kernel(const __grid_constant__ Backward bw) {
-  constexpr int MQ = backward_query_tile(D), QP = D + 4;
+  constexpr int QP = D + 4;
   COMBINER_DYNAMIC_SHARED(unsigned char, smem);
-  float* dq = reinterpret_cast<float*>(smem + dkv_smem<T, D>()) + MQ * kDsPitch;
-  for (int i = threadIdx.x; i < MQ * QP; i += kThreads) dq[i] = 0.f;
-  __syncthreads();
-  dkv_tile<T, D, Keys::kSourceA, PACKED, true>(bw, blockIdx.x, smem);
-  if (bw.pass.summaries) {
-    __syncthreads();  // source A's dS K has read the keys before B's land there
-    dkv_tile<T, D, Keys::kSegmentSummaries, PACKED, true>(bw, blockIdx.x, smem);
-  }
-  __syncthreads();
+  const T* ks = reinterpret_cast<const T*>(smem);  // the walk's key tile (dkv_tile's layout)
+  float* ds = reinterpret_cast<float*>(smem + dkv_smem<T, D>());
+  [[maybe_unused]] float* first = ds + kQueryTile * kDsPitch;  // two sources: A's dq [64][QP]
   const Pass& p = bw.pass;
   const int64_t b = blockIdx.y / p.heads, h = blockIdx.y % p.heads;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, gq = lane / 4, qq = lane % 4;
-  const bool active = warp * 16 < MQ;
-  float acc[D / 8][4];
+  // The walk's query rows: a pack group's, or the segment's (at most kQueryTile).
+  const int64_t pack = segment_pack(p);
+  const int q_rows = int(pack > 1 ? pack * p.query.seg_len : valid_count(p.query, blockIdx.x));
+  const bool active = warp * 16 < q_rows;
+  float dq[D / 8][4];
 #pragma unroll
-  for (int dt = 0; dt < D / 8; ++dt)
+  for (int dt = 0; dt < D / 8; ++dt) dq[dt][0] = dq[dt][1] = dq[dt][2] = dq[dt][3] = 0.f;
+  if (dkv_tile<T, D, Keys::kSourceA, PACKED, true>(bw, blockIdx.x, smem) && active)
+    add_ds_times_k<T, D>(dq, ds, ks);
+  if constexpr (D <= 64) {
+    if (p.summaries) {
+      float* rows = first + warp * 16 * QP;
+      if (active) {
 #pragma unroll
-    for (int e = 0; e < 4; ++e)
-      acc[dt][e] =
-          active ? dq[(warp * 16 + gq + 8 * (e / 2)) * QP + dt * 8 + 2 * qq + (e & 1)] : 0.f;
+        for (int dt = 0; dt < D / 8; ++dt)
+#pragma unroll
+          for (int e = 0; e < 4; ++e)
+            rows[(gq + 8 * (e / 2)) * QP + dt * 8 + 2 * qq + (e & 1)] = dq[dt][e];
+      }
+      __syncthreads();  // source A's dS K has read the keys and dS before B's walk rewrites them
+#pragma unroll
+      for (int dt = 0; dt < D / 8; ++dt) dq[dt][0] = dq[dt][1] = dq[dt][2] = dq[dt][3] = 0.f;
+      if (dkv_tile<T, D, Keys::kSegmentSummaries, PACKED, true>(bw, blockIdx.x, smem) && active)
+        add_ds_times_k<T, D>(dq, ds, ks);
+      if (active) {
+#pragma unroll
+        for (int dt = 0; dt < D / 8; ++dt)
+#pragma unroll
+          for (int e = 0; e < 4; ++e)
+            dq[dt][e] += rows[(gq + 8 * (e / 2)) * QP + dt * 8 + 2 * qq + (e & 1)];
+      }
+    }
+  }
   write_gradient<T, D>(
-      reinterpret_cast<float*>(smem), bw.dq, acc, float(p.scale), active, [&](int r) -> int64_t {
-        if (r >= MQ) return -1;
+      reinterpret_cast<float*>(smem), bw.dq, dq, float(p.scale), active, [&](int r) -> int64_t {
         const TileIndex q = tile_query(p, blockIdx.x, r);
         return q.valid ? grad_at(bw.dq, b, h, row_of(p.query, q.g, q.i)) : -1;
       });
@@ -532,7 +551,8 @@ void backward_cuda(const Backward& bw, void* stream) {
     constexpr int D = decltype(dim)::value;
     const unsigned heads = unsigned(p.batch * p.heads);
     const bool packed = segment_pack(p) > 1;
-    if constexpr (segment_backward_built(D)) {
+    constexpr Dtype dtype = sizeof(T) == 4 ? Dtype::kFloat32 : Dtype::kBFloat16;
+    if constexpr (segment_backward_built(dtype, D)) {
       if (segment_backward(p)) {
         const dim3 grid(unsigned(query_ctas(p)), heads);
         const char* what = "fused backward (one CTA per segment)";
