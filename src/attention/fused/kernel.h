@@ -456,6 +456,11 @@ COMBINER_HD int scan_part(const ScanParts<Scan>& s, bool backward, int64_t& line
 COMBINER_HD bool prefix_summaries(const Pass& p) {
   return p.summaries && !p.by_segment && p.summary_count > 0;
 }
+// Not for float32 at D 128, whose dk/dv walk alone takes every register: its CUDA instance
+// would spill.
+COMBINER_HD constexpr bool segment_backward_built(Dtype dtype, int64_t dim) {
+  return dtype != Dtype::kFloat32 || dim <= 64;
+}
 // Whether every segment (or pack group) of the pass is one query tile (kQueryTile rows: one or
 // two of the key-side walk's) and one key tile of each source, owned by no other segment: then one
 // CTA per segment computes its dk, dv (and dks, du) and, from the same dS, its dq, in one launch
@@ -463,11 +468,6 @@ COMBINER_HD bool prefix_summaries(const Pass& p) {
 // D <= 64 (the first's dq waits in shared memory, for which D 128 has no room beside the walk's).
 // Vertical's passes at L 3072 with rows of 48, and its columns of 32 at rows of 96, two to a tile,
 // are such passes; summaries by prefix, every later segment's, are not.
-// Not for float32 at D 128, whose dk/dv walk alone takes every register: its CUDA instance
-// would spill.
-COMBINER_HD constexpr bool segment_backward_built(Dtype dtype, int64_t dim) {
-  return dtype != Dtype::kFloat32 || dim <= 64;
-}
 COMBINER_HD bool segment_backward(const Pass& p) {
   if (!segment_backward_built(p.dtype, p.dim)) return false;
   if (p.summaries && (!p.by_segment || p.dim > 64)) return false;
