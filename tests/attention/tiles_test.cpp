@@ -130,10 +130,11 @@ TEST(FusedTiles, EveryKeyIsOneColumnOfOneDkvTileWhoseWalkReachesItsQueries) {
           if (!k.valid) continue;
           ++columns[{k.g, k.i}];
           for (int64_t t = 0; t < fused::valid_count(p.query, k.g); ++t)
-            if (sees(p, b, t, k.i))
+            if (sees(p, b, t, k.i)) {
               ASSERT_TRUE(walked.count({k.g, t}))
                   << c.name << (b ? ", source B" : "") << ": key " << k.i << " of segment " << k.g
                   << " misses query " << t;
+            }
         }
       }
       const auto& at = b ? p.summary_key : p.key;
@@ -166,12 +167,107 @@ TEST(FusedTiles, AQueryTileHoldsEachKeyItsQueriesSeeOnce) {
         for (const bool b : {false, true}) {
           if (b && !p.summaries) continue;
           for (int64_t j = 0; j < key_count(p, b, q.g); ++j)
-            if (sees(p, b, q.i, j))
+            if (sees(p, b, q.i, j)) {
               ASSERT_TRUE(held.count({b, {q.g, j}}))
                   << c.name << (b ? ", source B" : "") << ": query " << q.i << " of segment " << q.g
                   << " misses key " << j;
+            }
         }
       }
+    }
+  }
+}
+
+// The kernels test a score's mask as a set of columns per row (kernel.h Visible): the same rule
+// as mask_allows, for every mask, position and origin.
+TEST(FusedTiles, VisibleSetsAreTheMaskRule) {
+  for (const auto mask :
+       {fused::Mask::kNone, fused::Mask::kCausal, fused::Mask::kStrict, fused::Mask::kOthers})
+    for (int count = 0; count <= 6; ++count)
+      for (int at = 0; at <= 7; ++at)
+        for (int origin = -4; origin <= 4; ++origin)
+          for (int c = -12; c <= 12; ++c) {
+            const int x = origin + c;  // the key (or query) column c stands for
+            const bool in = x >= 0 && x < count;
+            ASSERT_EQ(fused::visible(fused::from(fused::keys_seen(mask, at, count), origin), c),
+                      in && fused::mask_allows(mask, at, x))
+                << "query " << at << ", key " << x << ", mask " << int(mask);
+            if (origin >= 0 && c >= 0) {  // unpacked query rows: the set starts at or before c
+              ASSERT_EQ(fused::visible_in_prefix(
+                            fused::from(fused::keys_seen(mask, at, count), origin), c),
+                        in && fused::mask_allows(mask, at, x));
+            }
+            ASSERT_EQ(
+                fused::visible(fused::from(fused::queries_seeing(mask, at, count), origin), c),
+                in && fused::mask_allows(mask, x, at))
+                << "key " << at << ", query " << x << ", mask " << int(mask);
+          }
+}
+
+// The sets the kernels build from a row's own segment (kernel_tile.cuh QueryRows, KeyRows): a
+// query tile's row sees column c of a key tile iff that column holds a key of its segment that
+// it sees (packed: columns seg x seg_len + j, seg the row's segment in the group); a dk/dv tile's
+// key is seen by walk query f iff f is a query of its segment that sees it (packed: f = seg x
+// query.seg_len + t). Over every plan, at the sizes kernel-check cannot afford.
+TEST(FusedTiles, ARowsVisibleColumnsAreItsSegmentsKeysItSees) {
+  for (auto c : plan_cases()) {
+    const auto& p = c.pass;
+    const int64_t pack = fused::segment_pack(p);
+    for (int64_t cta = 0; cta < fused::query_ctas(p); ++cta) {
+      const auto n = fused::query_tile_keys(p, cta);
+      for (int64_t tile = 0; tile < n.total; ++tile) {
+        const bool b = tile >= n.direct;
+        const fused::Mask mask = b ? fused::summary_mask_of(p) : p.mask;
+        const int j0 = int((b ? tile - n.direct : tile) * fused::kKeyTile);
+        for (int64_t r = 0; r < fused::kQueryTile; ++r) {
+          const TileIndex q = fused::tile_query(p, cta, r);
+          fused::Visible v;
+          if (q.valid && pack > 1) {
+            const int64_t len = b ? p.summary_key.seg_len : p.key.seg_len;
+            const auto& at = b ? p.summary_key : p.key;
+            const int count = q.g < at.segments ? int(key_count(p, b, q.g)) : 0;
+            v = fused::from(fused::keys_seen(mask, int(q.i), count),
+                            -int((q.g - cta * pack) * len));
+          } else if (q.valid) {
+            const int last =
+                int(std::min<int64_t>((cta % fused::query_chunks(p) + 1) * fused::kQueryTile,
+                                      fused::valid_count(p.query, q.g)) -
+                    1);
+            const int count = int(b ? fused::summary_keys(p, q.g, last) : key_count(p, b, q.g));
+            v = fused::from(fused::keys_seen(mask, int(q.i), count), j0);
+          }
+          for (int col = 0; col < fused::kKeyTile; ++col) {
+            const TileIndex k = fused::tile_key(p, cta, tile, n.direct, col);
+            const bool term = q.valid && k.valid && k.g == q.g && sees(p, b, q.i, k.i);
+            ASSERT_EQ(fused::visible(v, col), term) << c.name << ": CTA " << cta << " tile " << tile
+                                                    << " row " << r << " column " << col;
+          }
+        }
+      }
+    }
+    for (const bool b : {false, true}) {
+      if (b && !(p.summaries && p.by_segment)) continue;
+      const fused::Mask mask = b ? p.summary_mask : p.mask;
+      for (int64_t cta = 0; cta < fused::key_ctas(p, b); ++cta)
+        for (int64_t col = 0; col < fused::kKeyTile; ++col) {
+          const TileIndex k = fused::dkv_key(p, b, cta, col);
+          const int64_t g = pack > 1 ? cta * pack : k.g;
+          const int64_t walk = pack > 1 ? pack * p.query.seg_len : fused::valid_count(p.query, g);
+          fused::Visible v;
+          if (k.valid) {
+            const int queries = k.g < p.query.segments ? int(fused::valid_count(p.query, k.g)) : 0;
+            v = fused::from(fused::queries_seeing(mask, int(k.i), queries),
+                            pack > 1 ? -int((k.g - g) * p.query.seg_len) : 0);
+          }
+          for (int64_t f = 0; f < walk; ++f) {
+            const TileIndex q = pack > 1 ? fused::packed_query(p, cta, f)
+                                         : TileIndex{g, f, f < fused::valid_count(p.query, g)};
+            const bool term = k.valid && q.valid && q.g == k.g && sees(p, b, q.i, k.i);
+            ASSERT_EQ(fused::visible(v, int(f)), term)
+                << c.name << (b ? ", source B" : "") << ": key CTA " << cta << " column " << col
+                << " query " << f;
+          }
+        }
     }
   }
 }

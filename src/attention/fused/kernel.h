@@ -163,6 +163,43 @@ COMBINER_HD bool mask_allows(Mask mask, int64_t t, int64_t j) {
                                                          : j != t);
 }
 
+// The same rule as sets: the columns of a score tile one of its rows sees, lo <= c < hi and
+// c != skip (skip lies outside [lo, hi) where the mask excludes no single column). The kernels
+// compute a row's set once per tile, so that each score tests three integers and branches on
+// nothing; the CPU model keeps mask_allows element by element (FusedTiles tests that both agree).
+struct Visible {
+  int lo = 0, hi = 0, skip = -1;
+};
+COMBINER_HD bool visible(const Visible& v, int c) {
+  return c >= v.lo && c < v.hi && c != v.skip;
+}
+// visible() for c >= 0 where v.lo <= 0 (a query row's keys counted from its tile's first key or
+// later, unpacked): two integers.
+COMBINER_HD bool visible_in_prefix(const Visible& v, int c) {
+  return c < v.hi && c != v.skip;
+}
+// The same set, counted from column `origin`: c is in it iff origin + c is in v.
+COMBINER_HD Visible from(const Visible& v, int origin) {
+  return {v.lo - origin, v.hi - origin, v.skip - origin};
+}
+// The keys j < count that query t sees.
+COMBINER_HD Visible keys_seen(Mask mask, int t, int count) {
+  Visible v;
+  v.hi = mask == Mask::kCausal   ? (t + 1 < count ? t + 1 : count)
+         : mask == Mask::kStrict ? (t < count ? t : count)
+                                 : count;
+  v.skip = mask == Mask::kOthers ? t : -1;
+  return v;
+}
+// The queries t < count that see key j.
+COMBINER_HD Visible queries_seeing(Mask mask, int j, int count) {
+  Visible v;
+  v.lo = mask == Mask::kCausal ? j : mask == Mask::kStrict ? j + 1 : 0;
+  v.hi = count;
+  v.skip = mask == Mask::kOthers ? j : v.lo - 1;
+  return v;
+}
+
 // Keys of source A that queries 0..last of a segment with `count` keys can see (a prefix of them;
 // kOthers: all, as query 0 sees keys 1.. and query 1 key 0).
 COMBINER_HD int64_t direct_keys(Mask mask, int64_t count, int64_t last) {

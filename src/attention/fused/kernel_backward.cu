@@ -14,7 +14,7 @@
 //   q, dO, k and v read once, the scores computed once. The CPU model runs that CTA's dk/dv tiles
 //   and its dq tile in turn.
 // Shared memory (D = 32 / 64 / 128): dq bf16 30 / 54 / 102 KB, fp32 71 / 119 / 215 KB (packed:
-// 0.75 KB more); dkv bf16 33 / 57 / 70 KB, fp32 74 / 122 / 143 KB (D = 128 walks 32-query
+// 1.5 KB more); dkv bf16 33 / 57 / 70 KB, fp32 74 / 122 / 143 KB (D = 128 walks 32-query
 // tiles).
 
 #include "attention/fused/kernel.h"
@@ -36,15 +36,15 @@ __host__ __device__ constexpr size_t dq_smem() {
   return dq_tile_bytes<T, D>() + (PACKED ? packed_table_bytes(kQueryTile, kKeyTile) : 0);
 }
 
-// Q and dO (two stages), K and V, lse, delta and the per-query rows and indices (two stages of
-// each), the fp32 path's scratch; packed, each query's segment too (two stages) and each key's
-// segment and index.
+// Q and dO (two stages), K and V, lse, delta and the per-query rows and (by prefix) summary
+// counts (two stages of each), the fp32 path's scratch; packed, each key's segment, index and
+// its segment's query count.
 template <typename T, int D>
 __host__ __device__ constexpr size_t dkv_smem() {
   constexpr int MQ = backward_query_tile(D);
   return size_t(2 * kKeyTile + 4 * MQ) * pitch<T, D>() * sizeof(T) + 2 * 4 * MQ * sizeof(float) +
          size_t(kWarps) * scratch_floats<T, MQ>() * sizeof(float) +
-         size_t(2 * MQ + 2 * kKeyTile) * sizeof(int);
+         size_t(3 * kKeyTile) * sizeof(int);
 }
 // The one-CTA-per-segment backward (segment_backward in kernel.h) adds, after the dk/dv walk's:
 // dS of the walk's query tiles (up to kQueryTile rows) against the key tile, [kQueryTile][kDsPitch]
@@ -132,10 +132,8 @@ __global__ void __launch_bounds__(kThreads, dq_blocks_per_sm<T, D>()) dq_kernel(
     const SourceRows<T> src =
         summary ? source_b_rows<T>(p, b, h, g, s_count) : source_a_rows<T>(p, b, h, g, a_count);
     const int j0 = (summary ? tile - n_direct : tile) * N;
-    load_rows<T, D, N>(
-        ks + stage * N * P, [&](int c) { return src.key(j0 + c); }, k0);
-    load_rows<T, D, N>(
-        vs + stage * N * P, [&](int c) { return src.value(j0 + c); }, v0);
+    load_strided<T, D, N>(ks + stage * N * P, src.k, 0, src.k_step, j0, src.count, k0);
+    load_strided<T, D, N>(vs + stage * N * P, src.v, 0, src.v_step, j0, src.count, v0);
   };
   if (n_tiles > 0) load_keys(0, 0);
   cp_async_commit();
@@ -177,27 +175,33 @@ __global__ void __launch_bounds__(kThreads, dq_blocks_per_sm<T, D>()) dq_kernel(
     const bool summary = tile >= n_direct;
     const int j0 = (summary ? tile - n_direct : tile) * N, stage = tile & 1;
     const int count = summary ? s_count : a_count;
+    const int len = int(summary ? p.summary_key.seg_len : p.key.seg_len);  // packed
     const Mask mask = summary ? summary_mask_of(p) : p.mask;
     const bool skip = !warp_active || (!PACKED && may_skip(mask, tw + 15, j0));
     if (!skip) {
       float s[N / 8][4], dp[N / 8][4];
       warp_nt<D, N>(s, qs + warp * 16 * P, ks + stage * N * P, scratch);
       warp_nt<D, N>(dp, dos + warp * 16 * P, vs + stage * N * P, scratch);
+      // Row by row (one row's set live at a time): the keys of the tile it sees, from this
+      // thread's first column (kernel.h Visible), and its dS.
 #pragma unroll
-      for (int i = 0; i < N / 8; ++i)
+      for (int r = 0; r < 2; ++r) {
+        const int t = tw + gq + 8 * r;
+        Visible sees;
+        if constexpr (PACKED)
+          sees = tables.keys_seen_by(warp * 16 + gq + 8 * r, summary, mask, len, 2 * qq);
+        else
+          sees = t < q_count ? from(keys_seen(mask, t, count), j0 + 2 * qq) : Visible{};
 #pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int c = i * 8 + 2 * qq + (e & 1);
-          bool ok;
-          if constexpr (PACKED) {
-            ok = tables.sees(stage, c, my_seg[e / 2], my_t[e / 2], mask);
-          } else {
-            const int t = tw + gq + 8 * (e / 2), j = j0 + c;
-            ok = t < q_count && j < count && mask_allows(mask, t, j);
+        for (int i = 0; i < N / 8; ++i)
+#pragma unroll
+          for (int e = 2 * r; e < 2 * r + 2; ++e) {
+            const int c = i * 8 + (e & 1);
+            const bool ok = PACKED ? visible(sees, c) : visible_in_prefix(sees, c);
+            const float w = ok ? exp2f(s[i][e] * scale2 - lse2[r]) : 0.f;
+            s[i][e] = w * (dp[i][e] - delta[r]);  // dS
           }
-          const float w = ok ? exp2f(s[i][e] * scale2 - lse2[e / 2]) : 0.f;
-          s[i][e] = w * (dp[i][e] - delta[e / 2]);  // dS
-        }
+      }
       warp_nn<D, N>(dq, s, ks + stage * N * P, scratch);
     }
     __syncthreads();
@@ -239,11 +243,11 @@ __device__ __forceinline__ bool dkv_tile(const Backward& bw, int64_t cta, unsign
   float* deltas = lses + 2 * MQ;                             // [2][MQ]
   int* seen = reinterpret_cast<int*>(deltas + 2 * MQ);       // [2][MQ]
   int* rows = seen + 2 * MQ;                                 // [2][MQ]
-  int* q_seg = rows + 2 * MQ;                                // [2][MQ] (packed)
-  int* k_seg = q_seg + 2 * MQ;                               // [N] (packed)
+  int* k_seg = rows + 2 * MQ;                                // [N] (packed)
   int* k_idx = k_seg + N;                                    // [N] (packed)
+  int* k_queries = k_idx + N;                                // [N] (packed)
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, gq = lane / 4, qq = lane % 4;
-  float* scratch = reinterpret_cast<float*>(k_idx + N) + warp * scratch_floats<T, MQ>();
+  float* scratch = reinterpret_cast<float*>(k_queries + N) + warp * scratch_floats<T, MQ>();
   static_assert(N == kStagedRows && staged_bytes<D>() <= size_t(2 * N + 4 * MQ) * P * sizeof(T),
                 "the epilogue's tile (the index tables after it survive it)");
   static_assert(!DQ || (staged_bytes<D>() <= size_t(4 * MQ) * P * sizeof(T) && !SUMMARY),
@@ -275,6 +279,7 @@ __device__ __forceinline__ bool dkv_tile(const Backward& bw, int64_t cta, unsign
       const TileIndex k = dkv_key(p, !A, cta, c);
       k_seg[c] = int(k.g - g);
       k_idx[c] = k.valid ? int(k.i) : -1;
+      k_queries[c] = k.valid && k.g < p.query.segments ? int(valid_count(p.query, k.g)) : 0;
       any = any || k.valid;
     }
     if (!__syncthreads_or(any)) return false;  // no key: no gradient to write
@@ -318,22 +323,41 @@ __device__ __forceinline__ bool dkv_tile(const Backward& bw, int64_t cta, unsign
       vs,
       [&](int c) -> const T* { return key_idx(c) >= 0 ? v0 + value_row(c) * v_row : nullptr; },
       v0);
-  // Query tile at flat index f0 into stage `stage`, all asynchronous: per query once (not per
-  // 16-byte chunk) its row (-1 if none), lse and delta by cp.async and `seen` (source A: its
-  // index t, -1 if none; by prefix: how many summaries it sees); packed, its segment; then the
-  // rows of q and dO.
+  // Query tile at flat index f0 into stage `stage`, all asynchronous: by segment, lse and delta
+  // by cp.async, then the rows of q and dO, row_stride apart; packed or by prefix, per query once
+  // (not per 16-byte chunk) its row (-1 if none), lse and delta by cp.async and, by prefix, how
+  // many summaries it sees (`seen`), then the rows of q and dO through the row table.
   const float* lse0 = static_cast<const float*>(bw.lse) + (b * p.heads + h) * p.query.limit;
   const float* delta0 = static_cast<const float*>(bw.delta) + (b * p.heads + h) * p.query.limit;
   auto load_queries = [&](int64_t f0, int stage) {
+    if constexpr (!PACKED && !SUMMARY) {
+      // By segment: query f is row f of segment g, its rows row_stride apart.
+      const int64_t start = row_of(p.query, g, 0), step = p.query.row_stride;
+      for (int i = threadIdx.x; i < MQ; i += kThreads) {
+        const bool valid = f0 + i < f_end;
+        const int64_t row = valid ? start + (f0 + i) * step : 0;
+        cp_async4(lses + stage * MQ + i, lse0 + row, valid);
+        cp_async4(deltas + stage * MQ + i, delta0 + row, valid);
+      }
+      load_strided<T, D, MQ>(
+          qs + stage * MQ * P, q0, start * p.q.row, step * p.q.row, int(f0), int(f_end), q0);
+      load_strided<T, D, MQ>(dos + stage * MQ * P,
+                             do0,
+                             start * bw.d_o.row,
+                             step * bw.d_o.row,
+                             int(f0),
+                             int(f_end),
+                             do0);
+      return;
+    }
     for (int i = threadIdx.x; i < MQ; i += kThreads) {
       const int64_t f = f0 + i;
       TileIndex q;
       if constexpr (PACKED) {
         q = packed_query(p, cta, f);
-        q_seg[stage * MQ + i] = int(q.g - g);
-      } else {
-        q.g = SUMMARY ? f / p.query.seg_len : g;
-        q.i = SUMMARY ? f % p.query.seg_len : f;
+      } else {  // by prefix: the queries of a run of segments
+        q.g = f / p.query.seg_len;
+        q.i = f % p.query.seg_len;
         q.valid = q.i < valid_count(p.query, q.g);
       }
       const bool valid = f < f_end && q.valid;
@@ -341,8 +365,7 @@ __device__ __forceinline__ bool dkv_tile(const Backward& bw, int64_t cta, unsign
       rows[stage * MQ + i] = valid ? int(row) : -1;
       cp_async4(lses + stage * MQ + i, lse0 + row, valid);
       cp_async4(deltas + stage * MQ + i, delta0 + row, valid);
-      seen[stage * MQ + i] =
-          SUMMARY ? (valid ? int(summary_terms(p, q.g)) : 0) : (valid ? int(q.i) : -1);
+      if constexpr (SUMMARY) seen[stage * MQ + i] = valid ? int(summary_terms(p, q.g)) : 0;
     }
     __syncthreads();  // every thread reads the rows below
     auto rows_of = [&](const T* x0, int64_t stride) {
@@ -359,17 +382,11 @@ __device__ __forceinline__ bool dkv_tile(const Backward& bw, int64_t cta, unsign
   cp_async_commit();
 
   const int jw = j0 + warp * 16;  // this warp's first key (unpacked)
-  // This thread's two keys (warp rows gq and gq + 8): packed, their segment and index.
-  int my_seg[2] = {0, 0}, my_j[2] = {-1, -1};
-  if constexpr (PACKED) {
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      my_seg[r] = k_seg[warp * 16 + gq + 8 * r];
-      my_j[r] = k_idx[warp * 16 + gq + 8 * r];
-    }
-  }
+  // This thread's two keys are tile rows 16 warp + gq and + 8 (packed: their segment, index and
+  // query count in the tables, read where needed rather than held).
   const bool warp_active =
-      PACKED ? __any_sync(0xffffffffu, my_j[0] >= 0 || my_j[1] >= 0) : jw < key_count;
+      PACKED ? __any_sync(0xffffffffu, k_idx[warp * 16 + gq] >= 0 || k_idx[warp * 16 + gq + 8] >= 0)
+             : jw < key_count;
   const float scale2 = float(p.scale) * kLog2e;
   float dk[D / 8][4], dv[D / 8][4];
 #pragma unroll
@@ -396,20 +413,32 @@ __device__ __forceinline__ bool dkv_tile(const Backward& bw, int64_t cta, unsign
       float s[MQ / 8][4], dp[MQ / 8][4];
       warp_nt<D, MQ>(s, ks + warp * 16 * P, qt, scratch);    // S^T: keys x queries
       warp_nt<D, MQ>(dp, vs + warp * 16 * P, dot, scratch);  // dP^T
+      // By segment: the queries of the tile that see this thread's keys, from its first column
+      // (kernel.h Visible); packed, its keys' own segments' queries, f = seg x seg_len + t.
+      Visible seen_by[2];
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        if constexpr (PACKED) {
+          const int key = warp * 16 + gq + 8 * r, j = k_idx[key];
+          const int first = int(f0) + 2 * qq - k_seg[key] * int(p.query.seg_len);
+          seen_by[r] = j < 0 ? Visible{} : from(queries_seeing(mask, j, k_queries[key]), first);
+        } else if constexpr (!SUMMARY) {
+          const int j = jw + gq + 8 * r;
+          seen_by[r] = j < key_count ? from(queries_seeing(mask, j, int(f_end)), int(f0) + 2 * qq)
+                                     : Visible{};
+        }
+      }
 #pragma unroll
       for (int i = 0; i < MQ / 8; ++i)
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
           const int c = i * 8 + 2 * qq + (e & 1);
-          const int info = seen[stage * MQ + c];
           bool ok;
-          if constexpr (PACKED) {
-            const int j = my_j[e / 2];
-            ok = j >= 0 && info >= 0 && q_seg[stage * MQ + c] == my_seg[e / 2] &&
-                 mask_allows(mask, info, j);
+          if constexpr (SUMMARY) {
+            const int j = jw + gq + 8 * (e / 2), info = seen[stage * MQ + c];
+            ok = j < key_count && j < info;
           } else {
-            const int j = jw + gq + 8 * (e / 2);
-            ok = j < key_count && (SUMMARY ? j < info : info >= 0 && mask_allows(mask, info, j));
+            ok = visible(seen_by[e / 2], i * 8 + (e & 1));
           }
           const float w = ok ? exp2f(s[i][e] * scale2 - lses[stage * MQ + c] * kLog2e) : 0.f;
           s[i][e] = w;                                         // P^T

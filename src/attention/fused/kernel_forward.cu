@@ -4,7 +4,7 @@
 // key tiles (source A: the segment's own keys up to the tile's last query; then source B: the
 // summaries of the earlier segments, or its own by segment), double-buffered through cp.async,
 // with the online softmax in registers: no score leaves the chip. Shared memory: Q [64 x P] +
-// K, V [2 stages x 64 x P] (+ fp32 scratch; packed, 1 KB of index tables), P = D + 16 bytes of
+// K, V [2 stages x 64 x P] (+ fp32 scratch; packed, 1.5 KB of index tables), P = D + 16 bytes of
 // padding: bf16 D = 32 / 64 / 128: 25 / 45 / 85 KB; fp32: 62 / 102 / 182 KB.
 //
 // Cost at combiner-bench attention's GPU shape (B = 8, H = 8, L = 12288, D = 64, bf16; s = W =
@@ -125,10 +125,8 @@ __global__ void __launch_bounds__(kThreads, forward_blocks_per_sm<T, D>())
     const SourceRows<T> src =
         summary ? source_b_rows<T>(p, b, h, g, s_count) : source_a_rows<T>(p, b, h, g, a_count);
     const int j0 = (summary ? tile - n_direct : tile) * N;
-    load_rows<T, D, N>(
-        ks + stage * N * P, [&](int c) { return src.key(j0 + c); }, k0);
-    load_rows<T, D, N>(
-        vs + stage * N * P, [&](int c) { return src.value(j0 + c); }, v0);
+    load_strided<T, D, N>(ks + stage * N * P, src.k, 0, src.k_step, j0, src.count, k0);
+    load_strided<T, D, N>(vs + stage * N * P, src.v, 0, src.v_step, j0, src.count, v0);
   };
   if (n_tiles > 0) load_keys(0, 0);
   cp_async_commit();
@@ -162,24 +160,29 @@ __global__ void __launch_bounds__(kThreads, forward_blocks_per_sm<T, D>())
     const bool summary = tile >= n_direct;
     const int j0 = (summary ? tile - n_direct : tile) * N, stage = tile & 1;
     const int count = summary ? s_count : a_count;
+    const int len = int(summary ? p.summary_key.seg_len : p.key.seg_len);  // packed
     const Mask mask = summary ? summary_mask_of(p) : p.mask;
     // A warp none of whose queries sees the tile's keys skips it (causal masks: fused/kernel.h).
     const bool skip = !warp_active || (!PACKED && may_skip(mask, tw + 15, j0));
     if (!skip) {
       float s[N / 8][4];
       warp_nt<D, N>(s, qs + warp * 16 * P, ks + stage * N * P, scratch);
+      // The keys of the tile this thread's rows see, from its first column (kernel.h Visible).
+      Visible sees[2];
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        const int t = tw + gq + 8 * r;
+        if constexpr (PACKED)
+          sees[r] = tables.keys_seen_by(warp * 16 + gq + 8 * r, summary, mask, len, 2 * qq);
+        else
+          sees[r] = t < q_count ? from(keys_seen(mask, t, count), j0 + 2 * qq) : Visible{};
+      }
 #pragma unroll
       for (int i = 0; i < N / 8; ++i)
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
-          const int c = i * 8 + 2 * qq + (e & 1);
-          bool ok;
-          if constexpr (PACKED) {
-            ok = tables.sees(stage, c, my_seg[e / 2], my_t[e / 2], mask);
-          } else {
-            const int t = tw + gq + 8 * (e / 2), j = j0 + c;
-            ok = t < q_count && j < count && mask_allows(mask, t, j);
-          }
+          const int c = i * 8 + (e & 1);
+          const bool ok = PACKED ? visible(sees[e / 2], c) : visible_in_prefix(sees[e / 2], c);
           s[i][e] = ok ? s[i][e] * scale2 : -INFINITY;
         }
 #pragma unroll

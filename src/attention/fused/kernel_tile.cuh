@@ -93,29 +93,40 @@ __device__ __forceinline__ SourceRows<T> source_b_rows(
 // ---- a packed tile's index tables (kernel.h segment_pack) ----
 
 __host__ __device__ constexpr size_t packed_table_bytes(int rows, int cols) {
-  return size_t(2 * rows + 2 * cols) * sizeof(int);
+  return size_t(4 * rows + 2 * cols) * sizeof(int);
 }
-// In shared memory: per query row of the tile its segment (less the group's first, g0) and its
-// index (-1: none, kernel.h tile_query); per key column of each of two stages both in one int,
-// segment << 16 | index (-1: none, tile_key), which the mask reads with one load. Each fill is
-// computed once per row or column, then the CTA synchronises, so that the loads and masks after
-// it look the indices up instead of dividing.
+// In shared memory: per query row of the tile its segment (less the group's first, g0), its
+// index (-1: none, kernel.h tile_query) and how many keys of each source its segment has; per key
+// column of each of two stages both in one int, segment << 16 | index (-1: none, tile_key). Each
+// fill is computed once per row or column, then the CTA synchronises, so that the loads and masks
+// after it look the indices up instead of dividing.
 template <int ROWS, int COLS>
 struct PackedTables {
-  int* t;  // q_seg [ROWS], q_idx [ROWS], k_code [2][COLS]
+  int* t;  // q_seg [ROWS], q_idx [ROWS], k_code [2][COLS], q_keys [2][ROWS]
 
   __device__ explicit PackedTables(unsigned char* at) : t(reinterpret_cast<int*>(at)) {}
   __device__ int& q_seg(int r) const { return t[r]; }
   __device__ int& q_idx(int r) const { return t[ROWS + r]; }
   __device__ int& k_code(int stage, int c) const { return t[2 * ROWS + stage * COLS + c]; }
+  __device__ int& q_keys(bool b, int r) const { return t[2 * ROWS + 2 * COLS + b * ROWS + r]; }
 
   __device__ void fill_queries(const Pass& p, int64_t cta, int64_t g0) const {
     for (int r = threadIdx.x; r < ROWS; r += kThreads) {
       const TileIndex q = tile_query(p, cta, r);
       q_seg(r) = int(q.g - g0);
       q_idx(r) = q.valid ? int(q.i) : -1;
+      q_keys(false, r) = q.valid && q.g < p.key.segments ? int(valid_count(p.key, q.g)) : 0;
+      q_keys(true, r) =
+          q.valid && p.summaries && q.g < p.summary_key.segments ? int(summary_terms(p, q.g)) : 0;
     }
     __syncthreads();
+  }
+  // The columns of a key tile (source B's if b, whose segments are len keys apart) that row r
+  // sees: its own segment's keys it sees (kernel.h packed_key: column seg x len + j), counted
+  // from column `first` (kernel.h Visible).
+  __device__ Visible keys_seen_by(int r, bool b, Mask mask, int len, int first) const {
+    const int t = q_idx(r);
+    return t < 0 ? Visible{} : from(keys_seen(mask, t, q_keys(b, r)), first - q_seg(r) * len);
   }
   __device__ void fill_keys(
       const Pass& p, int64_t cta, int tile, int direct, int stage, int64_t g0) const {
@@ -142,11 +153,6 @@ struct PackedTables {
     const Geometry& geom =
         summary ? (value ? p.summary_value : p.summary_key) : (value ? p.value : p.key);
     return at<T>(x, b, h, row_of(geom, g0 + (code >> 16), code & 0xffff));
-  }
-  // Whether the query of segment `seg`, index t (-1: none) sees key column c of stage `stage`.
-  __device__ bool sees(int stage, int c, int seg, int t, Mask mask) const {
-    const int code = k_code(stage, c);
-    return t >= 0 && code >= 0 && code >> 16 == seg && mask_allows(mask, t, code & 0xffff);
   }
 };
 
@@ -197,6 +203,25 @@ __device__ __forceinline__ void load_rows(T* smem, RowFn row, const void* any) {
     const int r = i / kPerRow, c = i % kPerRow;
     const T* src = row(r);
     cp_async16(smem + r * pitch<T, D>() + c * kChunk, src ? src + c * kChunk : any, src != nullptr);
+  }
+}
+
+// ROWS rows of D elements into smem as load_rows, for rows that lie `step` elements apart: tile
+// row r is row first + r, at base + start + (first + r) x step, for first + r < count (zeros past
+// it). Each thread's chunks sit in one column of rows kThreads / kPerRow apart, so its source
+// offset advances by a constant instead of being computed again per chunk from the row's index.
+template <typename T, int D, int ROWS>
+__device__ __forceinline__ void load_strided(
+    T* smem, const T* base, int64_t start, int64_t step, int first, int count, const void* any) {
+  constexpr int kChunk = 16 / int(sizeof(T)), kPerRow = D / kChunk;
+  constexpr int kRowsApart = kThreads / kPerRow;
+  static_assert(kThreads % kPerRow == 0 && ROWS % kRowsApart == 0, "whole rows per pass");
+  const int c = threadIdx.x % kPerRow, r0 = threadIdx.x / kPerRow;
+  int64_t offset = start + int64_t(first + r0) * step + c * kChunk;
+#pragma unroll
+  for (int r = r0; r < ROWS; r += kRowsApart, offset += kRowsApart * step) {
+    const bool valid = first + r < count;
+    cp_async16(smem + r * pitch<T, D>() + c * kChunk, valid ? base + offset : any, valid);
   }
 }
 
