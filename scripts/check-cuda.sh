@@ -2,7 +2,8 @@
 # Compile-checks the CUDA side without a GPU (this machine has nvcc but no device):
 #   1. every src/attention/fused/*.cu and src/ops/*.cu with nvcc for sm_90, ptxas -v: one line
 #      per kernel with its registers, stack frame and spill bytes (dynamic shared memory is set at
-#      launch: the sizes are in each .cu file's opening comment);
+#      launch: the sizes are in each .cu file's opening comment); then the bfloat16 attention
+#      kernels' tile loops counted in SASS (scripts/sass_loops.py, where a cuobjdump is found);
 #   2. the torch glue (src/attention/fused/function.cpp, fused.cpp, pools.cpp, launch.cpp and
 #      src/attention/static_decode.cpp with COMBINER_WITH_CUDA_KERNELS; src/ops/layer_norm.cpp,
 #      norm_linear.cpp and linear.cpp with COMBINER_WITH_CUDA_OPS) against this machine's LibTorch
@@ -43,6 +44,13 @@ for cu in src/attention/fused/*.cu src/ops/*.cu; do
         "$regs" "$stack" "$spill" "$flag"
       if [ -n "$flag" ]; then echo "spill" >>"$out/spills"; fi
     done
+done
+# The attention kernels' tile loops in SASS (scripts/sass_loops.py: instructions per key or
+# query tile and warp, and how many are tensor-core ones), where a cuobjdump is at hand.
+for name in kernel_forward kernel_backward; do
+  if [ -f "$out/$name.o" ]; then
+    python3 scripts/sass_loops.py "$out/$name.o" bf16 2>&1 | sed "s|^|$name.cu: |" || true
+  fi
 done
 if [ -s "$out/spills" ]; then
   echo "check-cuda: some kernels use local memory (see the lines marked above)"
