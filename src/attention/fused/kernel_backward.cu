@@ -241,8 +241,8 @@ __device__ __forceinline__ bool dkv_tile(const Backward& bw, int64_t cta, unsign
   T* dos = qs + 2 * MQ * P;                                  // [2][MQ][P]
   float* lses = reinterpret_cast<float*>(dos + 2 * MQ * P);  // [2][MQ], natural log
   float* deltas = lses + 2 * MQ;                             // [2][MQ]
-  int* seen = reinterpret_cast<int*>(deltas + 2 * MQ);       // [2][MQ]
-  int* rows = seen + 2 * MQ;                                 // [2][MQ]
+  int* seen = reinterpret_cast<int*>(deltas + 2 * MQ);       // [2][MQ] (by prefix)
+  int* rows = seen + 2 * MQ;                                 // [2][MQ] (packed, by prefix)
   int* k_seg = rows + 2 * MQ;                                // [N] (packed)
   int* k_idx = k_seg + N;                                    // [N] (packed)
   int* k_queries = k_idx + N;                                // [N] (packed)

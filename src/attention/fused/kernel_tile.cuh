@@ -40,21 +40,14 @@ __device__ __forceinline__ const T* at(const Operand& x, int64_t b, int64_t h, i
   return static_cast<const T*>(x.data) + b * x.batch + h * x.head + row * x.row;
 }
 
-// One source's keys and values in one segment, as a kernel loads them: key j at k + j * k_step,
-// its value at v + j * v_step (elements), for j < count (nullptr past it: a zero row).
+// One source's keys and values in one segment, as a kernel loads them (load_strided): key j at
+// k + j * k_step, its value at v + j * v_step (elements), for j < count (a zero row past it).
 template <typename T>
 struct SourceRows {
   const T* k = nullptr;
   const T* v = nullptr;
   int64_t k_step = 0, v_step = 0;
   int count = 0;
-
-  __device__ __forceinline__ const T* key(int j) const {
-    return j < count ? k + j * k_step : nullptr;
-  }
-  __device__ __forceinline__ const T* value(int j) const {
-    return j < count ? v + j * v_step : nullptr;
-  }
 };
 template <typename T>
 __device__ __forceinline__ SourceRows<T> source_rows(const Operand& k,
