@@ -175,7 +175,6 @@ __global__ void __launch_bounds__(kThreads, dq_blocks_per_sm<T, D>()) dq_kernel(
     const bool summary = tile >= n_direct;
     const int j0 = (summary ? tile - n_direct : tile) * N, stage = tile & 1;
     const int count = summary ? s_count : a_count;
-    const int len = int(summary ? p.summary_key.seg_len : p.key.seg_len);  // packed
     const Mask mask = summary ? summary_mask_of(p) : p.mask;
     const bool skip = !warp_active || (!PACKED && may_skip(mask, tw + 15, j0));
     if (!skip) {
@@ -189,7 +188,7 @@ __global__ void __launch_bounds__(kThreads, dq_blocks_per_sm<T, D>()) dq_kernel(
         const int t = tw + gq + 8 * r;
         Visible sees;
         if constexpr (PACKED)
-          sees = tables.keys_seen_by(warp * 16 + gq + 8 * r, summary, mask, len, 2 * qq);
+          sees = tables.keys_seen_by(p, warp * 16 + gq + 8 * r, summary, mask, 2 * qq);
         else
           sees = t < q_count ? from(keys_seen(mask, t, count), j0 + 2 * qq) : Visible{};
 #pragma unroll

@@ -160,7 +160,6 @@ __global__ void __launch_bounds__(kThreads, forward_blocks_per_sm<T, D>())
     const bool summary = tile >= n_direct;
     const int j0 = (summary ? tile - n_direct : tile) * N, stage = tile & 1;
     const int count = summary ? s_count : a_count;
-    const int len = int(summary ? p.summary_key.seg_len : p.key.seg_len);  // packed
     const Mask mask = summary ? summary_mask_of(p) : p.mask;
     // A warp none of whose queries sees the tile's keys skips it (causal masks: fused/kernel.h).
     const bool skip = !warp_active || (!PACKED && may_skip(mask, tw + 15, j0));
@@ -173,7 +172,7 @@ __global__ void __launch_bounds__(kThreads, forward_blocks_per_sm<T, D>())
       for (int r = 0; r < 2; ++r) {
         const int t = tw + gq + 8 * r;
         if constexpr (PACKED)
-          sees[r] = tables.keys_seen_by(warp * 16 + gq + 8 * r, summary, mask, len, 2 * qq);
+          sees[r] = tables.keys_seen_by(p, warp * 16 + gq + 8 * r, summary, mask, 2 * qq);
         else
           sees[r] = t < q_count ? from(keys_seen(mask, t, count), j0 + 2 * qq) : Visible{};
       }

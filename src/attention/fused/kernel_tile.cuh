@@ -114,11 +114,11 @@ struct PackedTables {
     }
     __syncthreads();
   }
-  // The columns of a key tile (source B's if b, whose segments are len keys apart) that row r
-  // sees: its own segment's keys it sees (kernel.h packed_key: column seg x len + j), counted
-  // from column `first` (kernel.h Visible).
-  __device__ Visible keys_seen_by(int r, bool b, Mask mask, int len, int first) const {
-    const int t = q_idx(r);
+  // The columns of a key tile (source B's if b) that row r sees: its own segment's keys it sees
+  // (kernel.h packed_key: column seg x seg_len + j), counted from column `first` (kernel.h
+  // Visible).
+  __device__ Visible keys_seen_by(const Pass& p, int r, bool b, Mask mask, int first) const {
+    const int t = q_idx(r), len = int(b ? p.summary_key.seg_len : p.key.seg_len);
     return t < 0 ? Visible{} : from(keys_seen(mask, t, q_keys(b, r)), first - q_seg(r) * len);
   }
   __device__ void fill_keys(
