@@ -440,6 +440,15 @@ TEST(FusedJointTest, BadInputsGiveOneLineErrors) {
         std::string::npos)
         << e.what_without_backtrace();
   }
+  try {
+    fused_attention(q, q, q, {}, {}, fixed_joint_passes(8, 8), -0.5);
+    FAIL() << "a negative scale accepted";
+  } catch (const c10::Error& e) {
+    EXPECT_NE(
+        std::string(e.what_without_backtrace()).find("score scale must be positive, got -0.5"),
+        std::string::npos)
+        << e.what_without_backtrace();
+  }
   EXPECT_EQ(fused_cuda_unavailable(q, q), "CPU tensors");
 }
 

@@ -204,7 +204,7 @@ TEST(FusedTiles, VisibleSetsAreTheMaskRule) {
           }
 }
 
-// The sets the kernels build from a row's own segment (kernel_tile.cuh QueryRows, KeyRows): a
+// The sets the kernels build from a row's own segment (keys_seen, queries_seeing, from): a
 // query tile's row sees column c of a key tile iff that column holds a key of its segment that
 // it sees (packed: columns seg x seg_len + j, seg the row's segment in the group); a dk/dv tile's
 // key is seen by walk query f iff f is a query of its segment that sees it (packed: f = seg x

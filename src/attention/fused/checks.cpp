@@ -4,6 +4,8 @@
 #include "attention/fused/checks.h"
 
 #include <algorithm>
+#include <cstdint>
+#include <limits>
 #include <vector>
 
 namespace combiner::attention::fused_glue {
@@ -52,6 +54,13 @@ void check_frame(const torch::Tensor& q, const torch::Tensor& x, const char* nam
 }
 
 void fits(const fused::Geometry& g, int64_t rows, const char* what) {
+  // (The kernels hold a row of one head in an int: kernel_tile.cuh PackedTables.)
+  TORCH_CHECK(g.limit <= std::numeric_limits<int32_t>::max(),
+              "fused attention: ",
+              what,
+              " has ",
+              g.limit,
+              " rows per head; at most 2^31 - 1 are supported");
   TORCH_CHECK(g.limit <= rows,
               "fused attention: ",
               what,

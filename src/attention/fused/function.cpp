@@ -92,6 +92,8 @@ fused::Pass make_pass(const FusedPass& fp,
                       const torch::Tensor& ks,
                       const torch::Tensor& u,
                       double scale) {
+  // (The forward kernel takes the row max of the unscaled scores: kernel_forward.cu.)
+  TORCH_CHECK(scale > 0, "fused attention: the score scale must be positive, got ", scale);
   fused::Pass p;
   p.batch = q.size(0);
   p.heads = q.size(1);

@@ -14,7 +14,7 @@
 //   q, dO, k and v read once, the scores computed once. The CPU model runs that CTA's dk/dv tiles
 //   and its dq tile in turn.
 // Shared memory (D = 32 / 64 / 128): dq bf16 30 / 54 / 102 KB, fp32 71 / 119 / 215 KB (packed:
-// 1.5 KB more); dkv bf16 33 / 57 / 70 KB, fp32 74 / 122 / 143 KB (D = 128 walks 32-query
+// 2 KB more); dkv bf16 33 / 57 / 70 KB, fp32 74 / 122 / 143 KB (D = 128 walks 32-query
 // tiles).
 
 #include "attention/fused/kernel.h"
@@ -94,7 +94,7 @@ __global__ void __launch_bounds__(kThreads, dq_blocks_per_sm<T, D>()) dq_kernel(
   const QueryTileKeys n = query_tile_keys(p, cta);
   const int n_direct = int(n.direct), n_tiles = int(n.total);
   const int s_count = PACKED ? 0 : int(summary_keys(p, g, t0 + rows - 1));
-  if constexpr (PACKED) tables.fill_queries(p, cta, g);  // then synchronised
+  if constexpr (PACKED) tables.fill(p, cta, g);  // then synchronised
 
   const T* q0 = at<T>(p.q, b, h, 0);
   const T* do0 = at<T>(bw.d_o, b, h, 0);
@@ -118,15 +118,7 @@ __global__ void __launch_bounds__(kThreads, dq_blocks_per_sm<T, D>()) dq_kernel(
   auto load_keys = [&](int tile, int stage) {
     const bool summary = tile >= n_direct;
     if constexpr (PACKED) {
-      tables.fill_keys(p, cta, tile, n_direct, stage, g);  // then synchronised
-      load_rows<T, D, N>(
-          ks + stage * N * P,
-          [&](int c) { return tables.key_row<T>(p, summary, b, h, g, stage, c, false); },
-          k0);
-      load_rows<T, D, N>(
-          vs + stage * N * P,
-          [&](int c) { return tables.key_row<T>(p, summary, b, h, g, stage, c, true); },
-          v0);
+      load_packed_keys<T, D>(ks + stage * N * P, vs + stage * N * P, tables, p, summary, b, h);
       return;
     }
     const SourceRows<T> src =
@@ -197,7 +189,7 @@ __global__ void __launch_bounds__(kThreads, dq_blocks_per_sm<T, D>()) dq_kernel(
           for (int e = 2 * r; e < 2 * r + 2; ++e) {
             const int c = i * 8 + (e & 1);
             const bool ok = PACKED ? visible(sees, c) : visible_in_prefix(sees, c);
-            const float w = ok ? exp2f(s[i][e] * scale2 - lse2[r]) : 0.f;
+            const float w = ok ? exp2_ftz(fmaf(s[i][e], scale2, -lse2[r])) : 0.f;
             s[i][e] = w * (dp[i][e] - delta[r]);  // dS
           }
       }
@@ -241,10 +233,10 @@ __device__ __forceinline__ bool dkv_tile(const Backward& bw, int64_t cta, unsign
   float* lses = reinterpret_cast<float*>(dos + 2 * MQ * P);  // [2][MQ], natural log
   float* deltas = lses + 2 * MQ;                             // [2][MQ]
   int* seen = reinterpret_cast<int*>(deltas + 2 * MQ);       // [2][MQ] (by prefix)
-  int* rows = seen + 2 * MQ;                                 // [2][MQ] (packed, by prefix)
-  int* k_seg = rows + 2 * MQ;                                // [N] (packed)
-  int* k_idx = k_seg + N;                                    // [N] (packed)
-  int* k_queries = k_idx + N;                                // [N] (packed)
+  int* rows = seen + 2 * MQ;   // [2][MQ] (by prefix); packed: [kQueryTile], the group's queries
+  int* k_seg = rows + 2 * MQ;  // [N] (packed)
+  int* k_idx = k_seg + N;      // [N] (packed)
+  int* k_queries = k_idx + N;  // [N] (packed)
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, gq = lane / 4, qq = lane % 4;
   float* scratch = reinterpret_cast<float*>(k_queries + N) + warp * scratch_floats<T, MQ>();
   static_assert(N == kStagedRows && staged_bytes<D>() <= size_t(2 * N + 4 * MQ) * P * sizeof(T),
@@ -270,7 +262,9 @@ __device__ __forceinline__ bool dkv_tile(const Backward& bw, int64_t cta, unsign
     f_end = g_hi * p.query.seg_len;
   } else if constexpr (PACKED) {
     // The group's keys by table (its first segment g: k_seg is relative to it); every query of
-    // its segments, as flat indices f (kernel.h packed_query).
+    // its segments, as flat indices f (kernel.h packed_query), its row in `rows` (-1: none),
+    // found once here rather than once per query tile.
+    static_assert(kQueryTile <= 2 * MQ, "a pack group's queries fit the rows table");
     const int64_t pack = segment_pack(p);
     g = cta * pack;
     bool any = false;
@@ -280,6 +274,10 @@ __device__ __forceinline__ bool dkv_tile(const Backward& bw, int64_t cta, unsign
       k_idx[c] = k.valid ? int(k.i) : -1;
       k_queries[c] = k.valid && k.g < p.query.segments ? int(valid_count(p.query, k.g)) : 0;
       any = any || k.valid;
+    }
+    for (int f = threadIdx.x; f < kQueryTile; f += kThreads) {
+      const TileIndex q = packed_query(p, cta, f);
+      rows[f] = q.valid ? int(row_of(p.query, q.g, q.i)) : -1;
     }
     if (!__syncthreads_or(any)) return false;  // no key: no gradient to write
     key_count = N;
@@ -323,9 +321,10 @@ __device__ __forceinline__ bool dkv_tile(const Backward& bw, int64_t cta, unsign
       [&](int c) -> const T* { return key_idx(c) >= 0 ? v0 + value_row(c) * v_row : nullptr; },
       v0);
   // Query tile at flat index f0 into stage `stage`, all asynchronous: by segment, lse and delta
-  // by cp.async, then the rows of q and dO, row_stride apart; packed or by prefix, per query once
-  // (not per 16-byte chunk) its row (-1 if none), lse and delta by cp.async and, by prefix, how
-  // many summaries it sees (`seen`), then the rows of q and dO through the row table.
+  // by cp.async, then the rows of q and dO, row_stride apart; packed, the same through the rows
+  // found above; by prefix, per query once (not per 16-byte chunk) its row (-1 if none), lse and
+  // delta by cp.async and how many summaries it sees (`seen`), then the rows of q and dO through
+  // the row table.
   const float* lse0 = static_cast<const float*>(bw.lse) + (b * p.heads + h) * p.query.limit;
   const float* delta0 = static_cast<const float*>(bw.delta) + (b * p.heads + h) * p.query.limit;
   auto load_queries = [&](int64_t f0, int stage) {
@@ -349,27 +348,33 @@ __device__ __forceinline__ bool dkv_tile(const Backward& bw, int64_t cta, unsign
                              do0);
       return;
     }
-    for (int i = threadIdx.x; i < MQ; i += kThreads) {
-      const int64_t f = f0 + i;
-      TileIndex q;
-      if constexpr (PACKED) {
-        q = packed_query(p, cta, f);
-      } else {  // by prefix: the queries of a run of segments
+    // The table's rows of this tile: packed, the group's query f0 + i; by prefix, filled here.
+    const int* tile_rows = PACKED ? rows + f0 : rows + stage * MQ;
+    if constexpr (PACKED) {
+      for (int i = threadIdx.x; i < MQ; i += kThreads) {
+        const int row = tile_rows[i];
+        cp_async4(lses + stage * MQ + i, lse0 + max(row, 0), row >= 0);
+        cp_async4(deltas + stage * MQ + i, delta0 + max(row, 0), row >= 0);
+      }
+    } else {  // by prefix: the queries of a run of segments
+      for (int i = threadIdx.x; i < MQ; i += kThreads) {
+        const int64_t f = f0 + i;
+        TileIndex q;
         q.g = f / p.query.seg_len;
         q.i = f % p.query.seg_len;
         q.valid = q.i < valid_count(p.query, q.g);
+        const bool valid = f < f_end && q.valid;
+        const int64_t row = valid ? row_of(p.query, q.g, q.i) : 0;
+        rows[stage * MQ + i] = valid ? int(row) : -1;
+        cp_async4(lses + stage * MQ + i, lse0 + row, valid);
+        cp_async4(deltas + stage * MQ + i, delta0 + row, valid);
+        seen[stage * MQ + i] = valid ? int(summary_terms(p, q.g)) : 0;
       }
-      const bool valid = f < f_end && q.valid;
-      const int64_t row = valid ? row_of(p.query, q.g, q.i) : 0;
-      rows[stage * MQ + i] = valid ? int(row) : -1;
-      cp_async4(lses + stage * MQ + i, lse0 + row, valid);
-      cp_async4(deltas + stage * MQ + i, delta0 + row, valid);
-      if constexpr (SUMMARY) seen[stage * MQ + i] = valid ? int(summary_terms(p, q.g)) : 0;
+      __syncthreads();  // every thread reads the rows below
     }
-    __syncthreads();  // every thread reads the rows below
     auto rows_of = [&](const T* x0, int64_t stride) {
       return [=](int i) -> const T* {
-        const int row = rows[stage * MQ + i];
+        const int row = tile_rows[i];
         return row >= 0 ? x0 + int64_t(row) * stride : nullptr;
       };
     };
@@ -439,7 +444,8 @@ __device__ __forceinline__ bool dkv_tile(const Backward& bw, int64_t cta, unsign
           } else {
             ok = visible(seen_by[e / 2], i * 8 + (e & 1));
           }
-          const float w = ok ? exp2f(s[i][e] * scale2 - lses[stage * MQ + c] * kLog2e) : 0.f;
+          const float lse2 = lses[stage * MQ + c] * kLog2e;
+          const float w = ok ? exp2_ftz(fmaf(s[i][e], scale2, -lse2)) : 0.f;
           s[i][e] = w;                                         // P^T
           dp[i][e] = w * (dp[i][e] - deltas[stage * MQ + c]);  // dS^T
         }

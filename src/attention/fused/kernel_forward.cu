@@ -4,7 +4,7 @@
 // key tiles (source A: the segment's own keys up to the tile's last query; then source B: the
 // summaries of the earlier segments, or its own by segment), double-buffered through cp.async,
 // with the online softmax in registers: no score leaves the chip. Shared memory: Q [64 x P] +
-// K, V [2 stages x 64 x P] (+ fp32 scratch; packed, 1.5 KB of index tables), P = D + 16 bytes of
+// K, V [2 stages x 64 x P] (+ fp32 scratch; packed, 2 KB of index tables), P = D + 16 bytes of
 // padding: bf16 D = 32 / 64 / 128: 25 / 45 / 85 KB; fp32: 62 / 102 / 182 KB.
 //
 // Cost at combiner-bench attention's GPU shape (B = 8, H = 8, L = 12288, D = 64, bf16; s = W =
@@ -92,7 +92,7 @@ __global__ void __launch_bounds__(kThreads, forward_blocks_per_sm<T, D>())
   const QueryTileKeys n = query_tile_keys(p, cta);
   const int n_direct = int(n.direct), n_tiles = int(n.total);
   const int s_count = PACKED ? 0 : int(summary_keys(p, g, t0 + rows - 1));
-  if constexpr (PACKED) tables.fill_queries(p, cta, g);  // then synchronised
+  if constexpr (PACKED) tables.fill(p, cta, g);  // then synchronised
 
   const T* q0 = at<T>(p.q, b, h, 0);
   const T* k0 = at<T>(p.k, b, h, 0);
@@ -111,15 +111,7 @@ __global__ void __launch_bounds__(kThreads, forward_blocks_per_sm<T, D>())
   auto load_keys = [&](int tile, int stage) {
     const bool summary = tile >= n_direct;
     if constexpr (PACKED) {
-      tables.fill_keys(p, cta, tile, n_direct, stage, g);  // then synchronised
-      load_rows<T, D, N>(
-          ks + stage * N * P,
-          [&](int c) { return tables.key_row<T>(p, summary, b, h, g, stage, c, false); },
-          k0);
-      load_rows<T, D, N>(
-          vs + stage * N * P,
-          [&](int c) { return tables.key_row<T>(p, summary, b, h, g, stage, c, true); },
-          v0);
+      load_packed_keys<T, D>(ks + stage * N * P, vs + stage * N * P, tables, p, summary, b, h);
       return;
     }
     const SourceRows<T> src =
@@ -176,28 +168,30 @@ __global__ void __launch_bounds__(kThreads, forward_blocks_per_sm<T, D>())
         else
           sees[r] = t < q_count ? from(keys_seen(mask, t, count), j0 + 2 * qq) : Visible{};
       }
+      // The scores stay unscaled: with scale2 > 0 (function.cpp checks it) the largest scaled
+      // score is scale2 x the largest, and each weight is one FFMA and one EX2 away.
 #pragma unroll
       for (int i = 0; i < N / 8; ++i)
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
           const int c = i * 8 + (e & 1);
           const bool ok = PACKED ? visible(sees[e / 2], c) : visible_in_prefix(sees[e / 2], c);
-          s[i][e] = ok ? s[i][e] * scale2 : -INFINITY;
+          s[i][e] = ok ? s[i][e] : -INFINITY;
         }
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
         float top = -INFINITY;
 #pragma unroll
         for (int i = 0; i < N / 8; ++i) top = fmaxf(top, fmaxf(s[i][2 * r], s[i][2 * r + 1]));
-        top = quad_max(top);
+        top = quad_max(top) * scale2;
         const float m_new = fmaxf(m[r], top), m_use = m_new == -INFINITY ? 0.f : m_new;
-        const float alpha = exp2f(m[r] - m_use);
+        const float alpha = exp2_ftz(m[r] - m_use);
         float sum = 0.f;
 #pragma unroll
         for (int i = 0; i < N / 8; ++i)
 #pragma unroll
           for (int e = 2 * r; e < 2 * r + 2; ++e) {
-            s[i][e] = exp2f(s[i][e] - m_use);
+            s[i][e] = exp2_ftz(fmaf(s[i][e], scale2, -m_use));
             sum += s[i][e];
           }
         l[r] = l[r] * alpha + sum;  // this thread's columns; summed over the quad at the end

@@ -86,24 +86,26 @@ __device__ __forceinline__ SourceRows<T> source_b_rows(
 // ---- a packed tile's index tables (kernel.h segment_pack) ----
 
 __host__ __device__ constexpr size_t packed_table_bytes(int rows, int cols) {
-  return size_t(4 * rows + 2 * cols) * sizeof(int);
+  return size_t(4 * rows + 4 * cols) * sizeof(int);
 }
 // In shared memory: per query row of the tile its segment (less the group's first, g0), its
 // index (-1: none, kernel.h tile_query) and how many keys of each source its segment has; per key
-// column of each of two stages both in one int, segment << 16 | index (-1: none, tile_key). Each
-// fill is computed once per row or column, then the CTA synchronises, so that the loads and masks
-// after it look the indices up instead of dividing.
+// column of each source (a packed CTA walks one key tile of each, kernel.h query_tile_keys) its
+// row of k and of v (of ks and u for source B; -1: none, kernel.h packed_key). They are filled
+// once per CTA, then the CTA synchronises, so that the loads and masks after it look rows up
+// instead of dividing.
 template <int ROWS, int COLS>
 struct PackedTables {
-  int* t;  // q_seg [ROWS], q_idx [ROWS], k_code [2][COLS], q_keys [2][ROWS]
+  int* t;  // q_seg [ROWS], q_idx [ROWS], q_keys [2][ROWS], k_row [2][COLS], v_row [2][COLS]
 
   __device__ explicit PackedTables(unsigned char* at) : t(reinterpret_cast<int*>(at)) {}
   __device__ int& q_seg(int r) const { return t[r]; }
   __device__ int& q_idx(int r) const { return t[ROWS + r]; }
-  __device__ int& k_code(int stage, int c) const { return t[2 * ROWS + stage * COLS + c]; }
-  __device__ int& q_keys(bool b, int r) const { return t[2 * ROWS + 2 * COLS + b * ROWS + r]; }
+  __device__ int& q_keys(bool b, int r) const { return t[2 * ROWS + b * ROWS + r]; }
+  __device__ int& k_row(bool b, int c) const { return t[4 * ROWS + b * COLS + c]; }
+  __device__ int& v_row(bool b, int c) const { return t[4 * ROWS + (2 + b) * COLS + c]; }
 
-  __device__ void fill_queries(const Pass& p, int64_t cta, int64_t g0) const {
+  __device__ void fill(const Pass& p, int64_t cta, int64_t g0) const {
     for (int r = threadIdx.x; r < ROWS; r += kThreads) {
       const TileIndex q = tile_query(p, cta, r);
       q_seg(r) = int(q.g - g0);
@@ -111,6 +113,15 @@ struct PackedTables {
       q_keys(false, r) = q.valid && q.g < p.key.segments ? int(valid_count(p.key, q.g)) : 0;
       q_keys(true, r) =
           q.valid && p.summaries && q.g < p.summary_key.segments ? int(summary_terms(p, q.g)) : 0;
+    }
+    for (int i = threadIdx.x; i < 2 * COLS; i += kThreads) {
+      const bool b = i >= COLS;
+      const int c = i % COLS;
+      const TileIndex k = packed_key(p, b, cta, c);
+      const Geometry& key = b ? p.summary_key : p.key;
+      const Geometry& value = b ? p.summary_value : p.value;
+      k_row(b, c) = k.valid ? int(row_of(key, k.g, k.i)) : -1;
+      v_row(b, c) = k.valid ? int(row_of(value, k.g, k.i)) : -1;
     }
     __syncthreads();
   }
@@ -120,32 +131,6 @@ struct PackedTables {
   __device__ Visible keys_seen_by(const Pass& p, int r, bool b, Mask mask, int first) const {
     const int t = q_idx(r), len = int(b ? p.summary_key.seg_len : p.key.seg_len);
     return t < 0 ? Visible{} : from(keys_seen(mask, t, q_keys(b, r)), first - q_seg(r) * len);
-  }
-  __device__ void fill_keys(
-      const Pass& p, int64_t cta, int tile, int direct, int stage, int64_t g0) const {
-    for (int c = threadIdx.x; c < COLS; c += kThreads) {
-      const TileIndex k = tile_key(p, cta, tile, direct, c);
-      k_code(stage, c) = k.valid ? int(k.g - g0) << 16 | int(k.i) : -1;
-    }
-    __syncthreads();
-  }
-  // Key column c of stage `stage`: its row of k (or `value`: of v), of ks (u) for source B, in
-  // head (b, h); nullptr where there is none.
-  template <typename T>
-  __device__ const T* key_row(const Pass& p,
-                              bool summary,
-                              int64_t b,
-                              int64_t h,
-                              int64_t g0,
-                              int stage,
-                              int c,
-                              bool value) const {
-    const int code = k_code(stage, c);
-    if (code < 0) return nullptr;
-    const Operand& x = summary ? (value ? p.u : p.ks) : (value ? p.v : p.k);
-    const Geometry& geom =
-        summary ? (value ? p.summary_value : p.summary_key) : (value ? p.value : p.key);
-    return at<T>(x, b, h, row_of(geom, g0 + (code >> 16), code & 0xffff));
   }
 };
 
@@ -216,6 +201,54 @@ __device__ __forceinline__ void load_strided(
     const bool valid = first + r < count;
     cp_async16(smem + r * pitch<T, D>() + c * kChunk, valid ? base + offset : any, valid);
   }
+}
+
+// A packed CTA's key tile of source A or (`summary`) B: column c is row tables.k_row(c) of k (ks)
+// and tables.v_row(c) of v (u) in head (b, h), zeros where there is none.
+template <typename T, int D, int COLS, int ROWS>
+__device__ __forceinline__ void load_packed_keys(T* k_smem,
+                                                 T* v_smem,
+                                                 const PackedTables<ROWS, COLS>& tables,
+                                                 const Pass& p,
+                                                 bool summary,
+                                                 int64_t b,
+                                                 int64_t h) {
+  const Operand& k = summary ? p.ks : p.k;
+  const Operand& v = summary ? p.u : p.v;
+  const T* k0 = at<T>(k, b, h, 0);
+  const T* v0 = at<T>(v, b, h, 0);
+  load_rows<T, D, COLS>(
+      k_smem,
+      [&](int c) -> const T* {
+        const int row = tables.k_row(summary, c);
+        return row >= 0 ? k0 + int64_t(row) * k.row : nullptr;
+      },
+      k0);
+  load_rows<T, D, COLS>(
+      v_smem,
+      [&](int c) -> const T* {
+        const int row = tables.v_row(summary, c);
+        return row >= 0 ? v0 + int64_t(row) * v.row : nullptr;
+      },
+      v0);
+}
+
+// ---- the softmax's exponential ----
+
+// 2^x as the SFU gives it (ex2.approx.ftz: one MUFU.EX2), results below 2^-126 flushed to 0.
+// exp2f is the same MUFU.EX2 plus a rescaling of its input and output around it, three more
+// instructions per weight, only to keep such results as subnormals. Every weight of the kernels'
+// softmax is at most 1 (a score less its row's running max or its log-sum-exp), and its row's
+// sum holds a weight of 1 (the running max's), so a weight under 2^-126 adds nothing to it.
+__device__ __forceinline__ float exp2_ftz(float x) {
+#if defined(__CUDACC__)
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+#else
+  const float y = std::exp2(x);
+  return y < 1.17549435e-38f ? 0.f : y;  // FLT_MIN
+#endif
 }
 
 // ---- pairs of adjacent elements (an accumulator's (x, x + 1)) ----
