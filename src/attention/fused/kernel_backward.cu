@@ -433,22 +433,27 @@ __device__ __forceinline__ bool dkv_tile(const Backward& bw, int64_t cta, unsign
         }
       }
 #pragma unroll
-      for (int i = 0; i < MQ / 8; ++i)
+      for (int i = 0; i < MQ / 8; ++i) {
+        // This thread's two query columns of block i: their lse (as log2) and delta, read once
+        // for both its keys.
+        const int c0 = i * 8 + 2 * qq;
+        const float2 lse = *reinterpret_cast<const float2*>(lses + stage * MQ + c0);
+        const float2 delta = *reinterpret_cast<const float2*>(deltas + stage * MQ + c0);
+        const float lse2[2] = {lse.x * kLog2e, lse.y * kLog2e}, dlt[2] = {delta.x, delta.y};
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
-          const int c = i * 8 + 2 * qq + (e & 1);
           bool ok;
           if constexpr (SUMMARY) {
-            const int j = jw + gq + 8 * (e / 2), info = seen[stage * MQ + c];
+            const int j = jw + gq + 8 * (e / 2), info = seen[stage * MQ + c0 + (e & 1)];
             ok = j < key_count && j < info;
           } else {
             ok = visible(seen_by[e / 2], i * 8 + (e & 1));
           }
-          const float lse2 = lses[stage * MQ + c] * kLog2e;
-          const float w = ok ? exp2_ftz(fmaf(s[i][e], scale2, -lse2)) : 0.f;
-          s[i][e] = w;                                         // P^T
-          dp[i][e] = w * (dp[i][e] - deltas[stage * MQ + c]);  // dS^T
+          const float w = ok ? exp2_ftz(fmaf(s[i][e], scale2, -lse2[e & 1])) : 0.f;
+          s[i][e] = w;                             // P^T
+          dp[i][e] = w * (dp[i][e] - dlt[e & 1]);  // dS^T
         }
+      }
       warp_nn<D, MQ>(dv, s, dot, scratch);
       warp_nn<D, MQ>(dk, dp, qt, scratch);
       if constexpr (DQ) {
