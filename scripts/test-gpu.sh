@@ -418,14 +418,16 @@ stage_deep() {
   echo "preset: ${deep:-none found in configs/}"
   [ -n "$deep" ] || return
   local log="$work/128.log" code
-  # Whole blocks recomputed (the preset), nothing recomputed, the MLP halves recomputed.
-  for checkpointing in true false mlp; do
+  # The preset as it is (activation_checkpointing auto: its summary line says which plan it
+  # measured and chose, and the peak that measurement predicts beside the real one), whole
+  # blocks recomputed, the MLP halves recomputed.
+  for checkpointing in auto true mlp; do
     local whole=$checkpointing mlp=false
     [ "$checkpointing" = mlp ] && whole=false mlp=true
     # Without whole blocks recomputed: the step captured as a CUDA graph too (its replays after
-    # the steps), as the trainer runs it.
+    # the steps), as the trainer runs it (auto reports it not captured if it chose whole blocks).
     local graph=()
-    [ "$whole" = false ] && [ "$device" = cuda ] && graph=(--cuda-graph)
+    [ "$whole" != true ] && [ "$device" = cuda ] && graph=(--cuda-graph)
     echo "-- activation checkpointing $whole, recompute_mlp $mlp ${graph[*]}"
     run_for 120 "$bench" train --config "$deep" --steps 3 --warmup 1 \
       --matmul-size $matmul --set train.device=$device --set train.precision=$precision \
@@ -433,15 +435,15 @@ stage_deep() {
       "${ours_128[@]}" "${graph[@]}" \
       --out "$work/128-$checkpointing.csv" 2>&1 | tee "$log"
     code=${PIPESTATUS[0]}
-    # The preset as configured (checkpointing on) is also a row of gpu-vs-peer.csv, shape
-    # cifar10-128x256 (perf_csv.py names it from the row's dataset, layers and width).
+    # The preset as configured (auto) is also a row of gpu-vs-peer.csv, shape cifar10-128x256
+    # (perf_csv.py names it from the row's dataset, layers and width).
     if [ "$code" -eq 0 ]; then
       awk 'NR > 1' "$work/128-$checkpointing.csv" >>"$out/train-cuda.csv"
-      [ "$checkpointing" = true ] && python3 scripts/perf_csv.py ours --gpu "$gpu" \
+      [ "$checkpointing" = auto ] && python3 scripts/perf_csv.py ours --gpu "$gpu" \
         "$work/128-$checkpointing.csv" >>"$out/gpu-vs-peer.csv"
     else
       echo "128 layers, checkpointing $checkpointing: $(status_of "$code" "$log")"
-      [ "$checkpointing" = true ] && python3 scripts/perf_csv.py ours --gpu "$gpu" \
+      [ "$checkpointing" = auto ] && python3 scripts/perf_csv.py ours --gpu "$gpu" \
         --status "$(status_of "$code" "$log")" --shape cifar10-128x256 \
         --attention "$(sed -n 's/.*type: \([a-z-]*\).*/\1/p' "$deep" | head -1)" --L 3072 \
         --batch "$(sed -n 's/^  batch_size: //p' "$deep" | head -1)" --precision "$precision" \

@@ -365,7 +365,8 @@ void add_train_flags(CLI::App& app, TrainFlags& f) {
                "also capture the step as a CUDA graph (after the timed steps) and time --warmup "
                "+ --steps replays: the launches of a step in one call. A timing, not training: "
                "the update's step count is frozen at capture. Needs a CUDA device, and no "
-               "activation checkpointing or recompute_mlp");
+               "whole blocks recomputed (train.activation_checkpointing; recompute_mlp is "
+               "captured)");
 }
 
 }  // namespace

@@ -46,11 +46,13 @@ struct TrainConfig {
   int64_t sample_every = 0;     // steps between sample grids in out_dir; 0 = never
   int64_t sample_count = 16;    // images in each sample grid
   bool tensorboard = true;      // TensorBoard event files in out_dir/tb/ (rank 0)
-  // Scale-out: recompute each block's activations in backward (memory for time); the math
-  // precision of the blocks (bfloat16 = autocast, fp32 master weights, attention softmax and
-  // logits in fp32); the device; how long a collective waits for the other ranks.
-  bool activation_checkpointing = false;
-  bool recompute_mlp = false;  // recompute the MLP halves only (no effect with the above)
+  // Scale-out: recompute each block's activations in backward (memory for time): false, true, or
+  // auto (the fastest of nothing, the MLP halves or whole blocks recomputed whose step fits the
+  // device's memory, measured at the start: train/memory_plan.h); the math precision of the
+  // blocks (bfloat16 = autocast, fp32 master weights, attention softmax and logits in fp32); the
+  // device; how long a collective waits for the other ranks.
+  std::string activation_checkpointing = "false";  // false | true | auto
+  bool recompute_mlp = false;         // recompute the MLP halves only (no effect with the above)
   std::string precision = "float32";  // float32 | bfloat16
   // Which implementation the Combiner variants with fused kernels run: auto = the fused CUDA
   // kernels where they apply (CUDA, float32/bfloat16, D 32/64/128), else the LibTorch
@@ -61,14 +63,16 @@ struct TrainConfig {
   // CUDA graph and replayed, where the run allows it (one process, no recomputation in backward);
   // off = every step launched op by op.
   std::string cuda_graph = "auto";
-  std::string device = "auto";        // auto | cpu | cuda | cuda:N
-  int64_t dist_timeout_s = 300;       // seconds; a rank that dies stops the others after this
+  std::string device = "auto";   // auto | cpu | cuda | cuda:N
+  int64_t dist_timeout_s = 300;  // seconds; a rank that dies stops the others after this
 };
 
 // The names train.precision accepts.
 const std::vector<std::string>& precision_names();
 // The names train.attention_path accepts.
 const std::vector<std::string>& attention_path_names();
+// The values train.activation_checkpointing accepts: false, true, auto.
+const std::vector<std::string>& activation_checkpointing_names();
 // The names train.cuda_graph accepts.
 const std::vector<std::string>& cuda_graph_names();
 

@@ -23,7 +23,12 @@ std::vector<std::string> split_path(const std::string& path) {
   return parts;
 }
 
-void emit_value(YAML::Emitter& out, const Value& value) {
+void emit_value(YAML::Emitter& out, const Field& field, const Value& value) {
+  const auto* text = std::get_if<std::string>(&value);
+  if (field.bool_spellings && text != nullptr && (*text == "true" || *text == "false")) {
+    out << *text;  // a bool, as the key was before it took strings
+    return;
+  }
   if (auto v = std::get_if<int64_t>(&value)) {
     out << std::to_string(*v);
   } else if (auto v = std::get_if<double>(&value)) {
@@ -62,7 +67,7 @@ std::string emit_yaml(const Config& config, bool documented) {
     for (; open.size() < parts.size(); open.push_back(parts[open.size()]))
       out << YAML::Key << parts[open.size()] << YAML::Value << YAML::BeginMap;
     out << YAML::Key << leaf << YAML::Value;
-    emit_value(out, field.get(config));
+    emit_value(out, field, field.get(config));
     out << YAML::Comment(comment_of(field, documented));
   }
   for (; !open.empty(); open.pop_back()) out << YAML::EndMap;

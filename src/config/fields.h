@@ -32,6 +32,9 @@ struct Field {
   std::optional<Bound> max;
   const std::vector<std::string>& (*choices)() = nullptr;  // allowed strings; null = any
   bool non_empty = false;                                  // strings only
+  // Strings only: a YAML bool (true/false, yes/no, on/off) is read as "true" or "false", and
+  // those two are written back unquoted, so the key reads as the bool it extends.
+  bool bool_spellings = false;
   std::function<Value(const Config&)> get;
   std::function<void(Config&, const Value&)> set;
 
@@ -42,6 +45,7 @@ struct Field {
   Field& below(double v) { return max = Bound{v, false}, *this; }
   Field& one_of(const std::vector<std::string>& (*names)()) { return choices = names, *this; }
   Field& required() { return non_empty = true, *this; }
+  Field& or_bool() { return bool_spellings = true, *this; }
 };
 
 // Every field, in file order; the fields of a section are contiguous.

@@ -61,7 +61,12 @@ Value parse_scalar(const YAML::Node& node, const Field& field) {
   };
   if (!node.IsScalar()) throw fail("");
   const std::string& text = node.Scalar();
-  if (field.type == FieldType::kString) return text;
+  if (field.type == FieldType::kString) {
+    bool v = false;
+    if (field.bool_spellings && !is_string_scalar(node) && YAML::convert<bool>::decode(node, v))
+      return std::string(v ? "true" : "false");
+    return text;
+  }
   if (is_string_scalar(node)) throw fail(" (a quoted string)");
   switch (field.type) {
     case FieldType::kInt:

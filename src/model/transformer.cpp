@@ -30,7 +30,8 @@ TransformerOptions TransformerOptions::from_config(const config::Config& config)
   o.heads = config.model.heads;
   o.mlp_ratio = config.model.mlp_ratio;
   o.dropout = config.model.dropout;
-  o.activation_checkpointing = config.train.activation_checkpointing;
+  // auto: nothing recomputed until the trainer has chosen (train/memory_plan.h).
+  o.activation_checkpointing = config.train.activation_checkpointing == "true";
   o.recompute_mlp = config.train.recompute_mlp;
   o.bfloat16 = config.train.precision == "bfloat16";
   o.attention = config.model.attention;

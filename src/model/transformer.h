@@ -103,6 +103,12 @@ class ImageTransformerImpl : public torch::nn::Module {
   torch::Tensor forward(const torch::Tensor& x);
 
   const TransformerOptions& options() const { return options_; }
+  // What backward recomputes from now on: whole blocks, or their MLP halves (train/memory_plan.h
+  // chooses it for train.activation_checkpointing auto).
+  void set_recompute(bool whole_blocks, bool mlp) {
+    options_.activation_checkpointing = whole_blocks;
+    options_.recompute_mlp = mlp;
+  }
 
  private:
   friend class Decoder;        // model/decoder.h: the same network, one position at a time

@@ -23,6 +23,7 @@
 #include "train/bits.h"
 #include "train/captured_step.h"
 #include "train/distributed.h"
+#include "train/memory_plan.h"
 #include "train/optimizer.h"
 #include "train/step_checks.h"
 #include "util/device.h"
@@ -146,7 +147,7 @@ TrainBenchResult run_train_bench(const config::Config& config, const TrainBenchO
     throw std::invalid_argument("--steps must be >= 1, got " + std::to_string(options.steps));
   if (options.warmup < 0)
     throw std::invalid_argument("--warmup must be >= 0, got " + std::to_string(options.warmup));
-  if (options.cuda_graph && config.train.activation_checkpointing)
+  if (options.cuda_graph && config.train.activation_checkpointing == "true")
     throw std::invalid_argument(
         "--cuda-graph: train.activation_checkpointing sets the generator's state again in "
         "backward, which a capture cannot hold; set it false (train.recompute_mlp keeps its "
@@ -177,6 +178,27 @@ TrainBenchResult run_train_bench(const config::Config& config, const TrainBenchO
   model::set_kernel_path(*model, t.attention_path);
   auto optimizer = make_optimizer(model, t);
   const int64_t L = model->options().length();
+  const int64_t micro = t.batch_size / t.grad_accum;
+  // What backward recomputes, as the trainer decides it (auto measured here the same way). Where
+  // the peak below counts tensors, the plan's measured step (train/memory_plan.h) is reported
+  // beside it, with the weights, as that peak counts them.
+  const double weights_mib = parameter_mib(*model);
+  const double state_mib = optimizer_state_mib(*model, false);
+  const auto plan = choose_plan(*model, t, micro, state_mib);
+  apply_plan(*model, plan.plan);
+  const auto step_t = with_plan(t, plan.plan);
+  // auto's whole blocks (named ones were refused above): the eager steps alone are timed.
+  const bool capture = options.cuda_graph && plan.plan != Recompute::kBlocks;
+  if (options.cuda_graph && !capture)
+    r.captured_error =
+        "not captured: auto chose whole blocks recomputed, which set the "
+        "generator's state again in backward";
+  r.memory_plan = plan.describe(device.str());
+  if (device.is_cuda() || tensors)
+    r.estimated_peak_mib =
+        weights_mib + (plan.automatic
+                           ? plan.estimates.back().needed_mib
+                           : state_mib + measure_step_memory(*model, plan.plan).at(micro));
   const auto& o = model->options();
   // A check that disagrees stops the bench; one that cannot run (a variant that refuses the
   // short prefix, say) is reported in the summary line and the step is still timed.
@@ -193,7 +215,6 @@ TrainBenchResult run_train_bench(const config::Config& config, const TrainBenchO
   if (!r.update_check.ok() || !r.attention_check.ok())
     throw std::runtime_error("train bench: not timing a step that disagrees with its reference: " +
                              r.checks);
-  const int64_t micro = t.batch_size / t.grad_accum;
   std::vector<torch::Tensor> batches;  // drawn once: the step times the model, not the RNG
   for (int64_t m = 0; m < t.grad_accum; ++m)
     batches.push_back(
@@ -234,6 +255,7 @@ TrainBenchResult run_train_bench(const config::Config& config, const TrainBenchO
   }
   r.peak_mib =
       device.is_cuda() || tensors ? util::device_peak_mib(device) : util::process_peak_rss_mib();
+  r.reserved_peak_mib = util::device_reserved_peak_mib(device);
   if (options.count) {  // one more step, after the timed ones, counted
     double kept_mib = 0.0;
     const tools::LaunchCounter counter;
@@ -244,15 +266,16 @@ TrainBenchResult run_train_bench(const config::Config& config, const TrainBenchO
     const auto top = train_bench_detail::most_called(counter.ops(), 12);
     const std::string kept =
         tensors ? fmt::format("{:.2f} MiB", kept_mib) : std::string("not counted (--memory rss)");
-    std::printf("count of one training step: %lld launches (%lld fused kernels): "
-                "forward + backward %lld, clipping + update %lld; kept for backward %s; "
-                "most called: %s\n",
-                static_cast<long long>(counter.launches()),
-                static_cast<long long>(counter.fused()),
-                static_cast<long long>(model_launches),
-                static_cast<long long>(counter.launches() - model_launches),
-                kept.c_str(),
-                top.c_str());
+    std::printf(
+        "count of one training step: %lld launches (%lld fused kernels): "
+        "forward + backward %lld, clipping + update %lld; kept for backward %s; "
+        "most called: %s\n",
+        static_cast<long long>(counter.launches()),
+        static_cast<long long>(counter.fused()),
+        static_cast<long long>(model_launches),
+        static_cast<long long>(counter.launches() - model_launches),
+        kept.c_str(),
+        top.c_str());
     std::printf("forward + backward ops: %s\n",
                 train_bench_detail::most_called(model_ops, model_ops.size()).c_str());
   }
@@ -267,11 +290,11 @@ TrainBenchResult run_train_bench(const config::Config& config, const TrainBenchO
                 static_cast<long long>(options.steps),
                 tools::profile_table(rows, int(options.profile_top), options.steps).c_str());
   }
-  if (options.cuda_graph) {  // the trainer's captured step, its replays timed after the eager steps
+  if (capture) {  // the trainer's captured step, its replays timed after the eager steps
     // A capture that fails (an op that waits for the host, memory) is reported, not fatal: the
     // eager steps' numbers stand.
     NamedTensors no_ema;
-    StaticStep captured(model, *optimizer, no_ema, t, micro, L, /*capture=*/true);
+    StaticStep captured(model, *optimizer, no_ema, step_t, micro, L, /*capture=*/true);
     // First, the captured step against the one launched op by op at learning rate 0 (the weights
     // stay as they are): the same batches and dropout seed give the same loss and norm.
     const uint64_t seed = 20211206;
@@ -345,6 +368,15 @@ std::string summary_line(const TrainBenchResult& r) {
       util::allocator().describe().c_str(),
       r.checks.c_str());
   std::string out = line;
+  out += "; memory: " + r.memory_plan;
+  if (r.estimated_peak_mib > 0)
+    out += fmt::format(
+        ", its step measured at 1 to 3 images predicts a peak of {:.0f} MiB "
+        "({:.2f}x the peak above)",
+        r.estimated_peak_mib,
+        r.estimated_peak_mib / r.peak_mib);
+  if (r.reserved_peak_mib > 0)
+    out += fmt::format(" (the allocator reserved {:.0f} MiB at its peak)", r.reserved_peak_mib);
   if (!r.captured_error.empty())
     out += "; captured as a CUDA graph: failed (" + r.captured_error + ")";
   if (r.captured_ms_per_step > 0)

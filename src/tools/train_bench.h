@@ -74,15 +74,15 @@ struct TrainBenchResult {
   std::string dataset, attention;
   int64_t length = 0, batch = 0, layers = 0, width = 0, heads = 0, parameters = 0;
   int64_t threads = 0, steps = 0;
-  std::string device, precision;  // where the step ran; train.precision (the peak's dtype too)
-  double ms_per_step = 0;         // median over the timed steps
+  std::string device, precision;    // where the step ran; train.precision (the peak's dtype too)
+  double ms_per_step = 0;           // median over the timed steps
   double captured_ms_per_step = 0;  // with cuda_graph: the median replay of the captured step
   std::string captured_error;       // with cuda_graph: why the capture failed, if it did
   // with cuda_graph: the captured step's loss and gradient norm against the step launched op by
   // op, relative, from the same weights, batches and dropout seed (learning rate 0)
   double captured_loss_diff = 0, captured_norm_diff = 0;
-  double tokens_per_s = 0;        // batch x L / median step time
-  FlopCount flops;                // per step
+  double tokens_per_s = 0;   // batch x L / median step time
+  FlopCount flops;           // per step
   double matmul_gflops = 0;  // max of the two below: same device and dtype as the step's matmuls
   double matmul_gflops_before = 0, matmul_gflops_after = 0;  // best_matmul_gflops around steps
   double mfu = 0;                                            // flops.total() / median step / peak
@@ -90,6 +90,11 @@ struct TrainBenchResult {
   // (model, optimizer state, activations and the runtime, all of it), or with memory "tensors"
   // the peak bytes of live tensors during the steps (what a GPU's allocator would count).
   double peak_mib = 0;
+  std::string memory_plan;  // what backward recomputes, and for auto why (memory_plan.h)
+  // The plan's step measured at 1 to 3 images, the peak it predicts for this batch with the
+  // weights (as peak_mib counts them); 0 where peak_mib is the resident set (not comparable).
+  double estimated_peak_mib = 0;
+  double reserved_peak_mib = 0;    // CUDA: the caching allocator's reserved peak during the steps
   UpdateCheck update_check;        // run before timing (train/step_checks.h)
   AttentionCheck attention_check;  // the config's variant on the step's device and dtype
   std::string checks;              // describe() of both

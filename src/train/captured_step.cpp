@@ -21,7 +21,7 @@ std::string StaticStep::why_not_captured(const config::TrainConfig& t,
     return std::to_string(world_size) +
            " processes: the gradients' all-reduce runs between "
            "backward and the update";
-  if (t.activation_checkpointing)
+  if (t.activation_checkpointing == "true")
     return "train.activation_checkpointing sets the generator's state again in backward, which "
            "a capture cannot hold (train.recompute_mlp keeps its masks instead)";
   if (!DeviceAdamW::available()) return "this LibTorch has no fused AdamW with a tensor rate";

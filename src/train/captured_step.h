@@ -33,7 +33,8 @@ class StaticStep {
   // when it can: train.cuda_graph off, not CUDA, several processes (their all-reduce runs
   // between backward and update), whole blocks recomputed in backward (that sets the generator's
   // state again; the MLP halves alone keep their masks and can be captured), a LibTorch without
-  // DeviceAdamW or without CUDA.
+  // DeviceAdamW or without CUDA. `t` holds the run's plan (train/memory_plan.h's with_plan: an
+  // activation_checkpointing of auto is decided before this).
   static std::string why_not_captured(const config::TrainConfig& t,
                                       const torch::Device& device,
                                       int64_t world_size);

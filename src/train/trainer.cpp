@@ -20,6 +20,7 @@
 #include "train/checkpoint.h"
 #include "train/ema.h"
 #include "train/evaluate.h"
+#include "train/memory_plan.h"
 #include "train/metrics_log.h"
 #include "train/optimizer.h"
 #include "train/optimizer_state.h"
@@ -108,6 +109,8 @@ struct Run {
   std::optional<MetricsLog> metrics;  // rank 0 alone writes the run folder
   std::optional<TensorBoardLog> tensorboard;
   std::unique_ptr<StaticStep> static_step;  // the step a CUDA graph captures, where it can
+  MemoryPlan memory;                        // what backward recomputes, and for auto why
+  config::TrainConfig step_train;           // t with that plan in its keys (auto resolved)
 
   int64_t step = 0, samples_seen = 0;     // updates done; images consumed (the global batch each)
   int64_t first_step = 0, last_step = 0;  // this invocation's
@@ -128,6 +131,20 @@ struct Run {
 struct StepNumbers {
   double train_bits = 0, grad_norm = 0, lr = 0, tokens_per_s = 0;
 };
+
+// What backward recomputes: the config's plan, or for auto the fastest whose step fits, measured
+// on this model before anything else is on the device; every rank takes the most frugal plan any
+// rank needs.
+void choose_memory_plan(Run& r) {
+  r.memory =
+      choose_plan(*r.model, r.t, r.micro(), optimizer_state_mib(*r.model, r.t.ema_decay > 0));
+  if (r.memory.automatic) {
+    const auto agreed = static_cast<Recompute>(r.dist->max_over_ranks(int64_t(r.memory.plan)));
+    if (agreed != r.memory.plan) r.memory.plan = agreed, r.memory.fits = true;
+  }
+  apply_plan(*r.model, r.memory.plan);
+  r.step_train = with_plan(r.t, r.memory.plan);
+}
 
 // Device, processes, threads, data, model, optimizer and loader. Every split the run reads is
 // opened and checked here, before the first step and before anything is written to the run
@@ -161,13 +178,16 @@ void set_up(Run& r) {
   r.model->to(r.device);
   model::set_kernel_path(*r.model, t.attention_path);
   if (t.attention_path == "composed")  // the fused kernels' reference run
-    spdlog::info("train.attention_path composed: every attention layer and LayerNorm runs the "
-                 "LibTorch path");
+    spdlog::info(
+        "train.attention_path composed: every attention layer and LayerNorm runs the "
+        "LibTorch path");
   if (t.attention_path == "fused")
-    spdlog::info("train.attention_path fused: every fused variant and LayerNorm runs its fused "
-                 "path{}",
-                 r.device.is_cpu() ? " (the kernels' CPU model: slow)" : "");
+    spdlog::info(
+        "train.attention_path fused: every fused variant and LayerNorm runs its fused "
+        "path{}",
+        r.device.is_cpu() ? " (the kernels' CPU model: slow)" : "");
   r.optimizer = make_optimizer(r.model, t);
+  choose_memory_plan(r);
   r.loader = std::make_unique<BatchLoader>(r.sets.train, t.seed, r.device);
 }
 
@@ -221,6 +241,13 @@ void start(Run& r) {
     spdlog::warn(
         "train.precision bfloat16 on the CPU: Debian's LibTorch 1.13 multiplies bf16 "
         "matrices about 30x slower than fp32 here (docs/PERFORMANCE.md); use float32");
+  if (r.memory.automatic) {
+    const auto line = r.memory.describe(r.device.str());
+    if (r.memory.fits)
+      spdlog::info("{}", line);
+    else
+      spdlog::warn("{}", line);
+  }
   if (r.dist->world_size() > 1)
     spdlog::info("data parallel: {} processes over {}, {} images each per step",
                  r.dist->world_size(),
@@ -239,10 +266,10 @@ void start(Run& r) {
   }
   // Made after --resume and the EMA's start: the captured step holds the addresses of the
   // weights, AdamW's moments and the averages.
-  const auto why_not = StaticStep::why_not_captured(t, r.device, r.dist->world_size());
+  const auto why_not = StaticStep::why_not_captured(r.step_train, r.device, r.dist->world_size());
   if (why_not.empty() || (r.options.uncaptured_static_step && r.dist->world_size() == 1))
     r.static_step = std::make_unique<StaticStep>(
-        r.model, *r.optimizer, r.ema, t, r.micro(), r.L, why_not.empty());
+        r.model, *r.optimizer, r.ema, r.step_train, r.micro(), r.L, why_not.empty());
   if (r.device.is_cuda())
     spdlog::info(why_not.empty() ? "training step: captured as a CUDA graph at the first step, "
                                    "then replayed (train.cuda_graph auto)"

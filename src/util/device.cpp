@@ -3,6 +3,7 @@
 #include <c10/core/CPUAllocator.h>
 #include <torch/version.h>
 
+#include <algorithm>
 #include <atomic>
 #include <fstream>
 #include <limits>
@@ -13,6 +14,7 @@
 #ifdef COMBINER_WITH_CUDA
 #include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAFunctions.h>
+#include <c10/cuda/CUDAGuard.h>
 #endif
 
 namespace combiner::util {
@@ -139,6 +141,13 @@ double device_peak_mib(const torch::Device& device) {
                  .peak);
 }
 
+double device_reserved_peak_mib(const torch::Device& device) {
+  if (!device.is_cuda()) return 0;
+  return mib(c10::cuda::CUDACachingAllocator::getDeviceStats(index_of(device))
+                 .reserved_bytes[kAggregate]
+                 .peak);
+}
+
 double device_allocated_total_mib(const torch::Device& device) {
   if (!device.is_cuda()) return cpu_counting ? mib(cpu_total) : 0;
   return mib(c10::cuda::CUDACachingAllocator::getDeviceStats(index_of(device))
@@ -162,10 +171,55 @@ double device_peak_mib(const torch::Device&) {
 double device_allocated_total_mib(const torch::Device&) {
   return cpu_counting ? mib(cpu_total) : 0;
 }
+double device_reserved_peak_mib(const torch::Device&) {
+  return 0;
+}
 void reset_peak_memory(const torch::Device&) {
   cpu_peak = cpu_now.load();
 }
 #endif
+
+namespace {
+// A number of bytes at the start of a one-line file (a cgroup's memory.max, memory.current), or
+// -1 where it is missing or says "max".
+double file_bytes(const char* path) {
+  std::ifstream in(path);
+  std::string text;
+  if (!(in >> text) || text.empty() || text.find_first_not_of("0123456789") != std::string::npos)
+    return -1;
+  return std::stod(text);
+}
+
+// The kernel's MemAvailable, and the room left under this process's cgroup v2 limit (the root
+// group's files, as a container sees them), the smaller of the two; MiB.
+double cpu_available_mib() {
+  double available = -1;
+  std::ifstream meminfo("/proc/meminfo");
+  for (std::string line; std::getline(meminfo, line);)
+    if (line.rfind("MemAvailable:", 0) == 0) available = std::stod(line.substr(13)) / 1024.0;
+  const double limit = file_bytes("/sys/fs/cgroup/memory.max");
+  const double used = file_bytes("/sys/fs/cgroup/memory.current");
+  if (limit >= 0 && used >= 0) {
+    const double room = std::max(0.0, limit - used) / (1024.0 * 1024.0);
+    available = available < 0 ? room : std::min(available, room);
+  }
+  return std::max(0.0, available);
+}
+}  // namespace
+
+double device_available_mib(const torch::Device& device) {
+#ifdef COMBINER_WITH_CUDA
+  if (device.is_cuda()) {
+    const c10::cuda::CUDAGuard guard(index_of(device));
+    c10::cuda::CUDACachingAllocator::emptyCache();
+    size_t free = 0, total = 0;
+    C10_CUDA_CHECK(cudaMemGetInfo(&free, &total));
+    return mib(int64_t(free));
+  }
+#endif
+  TORCH_CHECK(!device.is_cuda(), "device_available_mib: this build has no CUDA");
+  return cpu_available_mib();
+}
 
 double process_peak_rss_mib() {
   std::ifstream status("/proc/self/status");

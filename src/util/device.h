@@ -16,6 +16,9 @@ void synchronize(const torch::Device& device);
 double device_allocated_mib(const torch::Device& device);
 double device_peak_mib(const torch::Device& device);
 void reset_peak_memory(const torch::Device& device);
+// CUDA: the caching allocator's reserved bytes at their peak since reset_peak_memory (what the
+// driver gave it: the allocated peak plus its rounding and fragmentation), MiB; 0 elsewhere.
+double device_reserved_peak_mib(const torch::Device& device);
 // Every allocation's bytes summed since the process began (the caching allocator's allocated
 // count; on the CPU the counter's, once counting): the difference around some work is what it
 // allocated, however much of it was freed again.
@@ -27,6 +30,11 @@ double device_allocated_total_mib(const torch::Device& device);
 // reset these counts for CPU devices: the memory a GPU run would hold, measured on the CPU,
 // without the allocator's and the process's own pages that the resident set also holds.
 void count_cpu_tensor_bytes();
+
+// What `device` could still give a new allocation, in MiB: on CUDA the driver's free memory after
+// the caching allocator has returned its unused blocks (what other processes hold is not free);
+// on the CPU the kernel's MemAvailable, or less where the process's cgroup has a lower limit.
+double device_available_mib(const torch::Device& device);
 
 // This process's peak resident set (VmHWM of /proc/self/status) in MiB; 0 where unreadable.
 double process_peak_rss_mib();

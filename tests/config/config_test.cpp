@@ -103,7 +103,7 @@ Config unusual_config() {
   t.grad_clip = 2.5;
   t.max_nonfinite_steps = 3;
   t.ema_decay = 0.9995;
-  t.activation_checkpointing = true;
+  t.activation_checkpointing = "true";
   t.recompute_mlp = true;
   t.precision = "bfloat16";
   t.attention_path = "composed";
@@ -237,8 +237,7 @@ TEST(DocumentedYaml, ReadsBackEqualAndGivesEveryKeysMeaningAndDefault) {
   // Ranges and choices too.
   const std::string yaml = to_documented_yaml(Config{});
   EXPECT_NE(line_of(yaml, "train.beta1").find("; in [0, 1); default 0.9"), std::string::npos);
-  EXPECT_NE(line_of(yaml, "train.precision").find("one of: float32 bfloat16"),
-            std::string::npos);
+  EXPECT_NE(line_of(yaml, "train.precision").find("one of: float32 bfloat16"), std::string::npos);
 }
 
 TEST(ReadConfig, DefaultsAndOverridesWithoutTheDataset) {
@@ -298,6 +297,31 @@ TEST(ConfigParse, BoolSpellingsFollowYaml) {
     EXPECT_TRUE(parse_config("train:\n  final_test: " + t + "\n", "b").train.final_test) << t;
   for (const std::string f : {"false", "FALSE", "no", "off"})
     EXPECT_FALSE(parse_config("train:\n  final_test: " + f + "\n", "b").train.final_test) << f;
+}
+
+// train.activation_checkpointing was a bool and takes auto too: every bool spelling still reads
+// as the bool, written back unquoted; anything else is refused with the choices.
+TEST(ConfigParse, ActivationCheckpointingTakesABoolOrAuto) {
+  const auto read = [](const std::string& v) {
+    return parse_config("train:\n  activation_checkpointing: " + v + "\n", "c")
+        .train.activation_checkpointing;
+  };
+  for (const std::string t : {"true", "True", "yes", "on"}) EXPECT_EQ(read(t), "true") << t;
+  for (const std::string f : {"false", "FALSE", "no", "off"}) EXPECT_EQ(read(f), "false") << f;
+  EXPECT_EQ(read("auto"), "auto");
+  Config c;
+  apply_override(c, "train.activation_checkpointing=yes");
+  EXPECT_EQ(c.train.activation_checkpointing, "true");
+  EXPECT_NE(to_yaml(c).find("activation_checkpointing: true  #"), std::string::npos);
+  apply_override(c, "train.activation_checkpointing=auto");
+  EXPECT_NE(to_yaml(c).find("activation_checkpointing: \"auto\"  #"), std::string::npos);
+  EXPECT_EQ(parse_config(to_yaml(c), "again").train.activation_checkpointing, "auto");
+  for (const std::string bad : {"sometimes", "\"yes\"", "1"}) {
+    SCOPED_TRACE(bad);
+    c.train.activation_checkpointing = read(bad);
+    expect_invalid([&] { check_values(c); },
+                   {"train.activation_checkpointing: must be one of false, true, auto, got"});
+  }
 }
 
 TEST(ConfigParse, UnknownNestedKeyNamesPathAndValidKeys) {

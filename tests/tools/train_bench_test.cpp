@@ -135,7 +135,7 @@ TEST(TrainBench, CudaGraphRefusesTheCpuAndWholeBlockRecomputation) {
   config.train.device = "cpu";
   EXPECT_EQ(refusal(),
             "--cuda-graph: needs a CUDA device; the step runs on cpu (train.device cpu)");
-  config.train.activation_checkpointing = true;
+  config.train.activation_checkpointing = "true";
   EXPECT_EQ(refusal().rfind("--cuda-graph: train.activation_checkpointing sets the generator's", 0),
             0u);
 }
@@ -149,10 +149,36 @@ TEST(TrainBench, RecomputationKeepsFewerTensorBytes) {
   const double kept = run_train_bench(config, options).peak_mib;
   config.train.recompute_mlp = true;
   const double mlp = run_train_bench(config, options).peak_mib;
-  config.train.activation_checkpointing = true;
+  config.train.activation_checkpointing = "true";
   const double whole = run_train_bench(config, options).peak_mib;
   EXPECT_LT(mlp, 0.9 * kept) << kept << " MiB kept, " << mlp << " MLP recomputed";
   EXPECT_LT(whole, mlp) << mlp << " MiB MLP recomputed, " << whole << " whole blocks";
+}
+
+// The plan's step measured at 1 to 3 images (train/memory_plan.h) predicts the bench's tensor
+// peak at 6 images, never below it, for each plan named and for auto (which takes nothing
+// recomputed here, where memory is plentiful); the summary line says so.
+TEST(TrainBench, PredictsItsStepsTensorPeak) {
+  auto options = one_counted_step();
+  options.warmup = 1;  // the peak of a step with AdamW's moments already there, as they are
+  auto config = tiny_config("combiner-axial-rowmajor");
+  config.model.layers = 4;
+  config.train.batch_size = 6;
+  for (const std::string plan : {"false", "true", "auto"}) {
+    SCOPED_TRACE(plan);
+    config.train.activation_checkpointing = plan;
+    const auto r = run_train_bench(config, options);
+    EXPECT_GE(r.estimated_peak_mib, r.peak_mib);
+    EXPECT_LE(r.estimated_peak_mib, 1.05 * r.peak_mib);
+    const auto line = summary_line(r);
+    EXPECT_NE(
+        line.find("; memory: " + std::string(plan == "true" ? "whole blocks"
+                                             : plan == "auto"
+                                                 ? "train.activation_checkpointing auto: nothing"
+                                                 : "nothing")),
+        std::string::npos)
+        << line;
+  }
 }
 
 TEST(TrainBench, ShortRunReportsConsistentNumbers) {

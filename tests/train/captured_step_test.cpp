@@ -35,10 +35,10 @@ TEST(StaticStep, SaysWhyAStepIsNotCaptured) {
   EXPECT_EQ(StaticStep::why_not_captured(t, cuda, 1), "train.cuda_graph off");
   t.cuda_graph = "auto";
   EXPECT_EQ(StaticStep::why_not_captured(t, cuda, 2).rfind("2 processes: ", 0), 0u);
-  t.activation_checkpointing = true;
+  t.activation_checkpointing = "true";
   EXPECT_EQ(
       StaticStep::why_not_captured(t, cuda, 1).rfind("train.activation_checkpointing sets", 0), 0u);
-  t.activation_checkpointing = false;
+  t.activation_checkpointing = "false";
   t.recompute_mlp = true;  // keeps its dropout masks: capturable
   // What is left depends on the build: a CUDA LibTorch >= 2.4 captures.
   const auto rest = StaticStep::why_not_captured(t, cuda, 1);
