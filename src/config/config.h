@@ -53,7 +53,7 @@ struct TrainConfig {
   // device; how long a collective waits for the other ranks.
   std::string activation_checkpointing = "false";  // false | true | auto
   bool recompute_mlp = false;         // recompute the MLP halves only (no effect with the above)
-  std::string precision = "float32";  // float32 | bfloat16
+  std::string precision = "float32";  // float32 | bfloat16 | auto (bfloat16 on CUDA)
   // Which implementation the Combiner variants with fused kernels run: auto = the fused CUDA
   // kernels where they apply (CUDA, float32/bfloat16, D 32/64/128), else the LibTorch
   // composition; composed = always the LibTorch composition (the fused path's reference); fused =
@@ -69,6 +69,9 @@ struct TrainConfig {
 
 // The names train.precision accepts.
 const std::vector<std::string>& precision_names();
+// The precision the blocks run in on CUDA (cuda true) or the CPU: train.precision, auto resolved
+// (bfloat16 on CUDA, float32 on the CPU, where Debian's LibTorch multiplies bf16 slowly).
+std::string precision_on(const TrainConfig& t, bool cuda);
 // The names train.attention_path accepts.
 const std::vector<std::string>& attention_path_names();
 // The values train.activation_checkpointing accepts: false, true, auto.

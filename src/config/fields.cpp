@@ -141,7 +141,8 @@ std::vector<Field> build_table() {
          "keeping the attention half's activations; moot with activation_checkpointing true; "
          "with auto, at least this is recomputed"),
     make("train.precision", [](auto& c) -> auto& { return c.train.precision; },
-         "block math: float32, or bfloat16 autocast (fp32 weights, softmax, logits)")
+         "block math: float32, or bfloat16 autocast (fp32 weights, softmax, logits), or auto "
+         "(bfloat16 where the model runs on CUDA, float32 on the CPU)")
         .one_of(&precision_names),
     make("train.attention_path", [](auto& c) -> auto& { return c.train.attention_path; },
          "auto (fused CUDA kernels where they apply: attention and LayerNorm), composed "
@@ -258,13 +259,18 @@ void check_field(const Field& field, const Config& config) {
   }
 }
 
+std::string precision_on(const TrainConfig& t, bool cuda) {
+  if (t.precision != "auto") return t.precision;
+  return cuda ? "bfloat16" : "float32";
+}
+
 const std::vector<std::string>& activation_checkpointing_names() {
   static const std::vector<std::string> names = {"false", "true", "auto"};
   return names;
 }
 
 const std::vector<std::string>& precision_names() {
-  static const std::vector<std::string> names = {"float32", "bfloat16"};
+  static const std::vector<std::string> names = {"float32", "bfloat16", "auto"};
   return names;
 }
 

@@ -34,6 +34,7 @@ TransformerOptions TransformerOptions::from_config(const config::Config& config)
   o.activation_checkpointing = config.train.activation_checkpointing == "true";
   o.recompute_mlp = config.train.recompute_mlp;
   o.bfloat16 = config.train.precision == "bfloat16";
+  o.bfloat16_on_cuda = config.train.precision == "auto";
   o.attention = config.model.attention;
   o.image = data::dataset_shape(config.data);  // resolved by config::validate
   o.vocab = int64_t{1} << (config.data.bits > 0 ? config.data.bits : 8);
@@ -255,7 +256,8 @@ torch::Tensor ImageTransformerImpl::forward(const torch::Tensor& x) {
   // next block's first, or the final one), in that norm's passes: the output is h + pending.
   torch::Tensor pending;
   {
-    AutocastGuard autocast(options_.bfloat16, h.device());
+    AutocastGuard autocast(options_.bfloat16 || (options_.bfloat16_on_cuda && h.is_cuda()),
+                           h.device());
     const bool grad = torch::GradMode::is_enabled();
     const bool whole = options_.activation_checkpointing && grad;
     const bool mlp = options_.recompute_mlp && grad && !whole;

@@ -24,6 +24,7 @@ struct TransformerOptions {
   bool activation_checkpointing = false;  // recompute block activations in backward
   bool recompute_mlp = false;             // recompute only the MLP halves in backward
   bool bfloat16 = false;                  // bf16 autocast in the blocks (attention stays fp32)
+  bool bfloat16_on_cuda = false;          // the same where the input is on CUDA (precision auto)
   attention::AttentionOptions attention;
   data::ImageShape image;  // sets L and the factorised (row, column, channel) position tables
   int64_t vocab = 256;     // subpixel values, 2^data.bits; token `vocab` starts a sequence

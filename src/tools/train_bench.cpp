@@ -162,8 +162,8 @@ TrainBenchResult run_train_bench(const config::Config& config, const TrainBenchO
     throw std::invalid_argument("--cuda-graph: needs a CUDA device; the step runs on " +
                                 device.str() + " (train.device " + t.device + ")");
   r.device = device.str();
-  r.precision = t.precision;
-  const auto peak_dtype = t.precision == "bfloat16" ? torch::kBFloat16 : torch::kFloat32;
+  r.precision = config::precision_on(t, device.is_cuda());
+  const auto peak_dtype = r.precision == "bfloat16" ? torch::kBFloat16 : torch::kFloat32;
   // Counted from before the model is built, as a GPU's allocator counts: weights, AdamW state,
   // activations (util/device.h).
   const bool tensors = options.memory == "tensors" && device.is_cpu();

@@ -74,7 +74,7 @@ struct TrainBenchResult {
   std::string dataset, attention;
   int64_t length = 0, batch = 0, layers = 0, width = 0, heads = 0, parameters = 0;
   int64_t threads = 0, steps = 0;
-  std::string device, precision;    // where the step ran; train.precision (the peak's dtype too)
+  std::string device, precision;    // where the step ran; train.precision there (auto resolved)
   double ms_per_step = 0;           // median over the timed steps
   double captured_ms_per_step = 0;  // with cuda_graph: the median replay of the captured step
   std::string captured_error;       // with cuda_graph: why the capture failed, if it did

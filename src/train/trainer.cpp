@@ -237,6 +237,12 @@ void start(Run& r) {
                r.device.str(),
                adamw_kernel(r.device),
                t.out_dir);
+  if (t.precision == "auto")
+    spdlog::info("train.precision auto: {} on {}",
+                 config::precision_on(t, r.device.is_cuda()) == "bfloat16"
+                     ? "bfloat16 autocast (fp32 weights, softmax, logits)"
+                     : "float32",
+                 r.device.str());
   if (r.device.is_cpu() && t.precision == "bfloat16")
     spdlog::warn(
         "train.precision bfloat16 on the CPU: Debian's LibTorch 1.13 multiplies bf16 "

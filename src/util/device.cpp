@@ -207,11 +207,22 @@ double cpu_available_mib() {
 }
 }  // namespace
 
-double device_available_mib(const torch::Device& device) {
+void release_cached_memory(const torch::Device& device) {
 #ifdef COMBINER_WITH_CUDA
   if (device.is_cuda()) {
     const c10::cuda::CUDAGuard guard(index_of(device));
     c10::cuda::CUDACachingAllocator::emptyCache();
+  }
+#else
+  (void)device;
+#endif
+}
+
+double device_available_mib(const torch::Device& device) {
+#ifdef COMBINER_WITH_CUDA
+  if (device.is_cuda()) {
+    release_cached_memory(device);
+    const c10::cuda::CUDAGuard guard(index_of(device));
     size_t free = 0, total = 0;
     C10_CUDA_CHECK(cudaMemGetInfo(&free, &total));
     return mib(int64_t(free));

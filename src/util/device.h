@@ -36,6 +36,9 @@ void count_cpu_tensor_bytes();
 // on the CPU the kernel's MemAvailable, or less where the process's cgroup has a lower limit.
 double device_available_mib(const torch::Device& device);
 
+// CUDA: the caching allocator's unused blocks returned to the driver; nothing elsewhere.
+void release_cached_memory(const torch::Device& device);
+
 // This process's peak resident set (VmHWM of /proc/self/status) in MiB; 0 where unreadable.
 double process_peak_rss_mib();
 

@@ -324,6 +324,24 @@ TEST(ConfigParse, ActivationCheckpointingTakesABoolOrAuto) {
   }
 }
 
+TEST(ConfigValues, PrecisionAutoIsBfloat16OnCudaAndFloat32OnTheCpu) {
+  TrainConfig t;
+  t.precision = "auto";
+  EXPECT_EQ(precision_on(t, true), "bfloat16");
+  EXPECT_EQ(precision_on(t, false), "float32");
+  for (const std::string named : {"float32", "bfloat16"}) {
+    t.precision = named;
+    EXPECT_EQ(precision_on(t, true), named);
+    EXPECT_EQ(precision_on(t, false), named);
+  }
+  Config c;
+  apply_override(c, "train.precision=auto");
+  EXPECT_NO_THROW(check_values(c));
+  apply_override(c, "train.precision=half");
+  expect_invalid([&] { check_values(c); },
+                 {"train.precision: must be one of float32, bfloat16, auto, got 'half'"});
+}
+
 TEST(ConfigParse, UnknownNestedKeyNamesPathAndValidKeys) {
   expect_invalid([] { parse_config("train:\n  lrr: 0.1\n", "cfg.yaml"); },
                  {"cfg.yaml: unknown key 'train.lrr'",

@@ -135,6 +135,28 @@ TEST(Bfloat16, CloseToFloat32AndLogitsStayFloat32) {
   EXPECT_LT(worst, 0.15 * spread) << "rms " << rms << ", spread " << spread;
 }
 
+// train.precision auto: float32 on the CPU, to the bit; on CUDA (where a GPU is at hand) the
+// bf16 model's very logits.
+TEST(Bfloat16, AutoIsFloat32OnTheCpuAndBfloat16OnCuda) {
+  auto automatic = options(false, false);
+  automatic.bfloat16_on_cuda = true;
+  auto x = tokens();
+  torch::NoGradGuard no_grad;
+  EXPECT_TRUE(torch::equal(scaled_up(automatic)->forward(x),
+                           scaled_up(options(false, false))->forward(x)));
+  EXPECT_FALSE(torch::equal(scaled_up(options(false, true))->forward(x),
+                            scaled_up(options(false, false))->forward(x)));
+  if (!torch::cuda::is_available()) return;
+  const torch::Device cuda(torch::kCUDA);
+  x = x.to(cuda);
+  auto on_cuda = [&](const TransformerOptions& o) {
+    auto model = scaled_up(o);
+    model->to(cuda);
+    return model->forward(x);
+  };
+  EXPECT_TRUE(torch::equal(on_cuda(automatic), on_cuda(options(false, true))));
+}
+
 // One bf16 training step on the fused path (the kernels' CPU models: attention, and LayerNorm
 // writing bf16 for the matmuls) against the composed path in bf16 and in fp32: the loss and every
 // gradient within what bf16 rounding moves them.

@@ -181,6 +181,14 @@ TEST(TrainBench, PredictsItsStepsTensorPeak) {
   }
 }
 
+TEST(TrainBench, PrecisionAutoRunsFloat32OnTheCpu) {
+  auto config = tiny_config("full");
+  config.train.precision = "auto";
+  const auto r = run_train_bench(config, one_counted_step());
+  EXPECT_EQ(r.precision, "float32");
+  EXPECT_NE(summary_line(r).find(", cpu, float32, "), std::string::npos) << summary_line(r);
+}
+
 TEST(TrainBench, ShortRunReportsConsistentNumbers) {
   TrainBenchOptions options;
   options.steps = 1;
