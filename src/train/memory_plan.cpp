@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <limits>
 #include <stdexcept>
 
 #include "train/bits.h"
@@ -125,6 +126,22 @@ double optimizer_state_mib(const torch::nn::Module& model, bool ema) {
   return parameter_mib(model) * (ema ? 4.0 : 3.0);
 }
 
+namespace memory_plan_detail {
+
+// An allocation that failed: CUDA's caching allocator says "out of memory", the CPU's "not
+// enough memory".
+bool out_of_memory(const c10::Error& error) {
+  const std::string what = error.what();
+  return what.find("out of memory") != std::string::npos ||
+         what.find("not enough memory") != std::string::npos;
+}
+
+std::string size(double mib) {
+  return mib >= 1024 ? fmt::format("{:.1f} GiB", mib / 1024.0) : fmt::format("{:.0f} MiB", mib);
+}
+
+}  // namespace memory_plan_detail
+
 MemoryPlan choose_plan(model::ImageTransformerImpl& model,
                        const config::TrainConfig& t,
                        int64_t images,
@@ -145,8 +162,15 @@ MemoryPlan choose_plan(model::ImageTransformerImpl& model,
   for (const Recompute plan : order) {
     PlanEstimate e;
     e.plan = plan;
-    e.memory = measure_step_memory(model, plan);
-    e.needed_mib = e.memory.at(images) + state_mib;
+    try {
+      e.memory = measure_step_memory(model, plan);
+      e.needed_mib = e.memory.at(images) + state_mib;
+    } catch (const c10::Error& error) {  // a plan too big to measure does not fit either
+      if (!memory_plan_detail::out_of_memory(error)) throw;
+      util::release_cached_memory(device);
+      e.out_of_memory = true;
+      e.needed_mib = std::numeric_limits<double>::infinity();
+    }
     choice.estimates.push_back(e);
     choice.plan = plan;
     choice.fits = step_fits(e.needed_mib, choice.available_mib);
@@ -157,12 +181,6 @@ MemoryPlan choose_plan(model::ImageTransformerImpl& model,
   return choice;
 }
 
-namespace memory_plan_detail {
-std::string size(double mib) {
-  return mib >= 1024 ? fmt::format("{:.1f} GiB", mib / 1024.0) : fmt::format("{:.0f} MiB", mib);
-}
-}  // namespace memory_plan_detail
-
 std::string MemoryPlan::describe(const std::string& device) const {
   using memory_plan_detail::size;
   const std::string name = train::describe(plan);
@@ -170,22 +188,33 @@ std::string MemoryPlan::describe(const std::string& device) const {
     return name + " (train.activation_checkpointing " +
            (plan == Recompute::kBlocks ? "true" : "false") +
            (plan == Recompute::kMlp ? ", train.recompute_mlp true)" : ")");
-  const auto& chosen = estimates.back();
-  std::string line = fmt::format(
-      "train.activation_checkpointing auto: {}: a step of {} images needs {} ({} + {} per image, "
-      "measured at 1 to 3 images in {:.1f} s, with AdamW's and the EMA's state), {} free on {}",
-      name,
-      images,
-      size(chosen.needed_mib),
-      size(chosen.needed_mib - chosen.memory.per_image_mib * double(images)),
-      size(chosen.memory.per_image_mib),
-      seconds,
-      size(available_mib),
-      device);
-  if (!fits) line += ": it may not fit; lower train.batch_size or raise train.grad_accum";
-  for (size_t i = 0; i + 1 < estimates.size(); ++i)
+  const PlanEstimate* chosen = nullptr;
+  for (const auto& e : estimates)
+    if (e.plan == plan) chosen = &e;
+  std::string line = "train.activation_checkpointing auto: " + name;
+  if (chosen == nullptr)
+    line += " (another rank's device needed it)";
+  else if (chosen->out_of_memory)
+    line += ": measuring it ran out of memory at up to 3 images";
+  else
     line += fmt::format(
-        "; {} would need {}", train::describe(estimates[i].plan), size(estimates[i].needed_mib));
+        ": a step of {} images needs {} ({} + {} per image, with AdamW's and the "
+        "EMA's state)",
+        images,
+        size(chosen->needed_mib),
+        size(chosen->needed_mib - chosen->memory.per_image_mib * double(images)),
+        size(chosen->memory.per_image_mib));
+  line += fmt::format(", {} free on {} (measured at 1 to 3 images in {:.1f} s)",
+                      size(available_mib),
+                      device,
+                      seconds);
+  if (!fits) line += ": it may not fit; lower train.batch_size or raise train.grad_accum";
+  for (const auto& e : estimates) {
+    if (&e == chosen) continue;
+    line += "; " + std::string(train::describe(e.plan)) +
+            (e.out_of_memory ? " ran out of memory at up to 3 images"
+                             : " would need " + size(e.needed_mib));
+  }
   return line;
 }
 

@@ -52,7 +52,8 @@ StepMemory measure_step_memory(model::ImageTransformerImpl& model, Recompute pla
 struct PlanEstimate {
   Recompute plan = Recompute::kNone;
   StepMemory memory;
-  double needed_mib = 0;  // memory.at(images) + the state still to come
+  double needed_mib = 0;  // memory.at(images) + the state still to come; infinite if it ran out
+  bool out_of_memory = false;  // measuring it failed an allocation
 };
 
 struct MemoryPlan {
@@ -77,8 +78,9 @@ bool step_fits(double needed_mib, double available_mib);
 
 // The plan for a run: the one the config names, or for auto the first of none, MLP, blocks
 // (MLP, blocks where train.recompute_mlp is set) whose step of `images` fits the device's
-// memory, each measured on `model` (measure_step_memory) until one fits; whole blocks if none
-// does (fits false: the caller warns). `state_mib`: the bytes still to be allocated that every
+// memory, each measured on `model` (measure_step_memory) until one fits; a plan whose
+// measurement runs out of memory does not fit; whole blocks if none does (fits false: the
+// caller warns). `state_mib`: the bytes still to be allocated that every
 // plan holds (AdamW's moments, the EMA). `available_mib` < 0: read it from the device
 // (util::device_available_mib) before measuring.
 MemoryPlan choose_plan(model::ImageTransformerImpl& model,

@@ -32,6 +32,7 @@ double mib(int64_t bytes) {
 // bytes summed.
 std::atomic<int64_t> cpu_now{0}, cpu_peak{0}, cpu_total{0};
 std::atomic<bool> cpu_counting{false};
+std::atomic<int64_t> cpu_limit{-1};  // bytes the counted tensors may hold; < 0: no limit
 
 void cpu_add(int64_t bytes) {
   cpu_total += bytes;
@@ -79,6 +80,11 @@ class CountingAllocator final : public c10::Allocator {
  public:
   explicit CountingAllocator(c10::Allocator* base) : base_(base) {}
   c10::DataPtr allocate(size_t n) COMBINER_ALLOCATE_CONST override {
+    const int64_t limit = cpu_limit.load();
+    TORCH_CHECK(limit < 0 || cpu_now.load() + int64_t(n) <= limit,
+                "DefaultCPUAllocator: not enough memory: you tried to allocate ",
+                n,
+                " bytes beyond the counted tensors' limit (util::limit_cpu_tensor_bytes)");
     c10::DataPtr inner = base_->allocate(n);
     if (inner.get() == nullptr) return inner;  // n == 0
     TORCH_CHECK(inner.get() == inner.get_context(),
@@ -230,6 +236,11 @@ double device_available_mib(const torch::Device& device) {
 #endif
   TORCH_CHECK(!device.is_cuda(), "device_available_mib: this build has no CUDA");
   return cpu_available_mib();
+}
+
+void limit_cpu_tensor_bytes(double mib) {
+  count_cpu_tensor_bytes();
+  cpu_limit = mib < 0 ? int64_t{-1} : int64_t(mib * 1024.0 * 1024.0);
 }
 
 double process_peak_rss_mib() {

@@ -31,6 +31,11 @@ double device_allocated_total_mib(const torch::Device& device);
 // without the allocator's and the process's own pages that the resident set also holds.
 void count_cpu_tensor_bytes();
 
+// From now on a CPU tensor allocation that would take the counted bytes above `mib` fails as the
+// CPU allocator fails when memory runs out (c10::Error "...not enough memory..."): a device's
+// memory emulated on the CPU, for tests. A negative `mib` lifts the limit. Starts counting.
+void limit_cpu_tensor_bytes(double mib);
+
 // What `device` could still give a new allocation, in MiB: on CUDA the driver's free memory after
 // the caching allocator has returned its unused blocks (what other processes hold is not free);
 // on the CPU the kernel's MemAvailable, or less where the process's cgroup has a lower limit.

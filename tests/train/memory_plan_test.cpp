@@ -134,6 +134,7 @@ TEST(MemoryPlan, AutoTakesTheFastestPlanThatFits) {
             std::string::npos)
       << line;
   EXPECT_NE(line.find("; nothing recomputed would need"), std::string::npos) << line;
+  EXPECT_NE(line.find("GiB free on cpu (measured at 1 to 3 images in "), std::string::npos) << line;
 
   plan = choose_plan(*model, t, images, state, room(mlp) - 1);
   EXPECT_EQ(plan.plan, Recompute::kBlocks);
@@ -153,6 +154,36 @@ TEST(MemoryPlan, AutoTakesTheFastestPlanThatFits) {
   EXPECT_EQ(plan.plan, Recompute::kMlp);
   EXPECT_FALSE(plan.automatic);
   EXPECT_TRUE(plan.estimates.empty());
+}
+
+// A plan whose measurement fails an allocation does not fit: with the CPU's tensors limited to
+// less than 3 images need with nothing or the MLP halves recomputed, and more than with whole
+// blocks, auto takes whole blocks and says why, and the model is as it was.
+TEST(MemoryPlan, APlanThatRunsOutOfMemoryWhileMeasuredDoesNotFit) {
+  auto model = small_model();
+  const double mlp = measure_step_memory(*model, Recompute::kMlp).at(3);
+  const double blocks = measure_step_memory(*model, Recompute::kBlocks).at(3);
+  ASSERT_LT(blocks, 0.75 * mlp);
+  const torch::Device cpu(torch::kCPU);
+  util::limit_cpu_tensor_bytes(util::device_allocated_mib(cpu) + (blocks + mlp) / 2);
+  config::TrainConfig t;
+  t.activation_checkpointing = "auto";
+  MemoryPlan plan;
+  EXPECT_NO_THROW(plan = choose_plan(*model, t, 2, 0, 1e12));
+  util::limit_cpu_tensor_bytes(-1);
+  EXPECT_EQ(plan.plan, Recompute::kBlocks);
+  ASSERT_EQ(plan.estimates.size(), 3u);
+  EXPECT_TRUE(plan.estimates[0].out_of_memory && plan.estimates[1].out_of_memory);
+  EXPECT_FALSE(plan.estimates[2].out_of_memory);
+  const auto line = plan.describe("cpu");
+  EXPECT_NE(line.find("auto: whole blocks recomputed: a step of 2 images needs"), std::string::npos)
+      << line;
+  EXPECT_NE(line.find("; nothing recomputed ran out of memory at up to 3 images; the MLP halves "
+                      "recomputed ran out of memory"),
+            std::string::npos)
+      << line;
+  EXPECT_FALSE(model->options().activation_checkpointing || model->options().recompute_mlp);
+  for (const auto& p : model->parameters()) EXPECT_FALSE(p.grad().defined());
 }
 
 TEST(MemoryPlan, DeviceMemoryIsReadFromTheSystem) {
