@@ -1,9 +1,17 @@
-// Helpers shared by the test binaries: fresh temporary folders, and CSV rows.
+// Helpers shared by the test binaries: fresh temporary folders, files read back, CSV rows, and
+// what a call throws. A test binary's files build in unity batches (several files to one
+// translation unit), so a helper that more than one file needs lives here or in its folder's
+// header, and a file's own helpers take names no other file of its folder uses.
 #pragma once
 
+#include <gtest/gtest.h>
+
 #include <cstdlib>
+#include <exception>
 #include <filesystem>
 #include <fstream>
+#include <functional>
+#include <iterator>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -30,6 +38,37 @@ class TempDir {
  private:
   std::string path_;
 };
+
+// A file's whole content ("" if it cannot be read).
+inline std::string read_text(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+// A file's lines, without their newlines (none if it cannot be read).
+inline std::vector<std::string> read_lines(const std::string& path) {
+  std::ifstream in(path);
+  std::vector<std::string> lines;
+  for (std::string line; std::getline(in, line);) lines.push_back(line);
+  return lines;
+}
+
+// What `f` throws, or "" when it returns.
+inline std::string message_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+  return "";
+}
+
+// Fails the test for each of `needles` that `message` lacks.
+inline void expect_contains(const std::string& message, const std::vector<std::string>& needles) {
+  for (const auto& needle : needles)
+    EXPECT_NE(message.find(needle), std::string::npos)
+        << "'" << message << "' lacks '" << needle << "'";
+}
 
 // The cells of one CSV row (no quoting; a trailing comma gives an empty last cell).
 inline std::vector<std::string> csv_cells(const std::string& row) {

@@ -10,7 +10,8 @@
 #include "attention/fused/launch.h"
 #include "util/device.h"
 
-namespace combiner::attention {
+// A namespace of this file's own: its kB, kH and kD would meet another file's in a unity batch.
+namespace combiner::attention::fused_saved_test {
 namespace {
 
 constexpr int64_t kB = 1, kH = 2, kD = 8;
@@ -81,4 +82,4 @@ TEST(FusedSaved, SegmentMaxesAreKept) {
 }
 
 }  // namespace
-}  // namespace combiner::attention
+}  // namespace combiner::attention::fused_saved_test

@@ -12,9 +12,12 @@
 #include "attention/fused/reference.h"
 #include "attention/reference.h"
 #include "attention/span_ops.h"
+#include "tensor_checks.h"
 
 namespace combiner::attention {
 namespace {
+
+using combiner::testing::max_abs_diff;
 
 struct FusedCase {
   std::string type, abstraction;
@@ -66,10 +69,6 @@ std::vector<FusedCase> fused_cases() {
 }
 
 constexpr int64_t kB = 2, kH = 2, kD = 8;
-
-double max_error(const torch::Tensor& a, const torch::Tensor& b) {
-  return (a.to(torch::kDouble) - b.to(torch::kDouble)).abs().max().item<double>();
-}
 
 struct Outcome {
   torch::Tensor out, dq, dk, dv;
@@ -124,13 +123,13 @@ class FusedModelTest : public ::testing::TestWithParam<FusedCase> {
     if (GetParam().type != "combiner-mixture") {
       EXPECT_TRUE(fused.out.transpose(1, 2).is_contiguous()) << fused.out.strides();
     }
-    EXPECT_LT(max_error(fused.out, composed.out), out_tol);
-    EXPECT_LT(max_error(fused.dq, composed.dq), grad_tol);
-    EXPECT_LT(max_error(fused.dk, composed.dk), grad_tol);
-    EXPECT_LT(max_error(fused.dv, composed.dv), grad_tol);
+    EXPECT_LT(max_abs_diff(fused.out, composed.out), out_tol);
+    EXPECT_LT(max_abs_diff(fused.dq, composed.dq), grad_tol);
+    EXPECT_LT(max_abs_diff(fused.dk, composed.dk), grad_tol);
+    EXPECT_LT(max_abs_diff(fused.dv, composed.dv), grad_tol);
     ASSERT_EQ(fused.dparams.size(), composed.dparams.size());
     for (size_t i = 0; i < fused.dparams.size(); ++i)
-      EXPECT_LT(max_error(fused.dparams[i], composed.dparams[i]), grad_tol) << "parameter " << i;
+      EXPECT_LT(max_abs_diff(fused.dparams[i], composed.dparams[i]), grad_tol) << "parameter " << i;
   }
 };
 
@@ -155,7 +154,7 @@ TEST_P(FusedModelTest, MatchesDenseReference) {
   auto out = m->forward(head(full[0]), head(full[1]), head(full[2]));
   auto ref = reference_attention(
       {c.type, c.layout, c.layout, c.abstraction}, *m, full[0], full[1], full[2]);
-  EXPECT_LT(max_error(out, head(ref)), 1e-5);
+  EXPECT_LT(max_abs_diff(out, head(ref)), 1e-5);
 }
 
 INSTANTIATE_TEST_SUITE_P(CpuModel,
@@ -212,9 +211,9 @@ TEST(FusedJointTest, SummaryGradientsMatchComposition) {
     auto grads = torch::autograd::grad({o}, in, {g});
     auto ref = joint.reference(in[0], in[1], in[2], in[3], in[4], s);
     auto ref_grads = torch::autograd::grad({ref}, in, {g});
-    EXPECT_LT(max_error(o, ref), 1e-12) << "L " << L << " s " << s;
+    EXPECT_LT(max_abs_diff(o, ref), 1e-12) << "L " << L << " s " << s;
     for (size_t i = 0; i < in.size(); ++i)
-      EXPECT_LT(max_error(grads[i], ref_grads[i]), 1e-11) << "input " << i << ", L " << L;
+      EXPECT_LT(max_abs_diff(grads[i], ref_grads[i]), 1e-11) << "input " << i << ", L " << L;
   }
 }
 
@@ -289,9 +288,9 @@ TEST(FusedJointTest, LocalStageInOneCallMatchesTwoCalls) {
     auto u = torch::cat(parts, 2);
     auto ref = fused_attention(q, k, v, ks, u, plan.joint, scale);
     auto ref_grads = torch::autograd::grad({ref}, in, {g});
-    EXPECT_LT(max_error(o, ref), 1e-12) << plan.local.size() << " local passes";
+    EXPECT_LT(max_abs_diff(o, ref), 1e-12) << plan.local.size() << " local passes";
     for (size_t i = 0; i < in.size(); ++i)
-      EXPECT_LT(max_error(grads[i], ref_grads[i]), 1e-11) << "input " << i;
+      EXPECT_LT(max_abs_diff(grads[i], ref_grads[i]), 1e-11) << "input " << i;
   }
 }
 
@@ -360,8 +359,8 @@ TEST(FusedJointTest, PoolsInTheCallMatchThePoolOps) {
     const auto ks = given(plan.pools, false, k), qs = given(plan.pools, true, q);
     const auto ref = fused_attention_with_local(q, k, v, ks, qs, plan.local, plan.joint, scale);
     const auto d_ref = torch::autograd::grad({ref}, {projection}, {g})[0];
-    EXPECT_LT(max_error(o, ref), 1e-6) << plan.name;
-    EXPECT_LT(max_error(d, d_ref), 1e-5) << plan.name;
+    EXPECT_LT(max_abs_diff(o, ref), 1e-6) << plan.name;
+    EXPECT_LT(max_abs_diff(d, d_ref), 1e-5) << plan.name;
     EXPECT_GT(d.abs().sum().item<double>(), 0) << plan.name;
   }
 }

@@ -5,9 +5,13 @@
 
 #include "attention/attention.h"
 #include "attention/heads.h"
+#include "tensor_checks.h"
 
-namespace combiner::attention {
+// A namespace of this file's own: its kB, kH and kD would meet another file's in a unity batch.
+namespace combiner::attention::heads_test {
 namespace {
+
+using combiner::testing::max_abs_diff;
 
 constexpr int64_t kB = 2, kH = 2, kD = 8;
 
@@ -15,10 +19,6 @@ constexpr int64_t kB = 2, kH = 2, kD = 8;
 std::vector<torch::Tensor> unbound(const torch::Tensor& qkv, int64_t heads) {
   const int64_t B = qkv.size(0), L = qkv.size(1), D = qkv.size(2) / (3 * heads);
   return qkv.view({B, L, 3, heads, D}).permute({2, 0, 3, 1, 4}).unbind(0);
-}
-
-double max_error(const torch::Tensor& a, const torch::Tensor& b) {
-  return (a.to(torch::kDouble) - b.to(torch::kDouble)).abs().max().item<double>();
 }
 
 TEST(SplitHeads, ViewsOfTheProjection) {
@@ -72,7 +72,7 @@ TEST(SplitHeads, GradientEqualsUnbindsWhereStacked) {
     const auto ours = through(true, all_three), theirs = through(false, all_three);
     EXPECT_EQ(ours.sizes(), theirs.sizes());
     EXPECT_TRUE(ours.is_contiguous());
-    EXPECT_LT(max_error(ours, theirs), 1e-6) << "all three used: " << all_three;
+    EXPECT_LT(max_abs_diff(ours, theirs), 1e-6) << "all three used: " << all_three;
   }
 }
 
@@ -120,9 +120,9 @@ TEST_P(SplitHeadsFused, WritesThePackedGradient) {
         << c10::toString(dtype);
     EXPECT_FALSE(packed_parts(copied_parts[0], copied_parts[1], copied_parts[2]).defined());
     EXPECT_TRUE(torch::equal(packed, copied))
-        << c10::toString(dtype) << ": " << max_error(packed, copied);
+        << c10::toString(dtype) << ": " << max_abs_diff(packed, copied);
     const double tol = dtype == torch::kFloat ? 2e-5 : 0.1;
-    EXPECT_LT(max_error(packed, composed), tol) << c10::toString(dtype);
+    EXPECT_LT(max_abs_diff(packed, composed), tol) << c10::toString(dtype);
   }
 }
 
@@ -139,4 +139,4 @@ INSTANTIATE_TEST_SUITE_P(
                       FusedHeadsCase{"combiner-mixture", "max", 40, 8}));
 
 }  // namespace
-}  // namespace combiner::attention
+}  // namespace combiner::attention::heads_test

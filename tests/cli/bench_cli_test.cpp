@@ -14,15 +14,9 @@
 namespace combiner {
 namespace {
 
+using combiner::testing::read_lines;
 using combiner::testing::run_binary;
 using combiner::testing::TempDir;
-
-std::vector<std::string> read_lines(const std::string& path) {
-  std::ifstream in(path);
-  std::vector<std::string> lines;
-  for (std::string line; std::getline(in, line);) lines.push_back(line);
-  return lines;
-}
 
 const std::string kQuickConfig = std::string(COMBINER_SOURCE_DIR) + "/configs/fashion_mnist.yaml";
 

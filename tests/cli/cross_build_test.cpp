@@ -47,7 +47,7 @@ BinaryRun run(const std::string& build, const std::string& binary, const std::st
 }
 
 // 6 updates (warmup, then cosine), a checkpoint after 3.
-std::string write_config(const TempDir& dir) {
+std::string write_cross_build_config(const TempDir& dir) {
   const std::string path = dir.file("cross.yaml");
   std::ofstream(path) << "data: {dataset: fashion_mnist, val_size: 6}\n"
                          "model: {layers: 1, width: 16, heads: 2, mlp_ratio: 2,\n"
@@ -102,7 +102,7 @@ std::vector<std::string> learning_rates(const std::string& run) {
   return out;
 }
 
-double value_after(const std::string& output, const std::string& key) {
+double last_value_after(const std::string& output, const std::string& key) {
   const auto at = output.rfind(key);
   return at == std::string::npos ? -1.0 : std::stod(output.substr(at + key.size()));
 }
@@ -111,7 +111,7 @@ double value_after(const std::string& output, const std::string& key) {
 // the end; `reader` evaluates, samples and exports it.
 void cross(const std::string& writer, const std::string& reader) {
   TempDir dir;
-  const std::string config = write_config(dir);
+  const std::string config = write_cross_build_config(dir);
   const std::string written = dir.file("written"), resumed = dir.file("resumed");
   const auto trained =
       run(writer, "combiner-train", "--config " + config + " --set train.out_dir=" + written);
@@ -170,8 +170,10 @@ void cross(const std::string& writer, const std::string& reader) {
   const auto here = run(reader, "combiner-eval", val), there = run(writer, "combiner-eval", val);
   ASSERT_EQ(here.status, 0) << here.output;
   ASSERT_EQ(there.status, 0) << there.output;
-  EXPECT_GT(value_after(here.output, "val_bpd: "), 0.0) << here.output;
-  EXPECT_NEAR(value_after(here.output, "val_bpd: "), value_after(there.output, "val_bpd: "), 2e-4);
+  EXPECT_GT(last_value_after(here.output, "val_bpd: "), 0.0) << here.output;
+  EXPECT_NEAR(last_value_after(here.output, "val_bpd: "),
+              last_value_after(there.output, "val_bpd: "),
+              2e-4);
   const auto sampled =
       run(reader, "combiner-sample", "--checkpoint " + at3 + " --num 2 --out " + dir.file("s.png"));
   EXPECT_EQ(sampled.status, 0) << sampled.output;

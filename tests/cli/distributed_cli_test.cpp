@@ -25,7 +25,7 @@ const std::string kEval = std::string(COMBINER_BINARY_DIR) + "/combiner-eval";
 const std::string kLaunch = std::string(COMBINER_SOURCE_DIR) + "/scripts/launch.sh";
 
 // Global batch 4 in 2 micro-batches: 2 images per micro-batch in one process, 1 in each of two.
-std::string write_config(const TempDir& dir) {
+std::string write_distributed_config(const TempDir& dir) {
   const std::string path = dir.file("tiny.yaml");
   std::ofstream(path) << "data: {dataset: fashion_mnist, val_size: 7}\n"
                          "model: {layers: 1, width: 16, heads: 2, mlp_ratio: 2, dropout: 0.0,\n"
@@ -82,7 +82,7 @@ class DistributedCli : public ::testing::Test {
   // The same 3-step run in one process and in two, shared by the tests of this suite.
   static void SetUpTestSuite() {
     dir_ = new TempDir();
-    config_ = write_config(*dir_);
+    config_ = write_distributed_config(*dir_);
     one_ = train(config_, dir_->file("one"), "", 1);
     two_ = train(config_, dir_->file("two"), "", 2);
   }
@@ -175,7 +175,7 @@ TEST_F(DistributedCli, ResumeOneProcessCheckpointInTwoProcesses) {
 // with one error line within the 2 s train.dist_timeout_s (plus start-up slack).
 std::string rank_zero_error_after(const TempDir& dir, int stop_signal) {
   const std::string port = std::to_string(combiner::testing::free_port());
-  const std::string config = write_config(dir);
+  const std::string config = write_distributed_config(dir);
   std::vector<std::unique_ptr<ChildProcess>> ranks;
   for (const std::string rank : {"0", "1"})
     ranks.push_back(std::make_unique<ChildProcess>(
@@ -245,7 +245,7 @@ TEST(DistributedFailure, LaunchStopsTheRestWhenOneRankFails) {
 
 TEST(DistributedFailure, BadEnvironmentGivesOneLineErrors) {
   TempDir dir;
-  const auto config = write_config(dir);
+  const auto config = write_distributed_config(dir);
   const std::string args = " --config " + config + " --set train.out_dir=" + dir.file("run");
   struct Case {
     std::string command, expected;
@@ -277,7 +277,7 @@ TEST(DistributedFailure, BadEnvironmentGivesOneLineErrors) {
 TEST(NoGpuDistributedFailure, CudaWithoutAGpuIsAClearError) {
   if (torch::cuda::is_available()) GTEST_SKIP() << "a GPU is present";
   TempDir dir;
-  const auto r = run_shell(kTrain + " --config " + write_config(dir) +
+  const auto r = run_shell(kTrain + " --config " + write_distributed_config(dir) +
                            " --set train.out_dir=" + dir.file("run") + " --set train.device=cuda");
   EXPECT_EQ(r.status, 1) << r.output;
   EXPECT_NE(r.last_line().find("combiner-train: error: train.device: cuda asked for, but "

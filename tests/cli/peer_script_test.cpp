@@ -17,6 +17,7 @@
 namespace combiner {
 namespace {
 
+using combiner::testing::read_lines;
 using combiner::testing::run_binary;
 using combiner::testing::run_shell;
 using combiner::testing::TempDir;
@@ -24,13 +25,6 @@ using combiner::testing::TempDir;
 const std::string kSource = COMBINER_SOURCE_DIR;
 const std::string kColumns =
     "gpu,shape,L,batch,system,attention,precision,ms_per_step,tokens_per_s,peak_mib,status";
-
-std::vector<std::string> read_lines(const std::string& path) {
-  std::ifstream in(path);
-  std::vector<std::string> lines;
-  for (std::string line; std::getline(in, line);) lines.push_back(line);
-  return lines;
-}
 
 std::vector<std::string> split(const std::string& row) {
   std::vector<std::string> cells;

@@ -22,15 +22,11 @@ namespace {
 
 namespace fs = std::filesystem;
 using combiner::testing::ChildProcess;
+using combiner::testing::read_text;
 using combiner::testing::run_binary;
 using combiner::testing::run_shell;
 using combiner::testing::TempDir;
 using combiner::testing::tiny_config;
-
-std::string read_text(const std::string& path) {
-  std::ifstream in(path);
-  return std::string(std::istreambuf_iterator<char>(in), {});
-}
 
 // The step numbers of metrics.jsonl's training lines, in file order.
 std::vector<int64_t> logged_steps(const std::string& run) {

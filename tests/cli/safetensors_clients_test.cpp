@@ -21,17 +21,13 @@
 namespace combiner {
 namespace {
 
+using combiner::testing::read_text;
 using combiner::testing::run_binary;
 using combiner::testing::run_venv_script;
 using combiner::testing::TempDir;
 using combiner::testing::tiny_config;
 
 namespace fs = std::filesystem;
-
-std::string read_text(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), {});
-}
 
 class SafetensorsClients : public ::testing::Test {
  protected:

@@ -29,6 +29,7 @@ namespace combiner {
 namespace {
 
 using combiner::testing::ChildProcess;
+using combiner::testing::read_text;
 using combiner::testing::run_binary;
 using combiner::testing::TempDir;
 
@@ -113,11 +114,6 @@ std::set<int64_t> repeated_steps(const std::string& run, const std::string& key)
     if (!seen.insert(step).second) repeated.insert(step);
   }
   return repeated;
-}
-
-std::string read_text(const std::string& path) {
-  std::ifstream in(path);
-  return std::string(std::istreambuf_iterator<char>(in), {});
 }
 
 // "<width> <height> <width> <height> <mode>": what a reader shows for the PNG at path (its

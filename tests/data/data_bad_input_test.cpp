@@ -142,7 +142,7 @@ TEST(DataBadInput, TruncatedCifarRecordStopsTheSplit) {
                                         {dir.file("test_batch.bin"), "found 30726927"});
 }
 
-void write_png(const std::string& path, int width, int height, int channels) {
+void write_flat_png(const std::string& path, int width, int height, int channels) {
   const std::vector<uint8_t> pixels(static_cast<size_t>(width * height * channels), 100);
   ASSERT_NE(stbi_write_png(path.c_str(), width, height, channels, pixels.data(), width * channels),
             0);
@@ -158,8 +158,8 @@ TEST(DataBadInput, PngFolderWithOtherSizesOrChannelsStopsTheSplit) {
   for (const auto& [width, height, channels, found] : cases) {
     TempDir dir;
     fs::create_directory(dir.file("train"));
-    write_png(dir.file("train/a.png"), 64, 64, 3);
-    write_png(dir.file("train/b.png"), width, height, channels);
+    write_flat_png(dir.file("train/a.png"), 64, 64, 3);
+    write_flat_png(dir.file("train/b.png"), width, height, channels);
     DataOptions options;
     options.dataset = "imagenet64";
     options.dir = dir.path().string();

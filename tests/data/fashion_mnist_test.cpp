@@ -5,6 +5,7 @@
 
 #include <zlib.h>
 
+#include "data/data_files.h"
 #include "data/dataset.h"
 #include "util/test_support.h"
 
@@ -12,13 +13,10 @@ namespace combiner::data {
 namespace {
 
 using combiner::testing::expect_throw_with;
+using combiner::testing::put_be32;
 using combiner::testing::read_bytes;
 using combiner::testing::TempDir;
 using combiner::testing::write_bytes;
-
-void put_be32(std::vector<uint8_t>& out, uint32_t v) {
-  for (int shift = 24; shift >= 0; shift -= 8) out.push_back(static_cast<uint8_t>(v >> shift));
-}
 
 // An idx3 file: header (magic, count, rows, cols) then pixels.
 std::vector<uint8_t> idx3(uint32_t magic,

@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <filesystem>
 
+#include "data/data_files.h"
 #include "data/dataset.h"
 #include "data/fashion_mnist.h"
 #include "data/image_folder.h"
@@ -20,6 +21,7 @@ namespace combiner::data {
 namespace {
 
 using combiner::testing::TempDir;
+using combiner::testing::write_png;
 using Bytes = std::vector<uint8_t>;
 namespace fs = std::filesystem;
 
@@ -43,10 +45,6 @@ std::vector<Bytes> packed_images(const std::string& path) {
 std::vector<Bytes> sorted(std::vector<Bytes> images) {
   std::sort(images.begin(), images.end());
   return images;
-}
-
-void write_png(const std::string& path, int w, int h, int c, const Bytes& p) {
-  ASSERT_TRUE(stbi_write_png(path.c_str(), w, h, c, p.data(), w * c)) << path;
 }
 
 // A palette PNG (colour type 3) written here: stb_image_write does not write palettes.

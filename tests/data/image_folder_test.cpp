@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <random>
 
+#include "data/data_files.h"
 #include "data/dataset.h"
 #include "data/packed.h"
 #include "util/test_support.h"
@@ -21,6 +22,7 @@ using combiner::testing::expect_throw_with;
 using combiner::testing::read_bytes;
 using combiner::testing::TempDir;
 using combiner::testing::write_bytes;
+using combiner::testing::write_png;
 
 // A w x h x c image whose pixel (x, y) is f(x, y) + 85 k (mod 256) in channel k: the channels
 // differ, so a swap of R and B cannot pass unseen.
@@ -34,9 +36,6 @@ std::vector<uint8_t> pixels(int w, int h, int c, F f) {
   return p;
 }
 
-void write_png(const std::string& path, int w, int h, int c, const std::vector<uint8_t>& p) {
-  ASSERT_TRUE(stbi_write_png(path.c_str(), w, h, c, p.data(), w * c)) << path;
-}
 void write_jpg(const std::string& path, int w, int h, int c, const std::vector<uint8_t>& p) {
   ASSERT_TRUE(stbi_write_jpg(path.c_str(), w, h, c, p.data(), 95)) << path;
 }

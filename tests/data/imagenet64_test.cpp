@@ -28,7 +28,7 @@ std::vector<uint8_t> image_bytes(int seed, int side = 64, int channels = 3) {
   return pixels;
 }
 
-void write_png(const std::string& path, int seed, int side = 64, int channels = 3) {
+void write_seeded_png(const std::string& path, int seed, int side = 64, int channels = 3) {
   const auto pixels = image_bytes(seed, side, channels);
   ASSERT_NE(stbi_write_png(path.c_str(), side, side, channels, pixels.data(), side * channels), 0);
 }
@@ -38,10 +38,10 @@ TEST(Imagenet64, LoadsPngFoldersInFileNameOrder) {
   std::filesystem::create_directories(dir.file("train"));
   std::filesystem::create_directories(dir.file("valid"));
   // Written out of order; "img_10" sorts before "img_2".
-  write_png(dir.file("train/img_2.png"), 2);
-  write_png(dir.file("train/img_10.png"), 10);
-  write_png(dir.file("train/img_1.png"), 1);
-  write_png(dir.file("valid/v.png"), 7);
+  write_seeded_png(dir.file("train/img_2.png"), 2);
+  write_seeded_png(dir.file("train/img_10.png"), 10);
+  write_seeded_png(dir.file("train/img_1.png"), 1);
+  write_seeded_png(dir.file("valid/v.png"), 7);
   write_bytes(dir.file("train/notes.txt"), {1, 2, 3});  // not a PNG: ignored
   EXPECT_EQ(detect_imagenet64_format(dir.path().string()), Imagenet64Format::kPng);
 
@@ -72,13 +72,13 @@ TEST(Imagenet64, RefusesOtherSizesChannelsAndBrokenFiles) {
   };
   for (const auto& [name, side, channels, found] : cases) {
     TempDir dir;
-    write_png(dir.file("a.png"), 0);
-    write_png(dir.file(name), 0, side, channels);
+    write_seeded_png(dir.file("a.png"), 0);
+    write_seeded_png(dir.file(name), 0, side, channels);
     expect_throw_with<std::runtime_error>([&] { read_png_folder(dir.path().string()); },
                                           {dir.file(name), found, "expected 64x64 with 3"});
   }
   TempDir dir;
-  write_png(dir.file("a.png"), 0);
+  write_seeded_png(dir.file("a.png"), 0);
   auto bytes = read_bytes(dir.file("a.png"));
   write_bytes(dir.file("b.png"), std::vector<uint8_t>(bytes.begin(), bytes.begin() + 60));
   expect_throw_with<std::runtime_error>([&] { read_png_folder(dir.path().string()); },
@@ -181,9 +181,8 @@ np.savez('big/b.npz', data=np.zeros((2, 12288), np.uint8))
   ASSERT_EQ(train.count, expected.size(0));
   EXPECT_TRUE(std::equal(train.pixels.begin(), train.pixels.end(), expected.data_ptr<uint8_t>()));
   EXPECT_EQ(load_split(options, Split::kTest).count, 3);
-  expect_throw_with<std::runtime_error>(
-      [&] { read_imagenet64_npz(dir.file("big/b.npz"), 32); },
-      {"imagenet32", "b.npz", "[N, 3072]", "[2, 12288]"});
+  expect_throw_with<std::runtime_error>([&] { read_imagenet64_npz(dir.file("big/b.npz"), 32); },
+                                        {"imagenet32", "b.npz", "[N, 3072]", "[2, 12288]"});
 
   PackOptions pack;
   pack.dataset = "imagenet32";

@@ -7,6 +7,7 @@
 
 #include <cstring>
 
+#include "data/data_files.h"
 #include "data/fashion_mnist.h"
 #include "data/imagenet64.h"
 #include "data/zip.h"
@@ -16,15 +17,9 @@ namespace combiner::data {
 namespace {
 
 using combiner::testing::expect_throw_with;
+using combiner::testing::put;
+using combiner::testing::put_be32;
 using Bytes = std::vector<uint8_t>;
-
-void put(Bytes& out, uint64_t v, int bytes) {
-  for (int i = 0; i < bytes; ++i) out.push_back(static_cast<uint8_t>(v >> (8 * i)));
-}
-
-void put_be32(Bytes& out, uint32_t v) {
-  for (int shift = 24; shift >= 0; shift -= 8) out.push_back(static_cast<uint8_t>(v >> shift));
-}
 
 TEST(ReaderFuzzRegression, IdxHeaderClaimingFourBillionImages) {
   Bytes idx;

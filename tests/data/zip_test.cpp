@@ -5,12 +5,14 @@
 
 #include <zlib.h>
 
+#include "data/data_files.h"
 #include "util/test_support.h"
 
 namespace combiner::data {
 namespace {
 
 using combiner::testing::expect_throw_with;
+using combiner::testing::put;
 using combiner::testing::read_bytes;
 using combiner::testing::run_python;
 using combiner::testing::TempDir;
@@ -18,10 +20,6 @@ using combiner::testing::write_bytes;
 
 std::vector<uint8_t> text(const std::string& s) {
   return {s.begin(), s.end()};
-}
-
-void put(std::vector<uint8_t>& out, uint64_t v, int bytes) {
-  for (int i = 0; i < bytes; ++i) out.push_back(static_cast<uint8_t>(v >> (8 * i)));
 }
 
 // One stored member whose sizes and offset all live in zip64 extras and a zip64 end record.

@@ -8,13 +8,12 @@
 #include "model/precision.h"
 #include "ops/bias_grad_kernel.h"
 #include "ops/linear.h"
+#include "tensor_checks.h"
 
 namespace combiner::model {
 namespace {
 
-double max_diff(const torch::Tensor& a, const torch::Tensor& b) {
-  return (a.to(torch::kDouble) - b.to(torch::kDouble)).abs().max().item<double>();
-}
+using combiner::testing::max_abs_diff;
 
 // model::Linear: the fused op on the fused path while a gradient is wanted, at::linear
 // otherwise (the composed path, no grad mode, an out the kernels do not take), the same numbers.
@@ -38,8 +37,8 @@ TEST(ModelLinear, TakesTheFusedOpOnlyOnTheFusedPathWithAGradient) {
   EXPECT_EQ(launched([&] { fused->forward_gelu(x).sum().backward(); }), ops::kBiasGradLaunches);
   EXPECT_EQ(launched([&] { composed->forward_gelu(x).sum().backward(); }), 0);
   EXPECT_EQ(launched([&] { odd->forward(x).sum().backward(); }), 0);
-  EXPECT_LT(max_diff(fused->bias.grad(), composed->bias.grad()), 1e-5);
-  EXPECT_LT(max_diff(fused->weight.grad(), composed->weight.grad()), 1e-5);
+  EXPECT_LT(max_abs_diff(fused->bias.grad(), composed->bias.grad()), 1e-5);
+  EXPECT_LT(max_abs_diff(fused->weight.grad(), composed->weight.grad()), 1e-5);
   torch::NoGradGuard no_grad;
   EXPECT_EQ(launched([&] { fused->forward(x); }), 0);
   EXPECT_TRUE(torch::equal(fused->forward(x), at::linear(x, fused->weight, fused->bias)));

@@ -7,26 +7,28 @@
 #include <cmath>
 
 #include "ops/layer_norm.h"
+#include "tensor_checks.h"
 
 namespace combiner::ops {
 namespace {
 
-struct Inputs {
+using combiner::testing::max_abs_diff;
+
+struct AddLayerNormInputs {
   torch::Tensor x, residual, weight, bias;
 };
 
-Inputs inputs(int64_t rows, int64_t width, torch::ScalarType residual_type, uint64_t seed) {
+AddLayerNormInputs add_layer_norm_inputs(int64_t rows,
+                                         int64_t width,
+                                         torch::ScalarType residual_type,
+                                         uint64_t seed) {
   torch::manual_seed(seed);
-  Inputs in;
+  AddLayerNormInputs in;
   in.x = (torch::randn({2, rows, width}) * 2.0 + 1.0).requires_grad_(true);
   in.residual = torch::randn({2, rows, width}).to(residual_type).requires_grad_(true);
   in.weight = (torch::randn({width}) * 0.5 + 1.0).requires_grad_(true);
   in.bias = (torch::randn({width}) * 0.1).requires_grad_(true);
   return in;
-}
-
-double max_diff(const torch::Tensor& a, const torch::Tensor& b) {
-  return (a.to(torch::kDouble) - b.to(torch::kDouble)).abs().max().item<double>();
 }
 
 // Which outputs the loss reads.
@@ -42,7 +44,8 @@ class FusedAddNorm : public ::testing::TestWithParam<AddNormCase> {};
 TEST_P(FusedAddNorm, IsTheAddThenTheNorm) {
   const auto c = GetParam();
   const int64_t rows = 37, width = 64;
-  auto ours = inputs(rows, width, c.residual, 5), ref = inputs(rows, width, c.residual, 5);
+  auto ours = add_layer_norm_inputs(rows, width, c.residual, 5),
+       ref = add_layer_norm_inputs(rows, width, c.residual, 5);
   const auto [h, y] =
       fused_add_layer_norm(ours.x, ours.residual, ours.weight, ours.bias, 1e-5, c.out);
   const auto h_ref = ref.x + ref.residual;
@@ -62,13 +65,13 @@ TEST_P(FusedAddNorm, IsTheAddThenTheNorm) {
   loss(h, y).backward();
   loss(h_ref, y_ref).backward();
   EXPECT_EQ(ours.residual.grad().scalar_type(), c.residual);
-  EXPECT_LT(max_diff(ours.x.grad(), ref.x.grad()), 1e-5);
-  EXPECT_LT(max_diff(ours.residual.grad(), ref.residual.grad()), 1e-5);
+  EXPECT_LT(max_abs_diff(ours.x.grad(), ref.x.grad()), 1e-5);
+  EXPECT_LT(max_abs_diff(ours.residual.grad(), ref.residual.grad()), 1e-5);
   if (c.reads == Reads::kSumOnly) {
     EXPECT_FALSE(ours.weight.grad().defined());  // the norm was not read: no gradient
   } else {
-    EXPECT_LT(max_diff(ours.weight.grad(), ref.weight.grad()), 1e-4);
-    EXPECT_LT(max_diff(ours.bias.grad(), ref.bias.grad()), 1e-4);
+    EXPECT_LT(max_abs_diff(ours.weight.grad(), ref.weight.grad()), 1e-4);
+    EXPECT_LT(max_abs_diff(ours.bias.grad(), ref.bias.grad()), 1e-4);
   }
 }
 
@@ -83,25 +86,26 @@ INSTANTIATE_TEST_SUITE_P(
 // Against LibTorch's own add and layer_norm, and the launches: one forward, two backward, where
 // the add, LayerNorm, the gradients' sum and the residual's cast take six.
 TEST(FusedAddNorm, MatchesLibTorchAndCountsAsOneLayerNorm) {
-  auto ours = inputs(1000, 256, torch::kBFloat16, 3), ref = inputs(1000, 256, torch::kBFloat16, 3);
+  auto ours = add_layer_norm_inputs(1000, 256, torch::kBFloat16, 3),
+       ref = add_layer_norm_inputs(1000, 256, torch::kBFloat16, 3);
   const int64_t before = norm_kernel_launches();
   const auto [h, y] =
       fused_add_layer_norm(ours.x, ours.residual, ours.weight, ours.bias, 1e-5, torch::kFloat);
   EXPECT_EQ(norm_kernel_launches() - before, 1);
   const auto h_ref = ref.x + ref.residual;
   const auto y_ref = torch::layer_norm(h_ref, {256}, ref.weight, ref.bias, 1e-5);
-  EXPECT_LT(max_diff(y, y_ref), 2e-5);
+  EXPECT_LT(max_abs_diff(y, y_ref), 2e-5);
   const auto gy = torch::randn(y.sizes()), gh = torch::randn(h.sizes());
   ((h * gh).sum() + (y * gy).sum()).backward();
   ((h_ref * gh).sum() + (y_ref * gy).sum()).backward();
   EXPECT_EQ(norm_kernel_launches() - before, 3);
-  EXPECT_LT(max_diff(ours.x.grad(), ref.x.grad()), 1e-4);
+  EXPECT_LT(max_abs_diff(ours.x.grad(), ref.x.grad()), 1e-4);
   // bf16: the same float32 sum rounded once on both sides, but LibTorch's norm gradient differs
   // from ours in the last float32 bits, which can move a value across a rounding boundary.
   const double ulp = ref.residual.grad().abs().max().item<double>() * std::pow(2.0, -8);
-  EXPECT_LE(max_diff(ours.residual.grad(), ref.residual.grad()), ulp);
-  EXPECT_LT(max_diff(ours.weight.grad(), ref.weight.grad()), 1e-3);
-  EXPECT_LT(max_diff(ours.bias.grad(), ref.bias.grad()), 1e-3);
+  EXPECT_LE(max_abs_diff(ours.residual.grad(), ref.residual.grad()), ulp);
+  EXPECT_LT(max_abs_diff(ours.weight.grad(), ref.weight.grad()), 1e-3);
+  EXPECT_LT(max_abs_diff(ours.bias.grad(), ref.bias.grad()), 1e-3);
 }
 
 TEST(FusedAddNorm, RefusesAResidualOfAnotherShapeOrDtype) {

@@ -5,26 +5,25 @@
 
 #include "ops/layer_norm.h"
 #include "ops/layer_norm_kernel.h"
+#include "tensor_checks.h"
 
 namespace combiner::ops {
 namespace {
 
-struct Inputs {
+using combiner::testing::max_abs_diff;
+
+struct LayerNormInputs {
   torch::Tensor x, weight, bias;
 };
 
 // Rows far from zero mean and unit variance, so that a one-pass variance would lose digits.
-Inputs inputs(int64_t rows, int64_t width, uint64_t seed) {
+LayerNormInputs layer_norm_inputs(int64_t rows, int64_t width, uint64_t seed) {
   torch::manual_seed(seed);
-  Inputs in;
+  LayerNormInputs in;
   in.x = (torch::randn({rows, width}) * 2.5 + 3.0).requires_grad_(true);
   in.weight = (torch::randn({width}) * 0.5 + 1.0).requires_grad_(true);
   in.bias = (torch::randn({width}) * 0.1).requires_grad_(true);
   return in;
-}
-
-double max_diff(const torch::Tensor& a, const torch::Tensor& b) {
-  return (a.to(torch::kDouble) - b.to(torch::kDouble)).abs().max().item<double>();
 }
 
 struct Shape {
@@ -37,14 +36,14 @@ TEST_P(FusedNorm, MatchesLayerNormValuesAndGradients) {
   const auto [rows, width] = GetParam();
   for (const auto out : {torch::kFloat, torch::kBFloat16}) {
     SCOPED_TRACE(c10::toString(out));
-    auto ours = inputs(rows, width, 7);
-    auto ref = inputs(rows, width, 7);
+    auto ours = layer_norm_inputs(rows, width, 7);
+    auto ref = layer_norm_inputs(rows, width, 7);
     const auto y = fused_layer_norm(ours.x, ours.weight, ours.bias, 1e-5, out);
     const auto y_ref = torch::layer_norm(ref.x, {width}, ref.weight, ref.bias, 1e-5);
     ASSERT_EQ(y.scalar_type(), out);
     ASSERT_EQ(y.sizes(), y_ref.sizes());
     if (out == torch::kFloat) {
-      EXPECT_LT(max_diff(y, y_ref), 2e-5);
+      EXPECT_LT(max_abs_diff(y, y_ref), 2e-5);
     } else {
       // One rounding of the float32 result: within half a bf16 ulp of LibTorch's float32 value
       // (plus its own float32 rounding), and exactly the float32 fused output rounded.
@@ -57,10 +56,10 @@ TEST_P(FusedNorm, MatchesLayerNormValuesAndGradients) {
     const auto dy = torch::randn({rows, width}).to(out);
     y.backward(dy);
     y_ref.backward(dy.to(torch::kFloat));
-    EXPECT_LT(max_diff(ours.x.grad(), ref.x.grad()), 1e-4);
-    EXPECT_LT(max_diff(ours.weight.grad(), ref.weight.grad()),
+    EXPECT_LT(max_abs_diff(ours.x.grad(), ref.x.grad()), 1e-4);
+    EXPECT_LT(max_abs_diff(ours.weight.grad(), ref.weight.grad()),
               1e-5 * std::max<double>(1.0, double(rows)));
-    EXPECT_LT(max_diff(ours.bias.grad(), ref.bias.grad()),
+    EXPECT_LT(max_abs_diff(ours.bias.grad(), ref.bias.grad()),
               1e-5 * std::max<double>(1.0, double(rows)));
   }
 }
@@ -79,11 +78,11 @@ INSTANTIATE_TEST_SUITE_P(Shapes,
                                            Shape{40000, 32}));
 
 TEST(FusedNorm, KeepsLeadingDimensionsAndNonContiguousInput) {
-  auto in = inputs(24, 64, 3);
+  auto in = layer_norm_inputs(24, 64, 3);
   const auto x = in.x.detach().view({2, 3, 4, 64}).transpose(1, 2);  // [2, 4, 3, 64], strided
   const auto y = fused_layer_norm(x, in.weight, in.bias, 1e-5, torch::kFloat);
   EXPECT_EQ(y.sizes(), x.sizes());
-  EXPECT_LT(max_diff(y, torch::layer_norm(x, {64}, in.weight, in.bias, 1e-5)), 2e-5);
+  EXPECT_LT(max_abs_diff(y, torch::layer_norm(x, {64}, in.weight, in.bias, 1e-5)), 2e-5);
 }
 
 // The part rule the CUDA backward walks (CTA p's warp w takes rows p * 4 + w, then every
@@ -111,9 +110,9 @@ TEST(FusedNorm, RefusesWhatTheKernelsDoNotTake) {
   EXPECT_THROW(fused_layer_norm(torch::randn({2, 48}), w, b, 1e-5, torch::kFloat),
                std::invalid_argument);
   const auto w64 = torch::ones({64}), b64 = torch::zeros({64});
-  EXPECT_NE(fused_norm_unsupported(torch::randn({2, 64}, torch::kBFloat16), w64, b64)
-                .find("float32"),
-            std::string::npos);
+  EXPECT_NE(
+      fused_norm_unsupported(torch::randn({2, 64}, torch::kBFloat16), w64, b64).find("float32"),
+      std::string::npos);
   EXPECT_NE(fused_norm_unsupported(torch::randn({2, 64}), torch::ones({32}), b64).find("[64]"),
             std::string::npos);
   EXPECT_THROW(fused_layer_norm(torch::randn({2, 64}), w64, b64, 1e-5, torch::kHalf),
@@ -122,7 +121,7 @@ TEST(FusedNorm, RefusesWhatTheKernelsDoNotTake) {
 }
 
 TEST(FusedNorm, CountsTheLaunchesAGpuMakes) {
-  auto in = inputs(10, 64, 5);
+  auto in = layer_norm_inputs(10, 64, 5);
   const int64_t before = norm_kernel_launches();
   const auto y = fused_layer_norm(in.x, in.weight, in.bias, 1e-5, torch::kFloat);
   EXPECT_EQ(norm_kernel_launches() - before, kNormForwardLaunches);

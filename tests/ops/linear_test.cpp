@@ -10,13 +10,12 @@
 
 #include "ops/bias_grad_kernel.h"
 #include "ops/linear.h"
+#include "tensor_checks.h"
 
 namespace combiner::ops {
 namespace {
 
-double max_diff(const torch::Tensor& a, const torch::Tensor& b) {
-  return (a.to(torch::kDouble) - b.to(torch::kDouble)).abs().max().item<double>();
-}
+using combiner::testing::max_abs_diff;
 
 // The same layer through at::linear (and at::gelu) and through fused_linear, float32: outputs
 // and the gradients of x and weight are LibTorch's own ops, so equal; the bias's sums differ from
@@ -36,10 +35,10 @@ TEST(FusedLinear, Float32IsAtLinearsForwardAndBackward) {
     if (gelu) yr = torch::gelu(yr);
     yr.backward(dy);
     EXPECT_EQ(y.sizes(), yr.sizes());
-    EXPECT_LT(max_diff(y, yr), 1e-5) << gelu;
-    EXPECT_LT(max_diff(x.grad(), xr.grad()), 1e-5) << gelu;
-    EXPECT_LT(max_diff(w.grad(), wr.grad()), 1e-4) << gelu;
-    EXPECT_LT(max_diff(b.grad(), br.grad()), 1e-4) << gelu;
+    EXPECT_LT(max_abs_diff(y, yr), 1e-5) << gelu;
+    EXPECT_LT(max_abs_diff(x.grad(), xr.grad()), 1e-5) << gelu;
+    EXPECT_LT(max_abs_diff(w.grad(), wr.grad()), 1e-4) << gelu;
+    EXPECT_LT(max_abs_diff(b.grad(), br.grad()), 1e-4) << gelu;
     EXPECT_EQ(b.grad().scalar_type(), torch::kFloat);
   }
 }
@@ -63,10 +62,10 @@ TEST(FusedLinear, BFloat16KeepsTheDtypesAutocastWouldAndSumsTheBiasInFloat32) {
   const auto pre = at::addmm(b.detach().to(torch::kBFloat16), xb, wb.t());
   const auto d_pre =
       torch::gelu_backward(dy.to(torch::kFloat), pre.to(torch::kFloat)).to(torch::kBFloat16);
-  EXPECT_LT(max_diff(y, torch::gelu(pre)), 1e-6);
-  EXPECT_LT(max_diff(b.grad(), d_pre.to(torch::kDouble).sum(0)), 1e-4);
-  EXPECT_LT(max_diff(w.grad(), d_pre.t().mm(xb)), 1e-6);
-  EXPECT_LT(max_diff(x.grad(), d_pre.mm(wb)), 1e-6);
+  EXPECT_LT(max_abs_diff(y, torch::gelu(pre)), 1e-6);
+  EXPECT_LT(max_abs_diff(b.grad(), d_pre.to(torch::kDouble).sum(0)), 1e-4);
+  EXPECT_LT(max_abs_diff(w.grad(), d_pre.t().mm(xb)), 1e-6);
+  EXPECT_LT(max_abs_diff(x.grad(), d_pre.mm(wb)), 1e-6);
 }
 
 // The kernels' CPU model: a column sum in the kernels' order, float32, and with GELU d_pre as
@@ -101,13 +100,14 @@ TEST(BiasGradKernels, ModelSumsColumnsAndMakesGeluBackward) {
           const auto expected =
               torch::gelu_backward(dy.to(torch::kFloat), pre.to(torch::kFloat)).to(dtype);
           // float32's erf and exp against LibTorch's: an ulp of the storage dtype at most.
-          EXPECT_LT(max_diff(d_pre, expected), dtype == torch::kFloat ? 1e-6 : 2e-2)
+          EXPECT_LT(max_abs_diff(d_pre, expected), dtype == torch::kFloat ? 1e-6 : 2e-2)
               << rows << " " << dtype;
         }
-        EXPECT_LT(max_diff(db, summed.to(torch::kDouble).sum(0)), 2e-5 * std::sqrt(double(rows)))
+        EXPECT_LT(max_abs_diff(db, summed.to(torch::kDouble).sum(0)),
+                  2e-5 * std::sqrt(double(rows)))
             << rows << " " << dtype << " " << gelu;
         // The parts' sums add up to db in a fixed order: part p holds rows of its own.
-        EXPECT_LT(max_diff(partial.sum(0), db), 1e-4);
+        EXPECT_LT(max_abs_diff(partial.sum(0), db), 1e-4);
       }
 }
 

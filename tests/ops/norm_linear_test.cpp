@@ -10,10 +10,10 @@
 namespace combiner::ops {
 namespace {
 
-struct Inputs {
+struct NormLinearInputs {
   torch::Tensor x, residual, gamma, beta, weight, bias;
 };
-Inputs inputs(int64_t rows, int64_t width, int64_t out) {
+NormLinearInputs norm_linear_inputs(int64_t rows, int64_t width, int64_t out) {
   torch::manual_seed(5);
   return {torch::randn({rows, width}),
           torch::randn({rows, width}),
@@ -24,7 +24,7 @@ Inputs inputs(int64_t rows, int64_t width, int64_t out) {
 }
 
 TEST(NormLinear, ReturnsTheSumAndTheProjectionOfItsNorm) {
-  auto in = inputs(3, 64, 10);
+  auto in = norm_linear_inputs(3, 64, 10);
   torch::NoGradGuard no_grad;
   const auto [sum, y] =
       norm_linear(in.x, in.residual, in.gamma, in.beta, 1e-5, in.weight, in.bias, true);
@@ -45,9 +45,9 @@ TEST(NormLinear, ReturnsTheSumAndTheProjectionOfItsNorm) {
 }
 
 TEST(NormLinear, RefusesWhatTheKernelCannotTakeInOneLine) {
-  auto in = inputs(2, 48, 4);
+  auto in = norm_linear_inputs(2, 48, 4);
   torch::NoGradGuard no_grad;
-  auto why = [&](const Inputs& i) {
+  auto why = [&](const NormLinearInputs& i) {
     try {
       norm_linear(i.x, i.residual, i.gamma, i.beta, 1e-5, i.weight, i.bias, false);
     } catch (const std::invalid_argument& e) {
@@ -56,7 +56,7 @@ TEST(NormLinear, RefusesWhatTheKernelCannotTakeInOneLine) {
     return std::string("no throw");
   };
   EXPECT_EQ(why(in), "norm-linear: width 48 is not a multiple of 32 up to 1024");
-  in = inputs(2, 64, 4);
+  in = norm_linear_inputs(2, 64, 4);
   auto bad = in;
   bad.x = in.x.to(torch::kBFloat16);
   EXPECT_EQ(why(bad), "norm-linear: x must be float32 [rows, width], got BFloat16 [2, 64]");
@@ -78,7 +78,7 @@ TEST(NormLinear, RefusesWhatTheKernelCannotTakeInOneLine) {
 }
 
 TEST(NormLinear, CountsOneLaunchACall) {
-  auto in = inputs(2, 32, 3);
+  auto in = norm_linear_inputs(2, 32, 3);
   torch::NoGradGuard no_grad;
   const int64_t before = norm_linear_launches();
   norm_linear(in.x, in.residual, in.gamma, in.beta, 1e-5, in.weight, in.bias, false);

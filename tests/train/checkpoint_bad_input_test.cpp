@@ -26,17 +26,12 @@
 namespace combiner::train {
 namespace {
 
+using combiner::testing::expect_contains;
 using combiner::testing::file_size_limit;
 using combiner::testing::message_in_child;
 using combiner::testing::TempDir;
 using combiner::testing::unprivileged;
 namespace fs = std::filesystem;
-
-void expect_contains(const std::string& message, const std::vector<std::string>& needles) {
-  for (const auto& needle : needles)
-    EXPECT_NE(message.find(needle), std::string::npos)
-        << "'" << message << "' lacks '" << needle << "'";
-}
 
 // Folders under the temp dir that uid 65534 can enter but not write.
 void open_to_others(const std::string& path) {

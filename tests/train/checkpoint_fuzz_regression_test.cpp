@@ -11,10 +11,13 @@
 #include <fstream>
 #include <sstream>
 
+#include "test_utils.h"
 #include "train/checkpoint.h"
 
 namespace combiner::train {
 namespace {
+
+using combiner::testing::expect_contains;
 
 std::string regression_file(const std::string& name) {
   return std::string(COMBINER_SOURCE_DIR) + "/tests/regressions/checkpoint/" + name;
@@ -29,12 +32,6 @@ std::string load_message(const std::string& path) {
     return std::string("WRONG TYPE: ") + e.what();
   }
   return "NO ERROR";
-}
-
-void expect_contains(const std::string& message, const std::vector<std::string>& needles) {
-  for (const auto& needle : needles)
-    EXPECT_NE(message.find(needle), std::string::npos)
-        << "'" << message << "' lacks '" << needle << "'";
 }
 
 TEST(CheckpointFuzzRegression, ReduceOnAnEmptyStackIsRefused) {

@@ -15,16 +15,8 @@
 namespace combiner::train {
 namespace {
 
+using combiner::testing::message_of;
 using combiner::testing::TempDir;
-
-std::string message_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const std::exception& e) {
-    return e.what();
-  }
-  return "";
-}
 
 model::TransformerOptions tiny_model(int64_t width = 16) {
   model::TransformerOptions o;

@@ -13,22 +13,15 @@
 
 #include "free_port.h"
 #include "model/transformer.h"
+#include "test_utils.h"
 #include "train/distributed.h"
 #include "train/evaluate.h"
 
 namespace combiner::train {
 namespace {
 
-std::string message_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const std::exception& e) {
-    return e.what();
-  }
-  return "";
-}
-
 using combiner::testing::free_port;
+using combiner::testing::message_of;
 
 TEST(LaunchEnvironment, NoVariablesMeanOneProcess) {
   const auto env = parse_launch_environment({});

@@ -24,11 +24,6 @@ namespace {
 using torch::optim::AdamWParamState;
 using torch::serialize::OutputArchive;
 
-struct Run {
-  model::ImageTransformer model{nullptr};
-  std::unique_ptr<torch::optim::AdamW> optimizer;
-};
-
 config::Config tiny_config(int64_t width = 16) {
   auto c = tiny_run("unused", 5);
   c.model.width = width;
@@ -38,17 +33,9 @@ config::Config tiny_config(int64_t width = 16) {
   return c;
 }
 
-Run make_run(const config::Config& c) {
-  torch::manual_seed(7);
-  Run r;
-  r.model = model::ImageTransformer(model::TransformerOptions::from_config(c));
-  r.optimizer = make_optimizer(r.model, c.train);
-  return r;
-}
-
 // One update of `run` on the batch of `seed`; the last parameter (the head's bias) gets no
 // gradient, so it has no state, which the archive must keep saying.
-void take_step(Run& run, int64_t seed) {
+void take_step(ModelRun& run, int64_t seed) {
   torch::manual_seed(seed);
   const auto x = torch::randint(0, model::kVocab, {2, 784}, torch::kByte);
   run.optimizer->zero_grad();
@@ -106,18 +93,18 @@ std::vector<char> archive_of(torch::optim::AdamW& optimizer,
   return bytes;
 }
 
-const AdamWParamState* state_of(Run& run, const torch::Tensor& p) {
+const AdamWParamState* state_if_any(ModelRun& run, const torch::Tensor& p) {
   const auto found = run.optimizer->state().find(state_key(p));
   return found == run.optimizer->state().end()
              ? nullptr
              : &static_cast<const AdamWParamState&>(*found->second);
 }
 
-void expect_same_state(Run& a, Run& b) {
+void expect_same_state(ModelRun& a, ModelRun& b) {
   const auto pa = a.model->parameters(), pb = b.model->parameters();
   ASSERT_EQ(pa.size(), pb.size());
   for (size_t i = 0; i < pa.size(); ++i) {
-    const auto *s = state_of(a, pa[i]), *t = state_of(b, pb[i]);
+    const auto *s = state_if_any(a, pa[i]), *t = state_if_any(b, pb[i]);
     ASSERT_EQ(s == nullptr, t == nullptr) << "parameter " << i;
     if (!s) continue;
     EXPECT_EQ(s->step(), t->step()) << i;
@@ -126,7 +113,7 @@ void expect_same_state(Run& a, Run& b) {
   }
 }
 
-void copy_parameters(Run& from, Run& to) {
+void copy_parameters(ModelRun& from, ModelRun& to) {
   torch::NoGradGuard no_grad;
   const auto a = from.model->parameters(), b = to.model->parameters();
   for (size_t i = 0; i < a.size(); ++i) b[i].copy_(a[i]);
@@ -136,16 +123,16 @@ class OptimizerStateKeys : public ::testing::TestWithParam<KeyForm> {};
 
 TEST_P(OptimizerStateKeys, RestoredStateEqualsTheSavedAndTheNextUpdateEqualsAnUninterruptedOne) {
   const auto c = tiny_config();
-  auto straight = make_run(c);
+  auto straight = make_model_run(c);
   for (int64_t step = 0; step < 2; ++step) take_step(straight, 100 + step);
   const auto bytes = archive_of(*straight.optimizer, GetParam());
 
-  auto resumed = make_run(c);
+  auto resumed = make_model_run(c);
   copy_parameters(straight, resumed);
   restore_adamw_state(*resumed.optimizer, bytes, "test archive");
   expect_same_state(straight, resumed);
-  EXPECT_EQ(state_of(resumed, resumed.model->parameters().front())->step(), 2);
-  EXPECT_EQ(state_of(resumed, resumed.model->parameters().back()), nullptr);
+  EXPECT_EQ(state_if_any(resumed, resumed.model->parameters().front())->step(), 2);
+  EXPECT_EQ(state_if_any(resumed, resumed.model->parameters().back()), nullptr);
 
   take_step(straight, 102);
   take_step(resumed, 102);
@@ -164,9 +151,9 @@ INSTANTIATE_TEST_SUITE_P(EitherLibTorch,
 
 TEST(OptimizerState, ThisBuildsOwnArchiveRoundTrips) {
   const auto c = tiny_config();
-  auto saved = make_run(c);
+  auto saved = make_model_run(c);
   take_step(saved, 100);
-  auto restored = make_run(c);
+  auto restored = make_model_run(c);
   restore_adamw_state(*restored.optimizer, capture_optimizer(*saved.optimizer), "own");
   expect_same_state(saved, restored);
 }
@@ -175,7 +162,7 @@ TEST(OptimizerState, ThisBuildsOwnArchiveRoundTrips) {
 // moment tensors (a captured step holds their addresses); the CPU ones are copies then put back.
 TEST(OptimizerState, CheckpointBytesLeaveTheOptimizersTensorsInPlace) {
   const auto c = tiny_config();
-  auto run = make_run(c);
+  auto run = make_model_run(c);
   take_step(run, 100);
   std::vector<torch::Tensor> before;
   for (auto& entry : run.optimizer->state()) {
@@ -192,7 +179,7 @@ TEST(OptimizerState, CheckpointBytesLeaveTheOptimizersTensorsInPlace) {
     EXPECT_TRUE(s.exp_avg().is_same(before[i++]));
     EXPECT_TRUE(s.exp_avg_sq().is_same(before[i++]));
   }
-  auto restored = make_run(c);
+  auto restored = make_model_run(c);
   restore_adamw_state(*restored.optimizer, bytes, "bytes");
   expect_same_state(run, restored);
 }
@@ -200,7 +187,7 @@ TEST(OptimizerState, CheckpointBytesLeaveTheOptimizersTensorsInPlace) {
 // The message restore_adamw_state throws into an optimizer of config c, which it must leave
 // unchanged.
 std::string refusal(const config::Config& c, const std::vector<char>& bytes) {
-  auto into = make_run(c);
+  auto into = make_model_run(c);
   take_step(into, 5);  // some state of its own, to see it kept
   const auto before = capture_optimizer(*into.optimizer);
   std::string message = "NO ERROR";
@@ -209,7 +196,7 @@ std::string refusal(const config::Config& c, const std::vector<char>& bytes) {
   } catch (const std::runtime_error& e) {
     message = e.what();
   }
-  auto reference = make_run(c);
+  auto reference = make_model_run(c);
   restore_adamw_state(*reference.optimizer, before, "before");
   expect_same_state(reference, into);
   return message;
@@ -217,14 +204,14 @@ std::string refusal(const config::Config& c, const std::vector<char>& bytes) {
 
 TEST(OptimizerState, ArchivesThisBuildCannotUseAreRefusedWithOneLine) {
   const auto c = tiny_config();
-  auto source = make_run(c);
+  auto source = make_model_run(c);
   take_step(source, 1);
-  auto wide_source = make_run(tiny_config(32));
+  auto wide_source = make_model_run(tiny_config(32));
   take_step(wide_source, 1);
   auto other = c;
   other.model.layers = 2;
   config::validate(other);
-  auto deeper_source = make_run(other);
+  auto deeper_source = make_model_run(other);
   take_step(deeper_source, 1);
 
   const std::vector<std::pair<std::vector<char>, std::vector<std::string>>> cases = {
@@ -245,7 +232,7 @@ TEST(OptimizerState, ArchivesThisBuildCannotUseAreRefusedWithOneLine) {
 }
 
 TEST(OptimizerState, ACheckpointRefusalNamesTheFileTheWriterAndWhatToDo) {
-  auto run = make_run(tiny_config());
+  auto run = make_model_run(tiny_config());
   Checkpoint checkpoint;
   checkpoint.optimizer = std::vector<char>(100, 'x');
   auto message_for = [&](const std::string& writer) {

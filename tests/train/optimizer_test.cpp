@@ -27,24 +27,11 @@
 namespace combiner::train {
 namespace {
 
-struct Run {
-  model::ImageTransformer model{nullptr};
-  std::unique_ptr<torch::optim::AdamW> optimizer;
-};
-
-Run make_run(const config::Config& c) {
-  torch::manual_seed(7);
-  Run r;
-  r.model = model::ImageTransformer(model::TransformerOptions::from_config(c));
-  r.optimizer = make_optimizer(r.model, c.train);
-  return r;
-}
-
-const torch::optim::AdamWParamState& state_of(Run& r, const torch::Tensor& p) {
+const torch::optim::AdamWParamState& state_of(ModelRun& r, const torch::Tensor& p) {
   return static_cast<const torch::optim::AdamWParamState&>(*r.optimizer->state().at(state_key(p)));
 }
 
-void expect_same_runs(Run& ours, Run& theirs, int64_t step) {
+void expect_same_runs(ModelRun& ours, ModelRun& theirs, int64_t step) {
   const auto a = ours.model->parameters(), b = theirs.model->parameters();
   ASSERT_EQ(a.size(), b.size());
   for (size_t i = 0; i < a.size(); ++i) {
@@ -63,7 +50,7 @@ TEST(Optimizer, UpdateIsBitwiseTorchAdamWAndClipGradNorm) {
   auto c = tiny_run("unused", 5);
   c.train.weight_decay = 0.1;
   c.model.dropout = 0.0;
-  auto ours = make_run(c), theirs = make_run(c);
+  auto ours = make_model_run(c), theirs = make_model_run(c);
   EXPECT_EQ(adamw_kernel(torch::kCPU), "foreach");
   torch::manual_seed(3);
   const auto x = torch::randint(0, model::kVocab, {2, 784}, torch::kByte);
@@ -100,7 +87,7 @@ TEST(Optimizer, UpdateIsBitwiseTorchAdamWAndClipGradNorm) {
   EXPECT_EQ(state_of(ours, a.front()).step(), 5);
   // The state adamw_step made goes through a checkpoint as torch's does: restored into a third
   // optimizer (with torch's own step() from there on), it equals theirs.
-  auto restored = make_run(c);
+  auto restored = make_model_run(c);
   restore_adamw_state(*restored.optimizer, capture_optimizer(*ours.optimizer), "ours");
   const auto r = restored.model->parameters();
   for (size_t i = 0; i < r.size(); ++i) {

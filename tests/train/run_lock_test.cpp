@@ -19,6 +19,7 @@ namespace combiner::train {
 namespace {
 
 namespace fs = std::filesystem;
+using combiner::testing::read_text;
 using combiner::testing::TempDir;
 
 std::string refusal(const std::function<void()>& f) {
@@ -28,11 +29,6 @@ std::string refusal(const std::function<void()>& f) {
     return e.what();
   }
   return "NO ERROR";
-}
-
-std::string read_text(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), {});
 }
 
 // Every file under `dir` with its bytes.

@@ -21,6 +21,7 @@
 namespace combiner::train {
 namespace {
 
+using combiner::testing::expect_contains;
 using combiner::testing::TempDir;
 
 namespace fs = std::filesystem;
@@ -32,12 +33,6 @@ std::string error_of(const std::function<void()>& f) {
     return e.what();
   }
   return "NO ERROR";
-}
-
-void expect_contains(const std::string& message, const std::vector<std::string>& needles) {
-  for (const auto& needle : needles)
-    EXPECT_NE(message.find(needle), std::string::npos)
-        << "'" << message << "' lacks '" << needle << "'";
 }
 
 class SafetensorsExport : public ::testing::Test {

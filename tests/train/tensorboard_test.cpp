@@ -32,6 +32,7 @@ using combiner::testing::decode_event_files;
 using combiner::testing::DecodedEvent;
 using combiner::testing::DecodedFile;
 using combiner::testing::event_files;
+using combiner::testing::read_text;
 using combiner::testing::TempDir;
 
 namespace fs = std::filesystem;
@@ -52,11 +53,6 @@ std::map<int64_t, double> metric(const std::string& run, const std::string& key)
       out[std::stoll(json.find("step")->text)] = std::stod(v->text);
   }
   return out;
-}
-
-std::string read_text(const std::string& path) {
-  std::ifstream in(path);
-  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
 }
 
 // Counts the occurrences of needle in text.

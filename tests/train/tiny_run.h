@@ -1,11 +1,15 @@
 // A training run small enough for a unit test: Fashion-MNIST, one 16-wide layer, batch 4 in two
-// micro-batches, dropout on (so resuming must restore the dropout RNG too), one thread.
+// micro-batches, dropout on (so resuming must restore the dropout RNG too), one thread. And a
+// model with its AdamW, for tests of the update outside a run.
 #pragma once
 
 #include <algorithm>
+#include <memory>
 #include <string>
 
 #include "config/config.h"
+#include "model/transformer.h"
+#include "train/optimizer.h"
 
 namespace combiner::train {
 
@@ -29,6 +33,20 @@ inline config::Config tiny_run(const std::string& out_dir, int64_t steps) {
   c.train.threads = 1;
   config::validate(c);
   return c;
+}
+
+// The model of a config and the AdamW a run of it makes, the weights drawn from seed 7.
+struct ModelRun {
+  model::ImageTransformer model{nullptr};
+  std::unique_ptr<torch::optim::AdamW> optimizer;
+};
+
+inline ModelRun make_model_run(const config::Config& c) {
+  torch::manual_seed(7);
+  ModelRun r;
+  r.model = model::ImageTransformer(model::TransformerOptions::from_config(c));
+  r.optimizer = make_optimizer(r.model, c.train);
+  return r;
 }
 
 }  // namespace combiner::train
