@@ -13,6 +13,7 @@
 #include <functional>
 #include <iterator>
 #include <sstream>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -24,7 +25,8 @@ class TempDir {
   TempDir() {
     std::string pattern =
         (std::filesystem::temp_directory_path() / "combiner-test-XXXXXX").string();
-    path_ = mkdtemp(pattern.data());
+    if (!mkdtemp(pattern.data())) throw std::runtime_error("mkdtemp failed for " + pattern);
+    path_ = pattern;
   }
   ~TempDir() {
     std::error_code ec;

@@ -79,7 +79,7 @@ TEST(Cifar10, LoadsSplitsInBatchOrderWithAValidationHoldout) {
   write_dataset(dir);
   DataOptions options;
   options.dataset = "cifar10";
-  options.dir = dir.path().string();
+  options.dir = dir.path();
   options.val_size = 1000;
   const ImageSet train = load_split(options, Split::kTrain);
   const ImageSet val = load_split(options, Split::kVal);
@@ -109,7 +109,7 @@ TEST(Cifar10, LoadsSplitsInBatchOrderWithAValidationHoldout) {
   std::filesystem::remove(dir.file("data_batch_2.bin"));
   expect_throw_with<std::runtime_error>(
       [&] { load_split(options, Split::kTrain); },
-      {dir.path().string(), "data_batch_2.bin, data_batch_4.bin"});
+      {dir.path(), "data_batch_2.bin, data_batch_4.bin"});
   write_bytes(dir.file("data_batch_2.bin"), batch_file(2, 9999));
   write_bytes(dir.file("data_batch_4.bin"), batch_file(4));
   expect_throw_with<std::runtime_error>([&] { load_split(options, Split::kTrain); },

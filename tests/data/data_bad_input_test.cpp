@@ -79,7 +79,7 @@ TEST(DataBadInput, UnreadableCifarBatchNamesFileAndReason) {
   const auto path = unreadable_file(dir, "test_batch.bin", std::vector<uint8_t>(30730000, 1));
   DataOptions options;
   options.dataset = "cifar10";
-  options.dir = dir.path().string();
+  options.dir = dir.path();
   expect_permission_denied(
       message_as_unprivileged(path, [&] { load_split(options, Split::kTest); }), path);
 }
@@ -89,7 +89,7 @@ TEST(DataBadInput, UnreadableIdxFileNamesFileAndReason) {
   const auto path = unreadable_file(dir, "t10k-images-idx3-ubyte", idx3(1, 784));
   expect_permission_denied(
       message_as_unprivileged(
-          path, [&] { load_fashion_mnist(dir.path().string(), OfficialSplit::kTest); }),
+          path, [&] { load_fashion_mnist(dir.path(), OfficialSplit::kTest); }),
       path);
 }
 
@@ -116,7 +116,7 @@ TEST(DataBadInput, AFolderWhereAFileShouldBeIsNamed) {
   TempDir dir;
   fs::create_directory(dir.file("t10k-images-idx3-ubyte.gz"));
   expect_throw_with<std::runtime_error>(
-      [&] { load_fashion_mnist(dir.path().string(), OfficialSplit::kTest); },
+      [&] { load_fashion_mnist(dir.path(), OfficialSplit::kTest); },
       {dir.file("t10k-images-idx3-ubyte.gz"), "folder"});
   fs::create_directory(dir.file("test_batch.bin"));
   expect_throw_with<std::runtime_error>([&] { read_cifar10_batch(dir.file("test_batch.bin")); },
@@ -132,7 +132,7 @@ TEST(DataBadInput, TruncatedCifarRecordStopsTheSplit) {
   write_bytes(dir.file("test_batch.bin"), std::vector<uint8_t>(30730000 - 1, 3));
   DataOptions options;
   options.dataset = "cifar10";
-  options.dir = dir.path().string();
+  options.dir = dir.path();
   expect_throw_with<std::runtime_error>(
       [&] { load_split(options, Split::kTest); },
       {dir.file("test_batch.bin"), "expected 30730000 bytes, found 30729999", "truncated"});
@@ -162,7 +162,7 @@ TEST(DataBadInput, PngFolderWithOtherSizesOrChannelsStopsTheSplit) {
     write_flat_png(dir.file("train/b.png"), width, height, channels);
     DataOptions options;
     options.dataset = "imagenet64";
-    options.dir = dir.path().string();
+    options.dir = dir.path();
     expect_throw_with<std::runtime_error>(
         [&] { load_split(options, Split::kTrain); },
         {dir.file("train/b.png"), found, "expected 64x64 with 3"});
@@ -173,12 +173,12 @@ TEST(DataBadInput, EmptySplitsAreRefusedByName) {
   TempDir dir;
   DataOptions options;
   options.dataset = "fashion_mnist";
-  options.dir = dir.path().string();
+  options.dir = dir.path();
   // An idx file that holds no images: a valid file, but an empty test split.
   write_bytes(dir.file("t10k-images-idx3-ubyte"), idx3(0, 0));
   expect_throw_with<std::runtime_error>(
       [&] { load_split(options, Split::kTest); },
-      {"test split", "fashion_mnist", dir.path().string(), "empty"});
+      {"test split", "fashion_mnist", dir.path(), "empty"});
   // val_size 0 makes the validation split empty.
   write_bytes(dir.file("train-images-idx3-ubyte"), idx3(2, 2 * 784));
   expect_throw_with<std::runtime_error>([&] { load_split(options, Split::kVal); },
@@ -193,7 +193,7 @@ TEST(DataBadInput, EmptySplitsAreRefusedByName) {
   fs::create_directory(png.file("train"));
   fs::create_directory(png.file("valid"));
   options.dataset = "imagenet64";
-  options.dir = png.path().string();
+  options.dir = png.path();
   options.val_size = 0;
   expect_throw_with<std::runtime_error>([&] { load_split(options, Split::kTrain); },
                                         {png.file("train"), "no .png files"});
@@ -201,9 +201,9 @@ TEST(DataBadInput, EmptySplitsAreRefusedByName) {
   ASSERT_EQ(combiner::testing::run_python(
                 npz, "np.savez('val_data.npz', data=np.zeros((0, 12288), np.uint8))"),
             0);
-  options.dir = npz.path().string();
+  options.dir = npz.path();
   expect_throw_with<std::runtime_error>([&] { load_split(options, Split::kTest); },
-                                        {"test split", "imagenet64", npz.path().string(), "empty"});
+                                        {"test split", "imagenet64", npz.path(), "empty"});
 }
 
 std::vector<uint8_t> gzip(const std::vector<uint8_t>& bytes) {
@@ -239,17 +239,17 @@ TEST(DataBadInput, MissingFilesAreListedByName) {
   TempDir dir;
   DataOptions options;
   options.dataset = "fashion_mnist";
-  options.dir = dir.path().string();
+  options.dir = dir.path();
   expect_throw_with<std::runtime_error>(
       [&] { load_split(options, Split::kTrain); },
-      {dir.path().string(), "train-images-idx3-ubyte.gz", "train-images-idx3-ubyte'"});
+      {dir.path(), "train-images-idx3-ubyte.gz", "train-images-idx3-ubyte'"});
   options.dataset = "cifar10";
   expect_throw_with<std::runtime_error>([&] { load_split(options, Split::kTrain); },
                                         {"data_batch_1.bin", "data_batch_5.bin", "get-cifar10.sh"});
   write_bytes(dir.file("val_data.npz"), std::vector<uint8_t>(10, 0));
   options.dataset = "imagenet64";
   expect_throw_with<std::runtime_error>([&] { load_split(options, Split::kTrain); },
-                                        {dir.path().string(), "train_data_batch_1.npz"});
+                                        {dir.path(), "train_data_batch_1.npz"});
 }
 
 }  // namespace

@@ -45,7 +45,7 @@ TEST(Dataset, RefusesMissingFoldersAndNegativeHoldouts) {
   options.dir = dir.file("nowhere");
   expect_throw_with<std::runtime_error>([&] { load_split(options, Split::kTest); },
                                         {options.dir, "cifar10"});
-  options.dir = dir.path().string();
+  options.dir = dir.path();
   expect_throw_with<std::runtime_error>([&] { load_split(options, Split::kTest); },
                                         {"test_batch.bin", options.dir});
   options.dataset = "imagenet64";

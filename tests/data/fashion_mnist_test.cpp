@@ -101,12 +101,12 @@ TEST(FashionMnist, FindsGzippedOrPlainNamesInAFolder) {
   TempDir dir;
   write_gz(dir.file("train-images-idx3-ubyte.gz"), idx3(2051, 2, 28, 28, pattern(2)));
   write_bytes(dir.file("t10k-images-idx3-ubyte"), idx3(2051, 1, 28, 28, pattern(1)));
-  EXPECT_EQ(load_fashion_mnist(dir.path().string(), OfficialSplit::kTrain).count, 2);
-  EXPECT_EQ(load_fashion_mnist(dir.path().string(), OfficialSplit::kTest).count, 1);
+  EXPECT_EQ(load_fashion_mnist(dir.path(), OfficialSplit::kTrain).count, 2);
+  EXPECT_EQ(load_fashion_mnist(dir.path(), OfficialSplit::kTest).count, 1);
   TempDir empty;
   expect_throw_with<std::runtime_error>(
-      [&] { load_fashion_mnist(empty.path().string(), OfficialSplit::kTest); },
-      {empty.path().string(), "t10k-images-idx3-ubyte.gz", "t10k-images-idx3-ubyte'"});
+      [&] { load_fashion_mnist(empty.path(), OfficialSplit::kTest); },
+      {empty.path(), "t10k-images-idx3-ubyte.gz", "t10k-images-idx3-ubyte'"});
 }
 
 // The real dataset, installed by the project's setup script (Debian dataset-fashion-mnist).

@@ -101,7 +101,7 @@ ImageFolderReport pack(const TempDir& in,
                        int64_t channels,
                        ResizeFilter shrink = ResizeFilter::kMitchell) {
   ImageFolderOptions o;
-  o.from = in.path().string();
+  o.from = in.path();
   o.out = out;
   o.height = o.width = size;
   o.channels = channels;
@@ -121,7 +121,7 @@ TEST(PackImageFolderExact, FashionMnistPngsPackToTheReadersBytes) {
   const std::vector<Bytes> train(images.begin(), images.begin() + 270),
       test(images.begin() + 270, images.end());
 
-  const auto report = pack(in, grey.path().string(), 28, 1);
+  const auto report = pack(in, grey.path(), 28, 1);
   EXPECT_EQ(sorted(packed_images(grey.file("train.pack"))), sorted(train));
   EXPECT_EQ(sorted(packed_images(grey.file("test.pack"))), sorted(test));
   FolderRecord expected;  // the default filters, every image copied
@@ -131,7 +131,7 @@ TEST(PackImageFolderExact, FashionMnistPngsPackToTheReadersBytes) {
   expected.copied = 30;
   EXPECT_EQ(read_packed_header(grey.file("test.pack")).folder, expected);
 
-  pack(in, rgb.path().string(), 28, 3);
+  pack(in, rgb.path(), 28, 3);
   std::vector<Bytes> repeated;
   for (const auto& image : train) {
     repeated.emplace_back();
@@ -157,7 +157,7 @@ TEST(PackImageFolderExact, RgbRgbaAndPalettePngsPackExactly) {
       else
         write_png(path, 28, 28, kind == "rgb" ? 3 : 4, coloured(images[i], kind == "rgb" ? 3 : 4));
     }
-    const auto report = pack(in, out.path().string(), 28, 3);
+    const auto report = pack(in, out.path(), 28, 3);
     auto packed = packed_images(out.file("train.pack"));
     const auto test = packed_images(out.file("test.pack"));
     packed.insert(packed.end(), test.begin(), test.end());
@@ -178,7 +178,7 @@ TEST(PackImageFolderExact, BoxShrinkingTwoByTwoBlocksGivesTheOriginals) {
       for (int x = 0; x < 56; ++x) big[y * 56 + x] = images[i][(y / 2) * 28 + x / 2];
     write_png(in.file((i < 32 ? "train/" : "test/") + std::to_string(i) + ".png"), 56, 56, 1, big);
   }
-  const auto report = pack(in, box.path().string(), 28, 1, ResizeFilter::kBox);
+  const auto report = pack(in, box.path(), 28, 1, ResizeFilter::kBox);
   EXPECT_EQ(sorted(packed_images(box.file("train.pack"))),
             sorted(std::vector<Bytes>(images.begin(), images.begin() + 32)));
   EXPECT_EQ(report.train_record.shrunk, 32);
@@ -188,7 +188,7 @@ TEST(PackImageFolderExact, BoxShrinkingTwoByTwoBlocksGivesTheOriginals) {
   EXPECT_EQ(header.folder->filters.shrink, ResizeFilter::kBox);
   EXPECT_EQ(header.folder->shrunk, 32);
 
-  pack(in, mitchell.path().string(), 28, 1);
+  pack(in, mitchell.path(), 28, 1);
   EXPECT_NE(sorted(packed_images(mitchell.file("train.pack"))),
             sorted(packed_images(box.file("train.pack"))));
   EXPECT_EQ(read_packed_header(mitchell.file("train.pack")).folder->filters.shrink,
@@ -209,8 +209,8 @@ TEST(PackImageFolderExact, AShuffledSplitKeepsEveryImageOnceInOneFile) {
     write_png(in.file(std::to_string(i) + ".png"), 3, 4, 3, p);
   }
   ImageFolderOptions o;
-  o.from = in.path().string();
-  o.out = out.path().string();
+  o.from = in.path();
+  o.out = out.path();
   o.height = 4;
   o.width = 3;
   o.test_fraction = 0.1;

@@ -43,11 +43,11 @@ TEST(Imagenet64, LoadsPngFoldersInFileNameOrder) {
   write_seeded_png(dir.file("train/img_1.png"), 1);
   write_seeded_png(dir.file("valid/v.png"), 7);
   write_bytes(dir.file("train/notes.txt"), {1, 2, 3});  // not a PNG: ignored
-  EXPECT_EQ(detect_imagenet64_format(dir.path().string()), Imagenet64Format::kPng);
+  EXPECT_EQ(detect_imagenet64_format(dir.path()), Imagenet64Format::kPng);
 
   DataOptions options;
   options.dataset = "imagenet64";
-  options.dir = dir.path().string();
+  options.dir = dir.path();
   options.val_size = 1;
   const ImageSet train = load_split(options, Split::kTrain);
   const ImageSet val = load_split(options, Split::kVal);
@@ -74,18 +74,18 @@ TEST(Imagenet64, RefusesOtherSizesChannelsAndBrokenFiles) {
     TempDir dir;
     write_seeded_png(dir.file("a.png"), 0);
     write_seeded_png(dir.file(name), 0, side, channels);
-    expect_throw_with<std::runtime_error>([&] { read_png_folder(dir.path().string()); },
+    expect_throw_with<std::runtime_error>([&] { read_png_folder(dir.path()); },
                                           {dir.file(name), found, "expected 64x64 with 3"});
   }
   TempDir dir;
   write_seeded_png(dir.file("a.png"), 0);
   auto bytes = read_bytes(dir.file("a.png"));
   write_bytes(dir.file("b.png"), std::vector<uint8_t>(bytes.begin(), bytes.begin() + 60));
-  expect_throw_with<std::runtime_error>([&] { read_png_folder(dir.path().string()); },
+  expect_throw_with<std::runtime_error>([&] { read_png_folder(dir.path()); },
                                         {dir.file("b.png"), "cannot decode"});
   TempDir empty;
-  expect_throw_with<std::runtime_error>([&] { read_png_folder(empty.path().string()); },
-                                        {empty.path().string(), "no .png"});
+  expect_throw_with<std::runtime_error>([&] { read_png_folder(empty.path()); },
+                                        {empty.path(), "no .png"});
   expect_throw_with<std::runtime_error>([&] { read_png_folder(empty.file("train")); },
                                         {empty.file("train")});
 }
@@ -115,10 +115,10 @@ np.savez('bad/float.npz', data=np.zeros((2, 12288), np.float32))
 np.savez('bad/nodata.npz', x=np.zeros((2, 12288), np.uint8))
 )"),
             0);
-  EXPECT_EQ(detect_imagenet64_format(dir.path().string()), Imagenet64Format::kNpz);
+  EXPECT_EQ(detect_imagenet64_format(dir.path()), Imagenet64Format::kNpz);
   DataOptions options;
   options.dataset = "imagenet64";
-  options.dir = dir.path().string();
+  options.dir = dir.path();
   options.val_size = 2;
   const torch::Tensor expected = util::load_npy(dir.file("expected_train.npy"));
   ASSERT_EQ(expected.size(0), 20);
@@ -147,7 +147,7 @@ np.savez('bad/nodata.npz', x=np.zeros((2, 12288), np.uint8))
                                         {"train_data_batch_3.npz"});
   std::filesystem::remove(dir.file("train_data_batch_7.npz"));
   expect_throw_with<std::runtime_error>([&] { load_split(options, Split::kTrain); },
-                                        {dir.path().string(), "train_data_batch_7.npz"});
+                                        {dir.path(), "train_data_batch_7.npz"});
 }
 
 }  // namespace
@@ -174,7 +174,7 @@ np.savez('big/b.npz', data=np.zeros((2, 12288), np.uint8))
             0);
   DataOptions options;
   options.dataset = "imagenet32";
-  options.dir = dir.path().string();
+  options.dir = dir.path();
   const ImageSet train = load_split(options, Split::kTrain);
   ASSERT_EQ(train.shape, (ImageShape{32, 32, 3}));
   const torch::Tensor expected = util::load_npy(dir.file("expected_train.npy"));
@@ -186,7 +186,7 @@ np.savez('big/b.npz', data=np.zeros((2, 12288), np.uint8))
 
   PackOptions pack;
   pack.dataset = "imagenet32";
-  pack.from = dir.path().string();
+  pack.from = dir.path();
   pack.out = dir.file("packed");
   pack_dataset(pack);
   options.dir = pack.out;

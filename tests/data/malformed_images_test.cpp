@@ -53,8 +53,8 @@ TEST(MalformedImages, EachIsSkippedWithOneReasonNamingIt) {
   write_bytes(in.file("test/good.png"), png);
 
   ImageFolderOptions options;
-  options.from = in.path().string();
-  options.out = out.path().string();
+  options.from = in.path();
+  options.out = out.path();
   options.height = options.width = 4;
   options.threads = 2;
   const ImageFolderReport report = pack_image_folder(options);

@@ -40,7 +40,7 @@ TEST(Pack, FashionMnistReadsBackAsThePublishedFiles) {
   TempDir out;
   PackOptions pack;
   pack.dataset = "fashion_mnist";
-  pack.out = out.path().string();
+  pack.out = out.path();
   const auto paths = pack_dataset(pack);
   ASSERT_EQ(paths.size(), 2u);
   EXPECT_EQ(paths[0], out.file("train.pack"));
@@ -48,7 +48,7 @@ TEST(Pack, FashionMnistReadsBackAsThePublishedFiles) {
   EXPECT_EQ(fs::file_size(out.file("test.pack")), 64u + 10000u * 784u);
 
   const auto published = options_for("fashion_mnist", "", 1000);
-  const auto packed = options_for("fashion_mnist", out.path().string(), 1000);
+  const auto packed = options_for("fashion_mnist", out.path(), 1000);
   const TrainVal mapped = load_train_val(packed);
   EXPECT_TRUE(mapped.train.pixels.empty());  // mapped, not read into memory
   ASSERT_TRUE(mapped.val.storage);
@@ -65,11 +65,11 @@ TEST(Pack, RefusesToReplaceWithoutForceAndKeepsOldFilesOnAFullDisk) {
   TempDir out;
   PackOptions pack;
   pack.dataset = "fashion_mnist";
-  pack.out = out.path().string();
+  pack.out = out.path();
   pack_dataset(pack);
   const auto before = read_bytes(out.file("test.pack"));
   expect_throw_with<std::invalid_argument>([&] { pack_dataset(pack); },
-                                           {out.path().string(), "already holds", "--force"});
+                                           {out.path(), "already holds", "--force"});
   pack.force = true;
   // The train file fills the 10 MB "disk"; nothing may change.
   const std::string message = combiner::testing::message_in_child(
@@ -87,15 +87,15 @@ TEST(Pack, RefusesMismatchedAndIncompletePackedFolders) {
   TempDir out;
   PackOptions pack;
   pack.dataset = "fashion_mnist";
-  pack.out = out.path().string();
+  pack.out = out.path();
   pack_dataset(pack);
   expect_throw_with<std::runtime_error>(
-      [&] { load_split(options_for("cifar10", out.path().string(), 0), Split::kTest); },
+      [&] { load_split(options_for("cifar10", out.path(), 0), Split::kTest); },
       {out.file("test.pack"), "fashion_mnist images", "data.dataset is cifar10"});
   fs::remove(out.file("test.pack"));
   expect_throw_with<std::runtime_error>(
-      [&] { load_split(options_for("fashion_mnist", out.path().string(), 0), Split::kTest); },
-      {out.path().string(), "test.pack", "combiner-data pack"});
+      [&] { load_split(options_for("fashion_mnist", out.path(), 0), Split::kTest); },
+      {out.path(), "test.pack", "combiner-data pack"});
   pack.dataset = "mnist";
   EXPECT_THROW(pack_dataset(pack), std::invalid_argument);
   pack.dataset = "cifar10";
@@ -113,9 +113,9 @@ for i in range(1, 11):
 np.savez('val_data.npz', data=rng.integers(0, 256, (2, 12288), dtype=np.uint8))
 )"),
             0);
-  const ImageSet whole = load_imagenet64(dir.path().string(), OfficialSplit::kTrain);
+  const ImageSet whole = load_imagenet64(dir.path(), OfficialSplit::kTrain);
   ASSERT_EQ(whole.count, 30);
-  Imagenet64Reader reader(dir.path().string(), OfficialSplit::kTrain);
+  Imagenet64Reader reader(dir.path(), OfficialSplit::kTrain);
   EXPECT_EQ(reader.count(), 30);
   std::vector<uint8_t> streamed(30 * 12288);
   int64_t done = 0;
@@ -126,11 +126,11 @@ np.savez('val_data.npz', data=rng.integers(0, 256, (2, 12288), dtype=np.uint8))
   TempDir out;
   PackOptions pack;
   pack.dataset = "imagenet64";
-  pack.from = dir.path().string();
-  pack.out = out.path().string();
+  pack.from = dir.path();
+  pack.out = out.path();
   pack_dataset(pack);
-  const auto packed = options_for("imagenet64", out.path().string(), 5);
-  const auto published = options_for("imagenet64", dir.path().string(), 5);
+  const auto packed = options_for("imagenet64", out.path(), 5);
+  const auto published = options_for("imagenet64", dir.path(), 5);
   expect_same_images(load_split(packed, Split::kTrain), load_split(published, Split::kTrain));
   expect_same_images(load_split(packed, Split::kTest), load_split(published, Split::kTest));
 
@@ -150,11 +150,11 @@ np.savez('val_data.npz', data=rng.integers(0, 256, (2, 12288), dtype=np.uint8))
                              64 * 3),
               0);
   }
-  pack.from = png.path().string();
+  pack.from = png.path();
   pack.force = true;
   pack_dataset(pack);
-  const auto png_packed = options_for("imagenet64", out.path().string(), 0);
-  const auto png_published = options_for("imagenet64", png.path().string(), 0);
+  const auto png_packed = options_for("imagenet64", out.path(), 0);
+  const auto png_published = options_for("imagenet64", png.path(), 0);
   expect_same_images(load_split(png_packed, Split::kTrain),
                      load_split(png_published, Split::kTrain));
   expect_same_images(load_split(png_packed, Split::kTest), load_split(png_published, Split::kTest));

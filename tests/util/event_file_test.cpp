@@ -36,7 +36,7 @@ TEST(EventFile, EveryKindOfRecordDecodesInPython) {
     events.add_text("config", 0, "    a: 1\n    b: \"x\"\n");
   }
   EXPECT_EQ(fs::path(path).parent_path(), fs::path(folder));
-  const auto files = decode_event_files({path}, dir.path().string());
+  const auto files = decode_event_files({path}, dir.path());
   ASSERT_EQ(files.size(), 1u);
   const auto& f = files[0];
   EXPECT_EQ(f.records, 5);
@@ -90,7 +90,7 @@ TEST(EventFile, AFullDiskIsNamedAndLeavesTheWholeRecordsReadable) {
   const RecordScan scan = read_record_file(files[0]);
   EXPECT_EQ(scan.records.size(), 2u);  // version and the scalar
   EXPECT_GT(scan.truncated_tail, 0u);
-  const auto decoded = decode_event_files(files, dir.path().string());
+  const auto decoded = decode_event_files(files, dir.path());
   EXPECT_EQ(decoded[0].records, 2);
   EXPECT_EQ(decoded[0].truncated_tail, static_cast<int64_t>(scan.truncated_tail));
 }

@@ -1,6 +1,8 @@
-// Test helpers shared by the util and data suites: a temporary folder removed on scope exit,
-// whole-file byte I/O, and running a short script with the system Python (which has numpy).
+// Test helpers shared by the util and data suites: whole-file byte I/O, and running a short
+// script with the system Python (which has numpy) in a TempDir (test_utils.h).
 #pragma once
+
+#include "test_utils.h"
 
 #include <gtest/gtest.h>
 
@@ -8,31 +10,11 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
 namespace combiner::testing {
-
-class TempDir {
- public:
-  TempDir() {
-    std::string pattern =
-        (std::filesystem::temp_directory_path() / "combiner_test_XXXXXX").string();
-    if (!mkdtemp(pattern.data())) throw std::runtime_error("mkdtemp failed for " + pattern);
-    path_ = pattern;
-  }
-  ~TempDir() {
-    std::error_code ignored;
-    std::filesystem::remove_all(path_, ignored);
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-  const std::filesystem::path& path() const { return path_; }
-  std::string file(const std::string& name) const { return (path_ / name).string(); }
-
- private:
-  std::filesystem::path path_;
-};
 
 inline void write_bytes(const std::string& path, const std::vector<uint8_t>& bytes) {
   std::ofstream out(path, std::ios::binary | std::ios::trunc);
@@ -49,7 +31,7 @@ inline std::vector<uint8_t> read_bytes(const std::string& path) {
 // Runs code with /usr/bin/python3 (the interpreter with numpy) in dir; returns the exit code.
 inline int run_python(const TempDir& dir, const std::string& code) {
   const std::string script = dir.file("script.py");
-  std::ofstream(script) << "import numpy as np\nimport os\nos.chdir(r'''" << dir.path().string()
+  std::ofstream(script) << "import numpy as np\nimport os\nos.chdir(r'''" << dir.path()
                         << "''')\n"
                         << code << "\n";
   return std::system(("/usr/bin/python3 " + script).c_str());
