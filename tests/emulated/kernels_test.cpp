@@ -5,10 +5,12 @@
 // kernels ran, not their CPU models.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <string>
 
 #include <torch/torch.h>
 
+#include "attention/fused/kernel.h"
 #include "emulated/emulated.h"
 #include "ops/bias_grad_kernel.h"
 #include "simt/emulator.h"
@@ -119,6 +121,44 @@ TEST(SimtKernels, DecodeKernelPassesItsTable) {
                    [](const auto& a, const auto& b) {
                      return a.composed == b.composed && a.reference == b.reference;
                    });
+}
+
+// The delta kernel (rowsum(dO * O), every backward's first launch) against its CPU model: o laid
+// out [B, L, H, D] as the fused call's, d_o contiguous, row counts around a CTA's rows (32 to 128)
+// and under one; every row written once (the output starts as NaN).
+TEST(SimtKernels, DeltaKernelIsItsCpuModel) {
+  namespace fused = attention::fused;
+  for (const auto dtype : {torch::kFloat, torch::kBFloat16})
+    for (const int64_t D : {32, 64, 128})
+      for (const int64_t rows : {5, 64, 200}) {
+        const int64_t B = 2, H = 3;
+        torch::manual_seed(rows + D);
+        const auto o = torch::randn({B, rows, H, D}).to(dtype).transpose(1, 2);
+        const auto d_o = torch::randn({B, H, rows, D}).to(dtype);
+        auto run = [&](void (*kernel)(const fused::Delta&)) {
+          auto delta = torch::full({B, H, rows}, NAN);
+          fused::Delta d;
+          d.batch = B;
+          d.heads = H;
+          d.rows = rows;
+          d.dim = D;
+          d.dtype = dtype == torch::kBFloat16 ? fused::Dtype::kBFloat16 : fused::Dtype::kFloat32;
+          d.o = {o.data_ptr(), o.stride(0), o.stride(1), o.stride(2)};
+          d.d_o = {d_o.data_ptr(), d_o.stride(0), d_o.stride(1), d_o.stride(2)};
+          d.delta = delta.data_ptr();
+          kernel(d);
+          return delta;
+        };
+        const auto model = run(&fused::delta_cpu);
+        const int64_t before = simt::launches();
+        const auto kernel = run([](const fused::Delta& d) { fused::delta_cuda(d, nullptr); });
+        EXPECT_EQ(simt::launches() - before, 1);
+        const auto expected = (o.to(torch::kFloat) * d_o.to(torch::kFloat)).sum(-1);
+        EXPECT_TRUE(torch::allclose(model, expected, 1e-5, 1e-5)) << dtype << " D " << D;
+        EXPECT_TRUE(torch::allclose(kernel, model, 1e-5, 1e-5))
+            << dtype << " D " << D << " rows " << rows << ": max |diff| "
+            << (kernel - model).abs().max().item<float>();
+      }
 }
 
 // The CUDA grid (float32 and bfloat16) at D 64 (the benchmarks') and 128 (the 128-layer

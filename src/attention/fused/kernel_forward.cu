@@ -275,23 +275,51 @@ __global__ void __launch_bounds__(kThreads, forward_blocks_per_sm<T, D>())
   });
 }
 
-// One warp per row: delta = sum_d dO * O.
+// delta = sum_d dO * O per row. A row's D values are read by delta_lanes() lanes, one 16-byte
+// piece each (8 bf16 or 4 floats), and summed across them by shuffles; each thread reads
+// kDeltaPasses rows, kThreads / lanes apart, issuing all its loads before its first sum. A CTA's
+// rows are delta_rows() consecutive rows of one (batch, head): grid (row blocks, B * H), so that
+// the index's divisions are two 32-bit ones per thread.
+constexpr int kDeltaPasses = 4;
+template <typename T, int D>
+__host__ __device__ constexpr int delta_lanes() {  // bf16 D 32 / 64 / 128: 4 / 8 / 16
+  return D * int(sizeof(T)) / 16;
+}
+template <typename T, int D>
+__host__ __device__ constexpr int delta_rows() {  // bf16 D 32 / 64 / 128: 128 / 64 / 32
+  return kDeltaPasses * kThreads / delta_lanes<T, D>();
+}
 template <typename T, int D>
 __global__ void __launch_bounds__(kThreads) delta_kernel(const Delta d) {
-  const int64_t index = int64_t(blockIdx.x) * kWarps + threadIdx.x / 32;
-  const int lane = threadIdx.x % 32;
-  if (index >= d.batch * d.heads * d.rows) return;
-  const int64_t r = index % d.rows, bh = index / d.rows, b = bh / d.heads, h = bh % d.heads;
-  const T* o = at<T>(d.o, b, h, r);
-  const T* d_o = at<T>(d.d_o, b, h, r);
-  float sum = 0.f;
-  for (int i = 2 * lane; i < D; i += 64) {
-    const float2 x = load_pair(o + i), y = load_pair(d_o + i);
-    sum += x.x * y.x + x.y * y.y;
-  }
+  constexpr int kLanes = delta_lanes<T, D>(), kVec = 16 / int(sizeof(T));
+  constexpr int kApart = kThreads / kLanes;  // rows between a thread's passes
+  const int bh = blockIdx.y, b = bh / int(d.heads), h = bh % int(d.heads);
+  const int piece = threadIdx.x % kLanes;
+  const int64_t r0 = int64_t(blockIdx.x) * delta_rows<T, D>() + threadIdx.x / kLanes;
+  uint4 x[kDeltaPasses], y[kDeltaPasses];
 #pragma unroll
-  for (int off = 16; off > 0; off /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, off);
-  if (lane == 0) static_cast<float*>(d.delta)[index] = sum;
+  for (int i = 0; i < kDeltaPasses; ++i) {
+    const int64_t r = r0 + i * kApart;
+    x[i] = y[i] = make_uint4(0u, 0u, 0u, 0u);
+    if (r < d.rows) {
+      x[i] = *reinterpret_cast<const uint4*>(at<T>(d.o, b, h, r) + piece * kVec);
+      y[i] = *reinterpret_cast<const uint4*>(at<T>(d.d_o, b, h, r) + piece * kVec);
+    }
+  }
+  float* delta = static_cast<float*>(d.delta) + int64_t(bh) * d.rows;
+#pragma unroll
+  for (int i = 0; i < kDeltaPasses; ++i) {
+    float o[kVec], d_o[kVec];
+    to_floats(x[i], o);
+    to_floats(y[i], d_o);
+    float sum = 0.f;
+#pragma unroll
+    for (int e = 0; e < kVec; ++e) sum += o[e] * d_o[e];
+#pragma unroll
+    for (int off = kLanes / 2; off > 0; off /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, off);
+    const int64_t r = r0 + i * kApart;
+    if (piece == 0 && r < d.rows) delta[r] = sum;
+  }
 }
 
 }  // namespace combiner::attention::fused::cuda_detail
@@ -327,7 +355,7 @@ void delta_cuda(const Delta& d, void* stream) {
   dispatch(d.dtype, d.dim, "fused delta", [&](auto type, auto dim) {
     using T = typename decltype(type)::type;
     constexpr int D = decltype(dim)::value;
-    const dim3 grid(unsigned(ceil_div(d.batch * d.heads * d.rows, kWarps)));
+    const dim3 grid(unsigned(ceil_div(d.rows, delta_rows<T, D>())), unsigned(d.batch * d.heads));
     launch(delta_kernel<T, D>, grid, 0, stream, "fused delta", d);
   });
 }
