@@ -14,6 +14,7 @@
 #include "emulated/emulated.h"
 #include "ops/bias_grad_kernel.h"
 #include "simt/emulator.h"
+#include "tensor_checks.h"
 #include "tools/decode_check.h"
 #include "tools/kernel_check.h"
 #include "tools/linear_check.h"
@@ -157,7 +158,7 @@ TEST(SimtKernels, DeltaKernelIsItsCpuModel) {
         EXPECT_TRUE(torch::allclose(model, expected, 1e-5, 1e-5)) << dtype << " D " << D;
         EXPECT_TRUE(torch::allclose(kernel, model, 1e-5, 1e-5))
             << dtype << " D " << D << " rows " << rows << ": max |diff| "
-            << (kernel - model).abs().max().item<float>();
+            << testing::max_abs_diff(kernel, model);
       }
 }
 
