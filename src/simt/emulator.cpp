@@ -58,6 +58,7 @@ thread_local Block* g_block = nullptr;
 thread_local Schedule g_schedule = Schedule::kForward;
 thread_local cudaError_t g_last_error = cudaSuccess;
 thread_local int64_t g_launches = 0;
+thread_local int64_t g_async_bytes = 0;  // cp.async bytes from memory
 thread_local std::vector<std::unique_ptr<unsigned char[]>> g_stacks;  // reused across launches
 thread_local std::map<const void*, int> g_shared_limit;               // raised per kernel
 
@@ -184,6 +185,9 @@ ScheduleScope::~ScheduleScope() {
 int64_t launches() {
   return g_launches;
 }
+int64_t async_copied_bytes() {
+  return g_async_bytes;
+}
 
 namespace detail {
 
@@ -262,6 +266,7 @@ void cp_async(void* dst, const void* src, size_t bytes) {
     f.group_open = true;
   }
   f.copies.back().push_back({dst, src, bytes});
+  if (src) g_async_bytes += int64_t(bytes);
 }
 
 void cp_async_commit() {

@@ -188,6 +188,9 @@ class ScheduleScope {  // the schedule of every launch on this thread while it l
 
 // The launches the emulator has run on this thread: tests that a kernel ran at all.
 int64_t launches();
+// The bytes its cp.async copies have read from memory on this thread (zero fills not counted):
+// what the kernels load into their tiles, against attention/fused/traffic.h's count.
+int64_t async_copied_bytes();
 
 namespace detail {
 void set_function_attribute(const void* kernel, cudaFuncAttribute attribute, int value);

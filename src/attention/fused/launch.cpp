@@ -20,6 +20,7 @@ namespace fused_launch {
 struct LaunchTimes::Record {
   std::string what;
   int64_t kernels = 0;
+  fused::Traffic bytes;
   double cpu_ms = 0;
 #ifdef COMBINER_WITH_CUDA_KERNELS
   std::optional<at::cuda::CUDAEvent> start, end;
@@ -95,6 +96,18 @@ std::string describe(const fused::DecodeStep& s) {
          (s.cache == fused::Dtype::kBFloat16 ? ", bfloat16 caches" : "");
 }
 
+// The decode kernels' traffic is not counted (traffic.h).
+fused::Traffic traffic_of(const fused::DecodeSummaries&) {
+  return {};
+}
+fused::Traffic traffic_of(const fused::DecodeStep&) {
+  return {};
+}
+template <typename Arg>
+fused::Traffic traffic_of(const Arg& arg) {
+  return fused::traffic(arg);
+}
+
 // A CUDA kernel's host function, or nullptr in a build without the kernels (a parameter type
 // that takes no part in deducing Arg, so that nullptr is accepted).
 template <typename Arg>
@@ -122,6 +135,7 @@ void run(const torch::Tensor& on,
     record = std::make_unique<LaunchTimes::Record>();
     record->what = describe(arg);
     record->kernels = launches;
+    record->bytes = traffic_of(arg);
   }
   if (!on.is_cuda()) {
     const auto start = std::chrono::steady_clock::now();
@@ -248,7 +262,7 @@ std::vector<LaunchTime> LaunchTimes::times() {
       ms = r->start->elapsed_time(*r->end);
     }
 #endif
-    out.push_back({r->what, r->kernels, ms});
+    out.push_back({r->what, r->kernels, ms, r->bytes});
   }
   return out;
 }

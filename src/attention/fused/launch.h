@@ -12,17 +12,21 @@
 #include "attention/fused/decode_kernel.h"
 #include "attention/fused/decode_summary.h"
 #include "attention/fused/kernel.h"
+#include "attention/fused/traffic.h"
 
 namespace combiner::attention::fused_launch {
 
 // Each launch in turn, timed, for combiner-bench's profile: while a LaunchTimes lives, every call
 // below on this thread is recorded with what it ran (the kernel and its pass's shape) and its
 // time: CUDA events around it on the current stream, or the CPU model's wall clock. A profiler
-// groups kernels by name, which the passes of one call share; this tells them apart.
+// groups kernels by name, which the passes of one call share; this tells them apart. Each is
+// also counted in bytes of global memory (traffic.h; none for the decode kernels), the floor its
+// time is read against.
 struct LaunchTime {
   std::string what;     // e.g. "forward: queries 32 x 96, keys 32 x 96, causal"
   int64_t kernels = 0;  // GPU kernels the call launches (a backward: 2 or 3)
   double ms = 0;
+  fused::Traffic bytes;
 };
 class LaunchTimes {
  public:

@@ -1,0 +1,297 @@
+#include "attention/fused/traffic.h"
+
+#include <algorithm>
+#include <cstdint>
+#include <unordered_map>
+#include <vector>
+
+namespace combiner::attention::fused {
+
+namespace {
+
+int64_t element_bytes(Dtype dtype) {
+  return dtype == Dtype::kBFloat16 ? 2 : dtype == Dtype::kFloat32 ? 4 : 8;
+}
+int64_t acc_bytes(Dtype dtype) {
+  return dtype == Dtype::kFloat64 ? 8 : 4;
+}
+
+// The loads and stores of one (batch, head): every one counted, and each distinct address once
+// per direction. An address is base + element * element size (the pointers are never read).
+// kTile: a load into a CTA's tile (cp.async), else a plain load (epilogues, scans, delta).
+enum class Load { kTile, kPlain };
+class Ledger {
+ public:
+  void read(const void* base, int64_t element, int64_t size, int64_t count, Load how) {
+    note(reads_, base, element, size, count);
+    t_.read += double(size * count);
+    if (how == Load::kTile) t_.loaded += double(size * count);
+  }
+  void write(const void* base, int64_t element, int64_t size, int64_t count) {
+    note(writes_, base, element, size, count);
+    t_.written += double(size * count);
+  }
+  Traffic total(double heads) const {
+    Traffic t = t_;
+    for (const auto* seen : {&reads_, &writes_})
+      for (const auto& [address, bytes] : *seen) t.unique += double(bytes);
+    for (double* x : {&t.loaded, &t.read, &t.written, &t.unique}) *x *= heads;
+    return t;
+  }
+
+ private:
+  using Seen = std::unordered_map<uintptr_t, int64_t>;  // address -> bytes from it
+  static void note(Seen& seen, const void* base, int64_t element, int64_t size, int64_t count) {
+    const uintptr_t address = reinterpret_cast<uintptr_t>(base) + uintptr_t(element * size);
+    int64_t& bytes = seen[address];
+    bytes = std::max(bytes, size * count);
+  }
+  Seen reads_, writes_;
+  Traffic t_;
+};
+
+// Head (0, 0)'s row `row` of x: D elements of `size` bytes.
+void read_row(Ledger& l, const Operand& x, int64_t row, int64_t D, int64_t size, Load how) {
+  l.read(x.data, row * x.row, size, D, how);
+}
+
+// One gradient row as write_grad (kernel_cpu.cpp) and the kernels' epilogue write it.
+void write_grad(Ledger& l, const GradOut& out, int64_t row, const Pass& p) {
+  const int64_t D = p.dim, es = element_bytes(p.dtype), acc = acc_bytes(p.dtype);
+  const int64_t at = grad_at(out, 0, 0, row);
+  switch (out.kind) {
+    case GradOut::kNone:
+      return;
+    case GradOut::kStore:
+      if (out.addend) l.read(out.addend, at, out.addend_in_storage ? es : acc, D, Load::kPlain);
+      l.write(out.data, at, es, D);
+      return;
+    case GradOut::kStoreAcc:
+      l.write(out.data, at, acc, D);
+      return;
+    case GradOut::kAtomic:  // a read-modify-write
+      l.read(out.data, at, acc, D, Load::kPlain);
+      l.write(out.data, at, acc, D);
+      return;
+  }
+}
+
+int64_t key_row(const Pass& p, bool summary, const TileIndex& key) {
+  return summary ? summary_key_row(p, key.g, key.i) : row_of(p.key, key.g, key.i);
+}
+int64_t value_row(const Pass& p, bool summary, const TileIndex& key) {
+  return summary ? summary_value_row(p, key.g, key.i) : row_of(p.value, key.g, key.i);
+}
+void read_key(Ledger& l, const Pass& p, bool summary, const TileIndex& key) {
+  const int64_t es = element_bytes(p.dtype);
+  read_row(l, summary ? p.ks : p.k, key_row(p, summary, key), p.dim, es, Load::kTile);
+  read_row(l, summary ? p.u : p.v, value_row(p, summary, key), p.dim, es, Load::kTile);
+}
+
+// The valid query rows of query CTA `cta` (tile_query), in tile order.
+std::vector<int64_t> query_rows(const Pass& p, int64_t cta) {
+  std::vector<int64_t> rows;
+  for (int64_t r = 0; r < kQueryTile; ++r) {
+    const TileIndex q = tile_query(p, cta, r);
+    if (q.valid) rows.push_back(row_of(p.query, q.g, q.i));
+  }
+  return rows;
+}
+
+// The key tiles a query CTA walks (forward and dq kernels): source A's, then source B's.
+void read_key_tiles(Ledger& l, const Pass& p, int64_t cta) {
+  const QueryTileKeys n = query_tile_keys(p, cta);
+  for (int64_t tile = 0; tile < n.total; ++tile)
+    for (int64_t c = 0; c < kKeyTile; ++c) {
+      const TileIndex key = tile_key(p, cta, tile, n.direct, c);
+      if (key.valid) read_key(l, p, tile >= n.direct, key);
+    }
+}
+
+// A query row's q and d_o (into the CTA's tiles), lse and delta (the dk/dv walk copies them into
+// its tiles too; the dq kernel's threads load their rows' own).
+void read_query(Ledger& l, const Backward& bw, int64_t row, Load scalars) {
+  const Pass& p = bw.pass;
+  const int64_t es = element_bytes(p.dtype), acc = acc_bytes(p.dtype);
+  read_row(l, p.q, row, p.dim, es, Load::kTile);
+  read_row(l, bw.d_o, row, p.dim, es, Load::kTile);
+  l.read(bw.lse, row, acc, 1, scalars);
+  l.read(bw.delta, row, acc, 1, scalars);
+}
+
+enum class Keys { kSourceA, kSegmentSummaries, kPrefixSummaries };
+
+// The dk/dv walk of one CTA (backward_dkv_tile in kernel_cpu.cpp, dkv_tile in
+// kernel_backward.cu): its keys once, the query tiles that can see them, its keys' gradients.
+void dkv_walk(Ledger& l, const Backward& bw, Keys keys, int64_t cta, int64_t part) {
+  const Pass& p = bw.pass;
+  const bool a = keys == Keys::kSourceA, prefix = keys == Keys::kPrefixSummaries;
+  const bool packed = !prefix && segment_pack(p) > 1;
+  const int64_t MQ = backward_query_tile(p.dim);
+  std::vector<TileIndex> tile;
+  for (int64_t c = 0; c < kKeyTile; ++c) {
+    TileIndex key;
+    if (prefix) {
+      key.i = cta * kKeyTile + c;
+      key.valid = key.i < p.summary_count;
+    } else {
+      key = dkv_key(p, !a, cta, c);
+    }
+    tile.push_back(key);
+  }
+  if (std::none_of(tile.begin(), tile.end(), [](const TileIndex& k) { return k.valid; })) return;
+  int64_t f_begin = 0, f_end = 0;
+  const int64_t j0 = tile[0].i, g = tile[0].g;
+  if (prefix) {
+    const int64_t per = segments_per_part(p);
+    const int64_t g_lo = std::max(part * per, j0 + 1);
+    const int64_t g_hi = std::min((part + 1) * per, p.query.segments);
+    if (g_hi <= g_lo) return;  // (the kernel loads nothing and adds nothing)
+    f_begin = g_lo * p.query.seg_len;
+    f_end = g_hi * p.query.seg_len;
+  } else if (packed) {
+    f_end = segment_pack(p) * p.query.seg_len;
+  } else {
+    f_begin = first_query_tile(a ? p.mask : p.summary_mask, j0, MQ);
+    f_end = valid_count(p.query, g);
+  }
+  for (const auto& key : tile)
+    if (key.valid) read_key(l, p, !a, key);
+  for (int64_t f = f_begin; f < f_end; ++f) {
+    TileIndex q;
+    if (packed) {
+      q = packed_query(p, cta, f);
+    } else {
+      q.g = prefix ? f / p.query.seg_len : g;
+      q.i = prefix ? f % p.query.seg_len : f;
+      q.valid = q.i < valid_count(p.query, q.g);
+    }
+    if (q.valid) read_query(l, bw, row_of(p.query, q.g, q.i), Load::kTile);
+  }
+  for (const auto& key : tile) {
+    if (!key.valid) continue;
+    const int64_t k = key_row(p, !a, key), v = value_row(p, !a, key);
+    if (a) {
+      write_grad(l, bw.dk, k + key.g * bw.dk.segment_rows, p);
+      write_grad(l, bw.dv, v + key.g * bw.dv.segment_rows, p);
+    } else {
+      write_grad(l, bw.dks, k, p);
+      write_grad(l, bw.du, v, p);
+    }
+  }
+}
+
+double heads_of(int64_t batch, int64_t heads) {
+  return double(batch) * double(heads);
+}
+
+}  // namespace
+
+Traffic traffic(const Forward& f) {
+  const Pass& p = f.pass;
+  const int64_t es = element_bytes(p.dtype), acc = acc_bytes(p.dtype);
+  Ledger l;
+  for (int64_t cta = 0; cta < query_ctas(p); ++cta) {
+    const auto rows = query_rows(p, cta);
+    if (rows.empty()) continue;
+    for (const int64_t row : rows) read_row(l, p.q, row, p.dim, es, Load::kTile);
+    read_key_tiles(l, p, cta);
+    for (const int64_t row : rows) {  // the epilogue: o and lse (merged: read first)
+      const int64_t at = output_at(f, 0, 0, row);
+      if (f.merge) {
+        l.read(f.o, at, es, p.dim, Load::kPlain);
+        l.read(f.lse, row, acc, 1, Load::kPlain);
+      }
+      l.write(f.o, at, es, p.dim);
+      l.write(f.lse, row, acc, 1);
+    }
+  }
+  return l.total(heads_of(p.batch, p.heads));
+}
+
+Traffic traffic(const Delta& d) {
+  const int64_t es = element_bytes(d.dtype), acc = acc_bytes(d.dtype);
+  Ledger l;
+  for (int64_t r = 0; r < d.rows; ++r) {
+    read_row(l, d.o, r, d.dim, es, Load::kPlain);
+    read_row(l, d.d_o, r, d.dim, es, Load::kPlain);
+    l.write(d.delta, r, acc, 1);
+  }
+  return l.total(heads_of(d.batch, d.heads));
+}
+
+Traffic traffic(const Backward& bw) {
+  const Pass& p = bw.pass;
+  Ledger l;
+  if (segment_backward(p)) {
+    // One CTA per segment: each source's walk loads its query tile itself; dq comes from the
+    // walks' dS and keys, so it loads nothing more.
+    for (int64_t cta = 0; cta < query_ctas(p); ++cta) {
+      dkv_walk(l, bw, Keys::kSourceA, cta, 0);
+      if (p.summaries) dkv_walk(l, bw, Keys::kSegmentSummaries, cta, 0);
+      for (const int64_t row : query_rows(p, cta)) write_grad(l, bw.dq, row, p);
+    }
+    return l.total(heads_of(p.batch, p.heads));
+  }
+  for (int64_t cta = 0; cta < key_ctas(p, false); ++cta) dkv_walk(l, bw, Keys::kSourceA, cta, 0);
+  if (p.summaries && p.by_segment) {
+    for (int64_t cta = 0; cta < key_ctas(p, true); ++cta)
+      dkv_walk(l, bw, Keys::kSegmentSummaries, cta, 0);
+  } else if (prefix_summaries(p)) {
+    const int64_t parts = ceil_div(p.query.segments, segments_per_part(p));
+    for (int64_t st = 0; st < ceil_div(p.summary_count, kKeyTile); ++st)
+      for (int64_t part = 0; part < parts; ++part)
+        dkv_walk(l, bw, Keys::kPrefixSummaries, st, part);
+  }
+  for (int64_t cta = 0; cta < query_ctas(p); ++cta) {  // the dq kernel
+    const auto rows = query_rows(p, cta);
+    if (rows.empty()) continue;
+    for (const int64_t row : rows) read_query(l, bw, row, Load::kPlain);
+    read_key_tiles(l, p, cta);
+    for (const int64_t row : rows) write_grad(l, bw.dq, row, p);
+  }
+  return l.total(heads_of(p.batch, p.heads));
+}
+
+// The scans read and write each element of their lines once a tensor, with plain loads: counted
+// rather than walked, and distinct as requested.
+Traffic traffic(const RunningMaxes& r) {
+  Traffic t;
+  for (int i = 0; i < r.count; ++i) {
+    const RunningMax& s = r.part[i];
+    const double bytes = double(running_max_lines(s)) * double(s.n * element_bytes(s.dtype));
+    if (!s.dy) {  // x read, y written
+      t.read += bytes;
+      t.written += bytes;
+    } else {  // x and dy read (and dx, accumulated into), dx written
+      t.read += (s.accumulate ? 3 : 2) * bytes;
+      t.written += bytes;
+    }
+  }
+  t.unique = t.requested();
+  return t;
+}
+
+Traffic traffic(const SegmentMaxes& m) {
+  Traffic t;
+  for (int i = 0; i < m.count; ++i) {
+    const SegmentMax& s = m.part[i];
+    const double es = double(element_bytes(s.dtype)), heads = heads_of(s.batch, s.heads);
+    const double pooled = heads * es * double(s.segments * s.len * s.dim);
+    const double summaries = heads * es * double(s.segments * s.dim);
+    if (!s.dy) {  // x read, y written
+      t.read += pooled;
+      t.written += summaries;
+    } else if (s.accumulate) {  // x and dy read; dx at each arg-max read and written
+      t.read += pooled + 2 * summaries;
+      t.written += summaries;
+    } else {  // x and dy read; every row of dx written
+      t.read += pooled + summaries;
+      t.written += heads * es * double(s.rows * s.dim);
+    }
+  }
+  t.unique = t.requested();
+  return t;
+}
+
+}  // namespace combiner::attention::fused

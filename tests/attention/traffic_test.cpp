@@ -1,0 +1,209 @@
+// The fused launches' global-memory traffic (attention/fused/traffic.h), counted by hand on the
+// smallest plans: one segment of 64 causal queries (one tile each way) and of 128 (two query
+// tiles, the second reading the first's keys again), forward and both backward shapes, the
+// gradient kinds, the scans; then every launch of a real call through LaunchTimes.
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <vector>
+
+#include "attention/attention.h"
+#include "attention/fused/launch.h"
+#include "attention/fused/traffic.h"
+
+namespace combiner::attention {
+namespace {
+
+constexpr int64_t D = 32, kRow = D * 2;  // bytes of a bfloat16 row
+constexpr double kLse = 4;               // a float32 per query
+
+// Distinct addresses for the operands (never read).
+struct Buffers {
+  std::vector<char> q, k, v, o, lse, d_o, delta, dq, dk, dv;
+  explicit Buffers(int64_t rows)
+      : q(rows * kRow), k(rows * kRow), v(rows * kRow), o(rows * kRow), lse(rows * 8),
+        d_o(rows * kRow), delta(rows * 8), dq(rows * kRow * 2), dk(rows * kRow * 2),
+        dv(rows * kRow * 2) {}
+};
+
+fused::Operand operand(const std::vector<char>& x) {
+  return {x.data(), 0, 0, D};
+}
+
+// One causal segment of `rows` queries over its own keys, bfloat16, B x H.
+fused::Pass one_segment(const Buffers& b, int64_t rows, int64_t batch = 1, int64_t heads = 1) {
+  fused::Pass p;
+  p.batch = batch;
+  p.heads = heads;
+  p.dim = D;
+  p.dtype = fused::Dtype::kBFloat16;
+  p.query = {1, rows, rows, 1, rows, 0};
+  p.key = p.value = p.query;
+  p.mask = fused::Mask::kCausal;
+  p.q = operand(b.q);
+  p.k = operand(b.k);
+  p.v = operand(b.v);
+  return p;
+}
+
+fused::Forward forward_of(const Buffers& b, const fused::Pass& p) {
+  fused::Forward f;
+  f.pass = p;
+  f.o = const_cast<char*>(b.o.data());
+  f.o_stride[2] = D;
+  f.lse = const_cast<char*>(b.lse.data());
+  return f;
+}
+
+fused::GradOut store(const std::vector<char>& x) {
+  fused::GradOut g;
+  g.data = const_cast<char*>(x.data());
+  g.kind = fused::GradOut::kStore;
+  g.stride[2] = D;
+  return g;
+}
+
+fused::Backward backward_of(const Buffers& b, const fused::Pass& p) {
+  fused::Backward bw;
+  bw.pass = p;
+  bw.d_o = operand(b.d_o);
+  bw.lse = b.lse.data();
+  bw.delta = b.delta.data();
+  bw.dq = store(b.dq);
+  bw.dk = store(b.dk);
+  bw.dv = store(b.dv);
+  return bw;
+}
+
+TEST(FusedTraffic, OneTileForwardReadsAndWritesEachRowOnce) {
+  const Buffers b(64);
+  const auto t = fused::traffic(forward_of(b, one_segment(b, 64)));
+  // q, k, v read and o written, 64 rows each; lse written.
+  EXPECT_DOUBLE_EQ(t.unique, 4 * 64 * kRow + 64 * kLse);
+  EXPECT_DOUBLE_EQ(t.requested(), t.unique);
+  EXPECT_DOUBLE_EQ(t.loaded, 3 * 64 * kRow);  // q, k and v into the tiles
+}
+
+TEST(FusedTraffic, ASecondQueryTileReadsTheKeysAgain) {
+  const Buffers b(128);
+  const auto t = fused::traffic(forward_of(b, one_segment(b, 128)));
+  EXPECT_DOUBLE_EQ(t.unique, 4 * 128 * kRow + 128 * kLse);
+  // Query tile 0 reads key tile 0; tile 1 reads key tiles 0 and 1: k and v 192 rows each.
+  EXPECT_DOUBLE_EQ(t.requested(), (128 + 2 * 192 + 128) * kRow + 128 * kLse);
+}
+
+TEST(FusedTraffic, EveryHeadRepeatsTheWalk) {
+  const Buffers b(128);
+  const auto one = fused::traffic(forward_of(b, one_segment(b, 128)));
+  const auto six = fused::traffic(forward_of(b, one_segment(b, 128, 2, 3)));
+  EXPECT_DOUBLE_EQ(six.unique, 6 * one.unique);
+  EXPECT_DOUBLE_EQ(six.requested(), 6 * one.requested());
+}
+
+TEST(FusedTraffic, AMergedForwardReadsWhatItRewrites) {
+  const Buffers b(64);
+  auto f = forward_of(b, one_segment(b, 64));
+  f.merge = true;
+  const auto t = fused::traffic(f);
+  EXPECT_DOUBLE_EQ(t.unique, 4 * 64 * kRow + 64 * kLse + 64 * kRow + 64 * kLse);
+}
+
+TEST(FusedTraffic, OneCtaBackwardLoadsItsTilesOnce) {
+  const Buffers b(64);
+  auto bw = backward_of(b, one_segment(b, 64));
+  ASSERT_EQ(fused::backward_launches(bw), 1);
+  // k, v, q and dO read, lse and delta read; dk, dv and dq written.
+  const double plain = 4 * 64 * kRow + 2 * 64 * kLse + 3 * 64 * kRow;
+  auto t = fused::traffic(bw);
+  EXPECT_DOUBLE_EQ(t.unique, plain);
+  EXPECT_DOUBLE_EQ(t.requested(), plain);
+  // dq added in place: its rows read first.
+  bw.dq.addend = bw.dq.data;
+  bw.dq.addend_in_storage = true;
+  EXPECT_DOUBLE_EQ(fused::traffic(bw).unique, plain + 64 * kRow);
+  // dk into a float32 buffer, atomically: 4-byte elements read and written.
+  bw.dk.kind = fused::GradOut::kAtomic;
+  EXPECT_DOUBLE_EQ(fused::traffic(bw).unique, plain + 64 * kRow - 64 * kRow + 2 * 64 * D * 4);
+}
+
+TEST(FusedTraffic, TwoKernelBackwardWalksBothWays) {
+  const Buffers b(128);
+  const auto bw = backward_of(b, one_segment(b, 128));
+  ASSERT_EQ(fused::backward_launches(bw), 2);
+  const auto t = fused::traffic(bw);
+  EXPECT_DOUBLE_EQ(t.unique, 4 * 128 * kRow + 2 * 128 * kLse + 3 * 128 * kRow);
+  // dk/dv: key tile 0 walks queries 0..127, key tile 1 queries 64..127: q, dO, lse, delta of
+  // 192 rows. dq: query tile 0 reads key tile 0, tile 1 key tiles 0 and 1: k, v of 192 rows.
+  // Each kernel reads its own tiles (k, v 128 + 192; q, dO 192 + 128 rows).
+  const double reads = 4 * 320 * kRow + 2 * 320 * kLse;
+  EXPECT_DOUBLE_EQ(t.requested(), reads + 3 * 128 * kRow);
+  // Into the tiles: all but the dq kernel's lse and delta, which its threads load themselves.
+  EXPECT_DOUBLE_EQ(t.loaded, 4 * 320 * kRow + 2 * 192 * kLse);
+}
+
+TEST(FusedTraffic, ScansTouchEachElementOnceATensor) {
+  std::vector<char> x(4096), y(4096);
+  fused::RunningMaxes r;
+  r.count = 1;
+  fused::RunningMax& s = r.part[0];
+  s.outer[0] = 2;
+  s.inner = 8;
+  s.n = 10;
+  s.dtype = fused::Dtype::kBFloat16;
+  s.x = x.data();
+  s.y = y.data();
+  EXPECT_DOUBLE_EQ(fused::traffic(r).unique, 2 * 8 * 10 * 2 * 2);  // x read, y written
+  s.y = nullptr;
+  s.dy = y.data();
+  s.dx = x.data();
+  EXPECT_DOUBLE_EQ(fused::traffic(r).unique, 2 * 8 * 10 * 2 * 3);  // x, dy read; dx written
+  fused::SegmentMaxes m;
+  m.count = 1;
+  fused::SegmentMax& g = m.part[0];
+  g.batch = 1;
+  g.heads = 2;
+  g.rows = 50;
+  g.dim = 4;
+  g.segments = 6;
+  g.len = 8;
+  g.dtype = fused::Dtype::kFloat32;
+  g.x = x.data();
+  g.y = y.data();
+  EXPECT_DOUBLE_EQ(fused::traffic(m).unique, 2 * (48 + 6) * 4 * 4.0);
+  g.y = nullptr;
+  g.dy = y.data();
+  g.dx = x.data();
+  EXPECT_DOUBLE_EQ(fused::traffic(m).unique, 2 * (48 + 6 + 50) * 4 * 4.0);  // every dx row
+  g.accumulate = true;
+  EXPECT_DOUBLE_EQ(fused::traffic(m).unique, 2 * (48 + 3 * 6) * 4 * 4.0);
+}
+
+// Each launch of a real call carries its bytes: a delta launch its o and dO rows and the deltas,
+// every launch at least one row, re-reads never fewer than the distinct bytes.
+TEST(FusedTraffic, EveryLaunchOfACallCarriesItsBytes) {
+  auto m = make_attention({"combiner-axial-vertical", 8, 8, "max"}, 64, 8);
+  m->set_path(AttentionImpl::Path::kFused);
+  torch::manual_seed(3);
+  auto q = torch::randn({2, 3, 64, 8}).requires_grad_(), k = torch::randn({2, 3, 64, 8}),
+       v = torch::randn({2, 3, 64, 8});
+  std::vector<fused_launch::LaunchTime> times;
+  {
+    fused_launch::LaunchTimes timer;
+    m->forward(q, k, v).sum().backward();
+    times = timer.times();
+  }
+  ASSERT_FALSE(times.empty());
+  bool saw_delta = false;
+  for (const auto& t : times) {
+    EXPECT_GE(t.bytes.unique, 8 * 4) << t.what;
+    EXPECT_GE(t.bytes.requested(), t.bytes.unique) << t.what;
+    if (t.what == "delta: 64 rows") {
+      saw_delta = true;
+      EXPECT_DOUBLE_EQ(t.bytes.unique, 6 * 64 * (2 * 8 * 4 + 4));
+    }
+  }
+  EXPECT_TRUE(saw_delta);
+}
+
+}  // namespace
+}  // namespace combiner::attention
