@@ -13,7 +13,9 @@
 #   profile   where the time goes: LibTorch's profiler (combiner-bench --profile) over the fused
 #             attention variants alone (forward + backward, bf16, B 8 x 8 heads x D 64, L 3072
 #             and 12288; then vertical at the 128-layer preset's B 16 x 2 heads x D 128), each
-#             case's fused launches also timed one by one, then one training step of ours (CIFAR-10 6 x 512 rowmajor, batch 32;
+#             case's fused launches also timed one by one beside the bytes each moves and, on a
+#             card whose bandwidth the script knows, the multiple of its floor that time is;
+#             then one training step of ours (CIFAR-10 6 x 512 rowmajor, batch 32;
 #             the 128-layer preset) and of the eager peer on the same shapes (torch.profiler):
 #             their largest GPU kernels and launches per step, in test-gpu.log, with --count's
 #             launches by the CPU's rule beside them (scripts/count_vs_peer.py's count); then
@@ -149,6 +151,13 @@ if [ "$device" = cuda ]; then
   nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
   gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
 fi
+# The card's memory bandwidth in GB/s (its data sheet), for the profile's floors: 0 = unknown.
+case "$gpu" in
+  *H200*) bandwidth=4800 ;;
+  *H100*HBM3*) bandwidth=3350 ;;
+  *H100*) bandwidth=2000 ;;
+  *) bandwidth=0 ;;
+esac
 python3 -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda)'
 nvcc --version 2>/dev/null | tail -1
 echo "stages: ${stages/all/${all_stages[*]}}; budget $budget s"
@@ -256,13 +265,15 @@ stage_profile() {
     echo "-- attention profile: L $1, batch $2"
     run_for 60 "$bench" attention --device $device --dtype $precision --backward --batch "$2" \
       --heads 8 --dim 64 --lengths "$1" --repeats 3 --profile 15 --timeout 40 --max-mib 0 \
-      --variants "full,$fused_variants" --out "$work/profile-attention.csv" 2>&1 |
+      --bandwidth "$bandwidth" --variants "full,$fused_variants" \
+      --out "$work/profile-attention.csv" 2>&1 |
       grep -vE "^\[|^results:"
   done
   echo "-- attention profile: the 128-layer preset's shape (${deep_attention[*]})"
   run_for 40 "$bench" attention --device $device --dtype $precision --backward \
     "${deep_attention[@]}" --repeats 3 --profile 8 --timeout 30 --max-mib 0 \
-    --variants "full,combiner-axial-vertical" --out "$work/profile-attention-deep.csv" 2>&1 |
+    --bandwidth "$bandwidth" --variants "full,combiner-axial-vertical" \
+    --out "$work/profile-attention-deep.csv" 2>&1 |
     grep -vE "^\[|^results:"
   # shellcheck disable=SC2086  # dataset, L, batch: CIFAR-10's
   set -- ${shapes[0]}

@@ -301,15 +301,23 @@ void add_attention_flags(CLI::App& app, AttentionFlags& f) {
                  "N > 0: after the timed runs, profile --repeats more of each case and print "
                  "its N largest GPU kernels and CPU ops (LibTorch's profiler) to stderr, then "
                  "time one more run's fused launches one by one (each with its pass's shape: "
-                 "CUDA events, or the CPU model's clock)")
+                 "CUDA events, or the CPU model's clock) beside the MiB each reads and writes")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  app.add_option("--bandwidth",
+                 s.bandwidth_gbps,
+                 "GB/s: the card's memory bandwidth; with --profile each fused launch's time is "
+                 "also given as a multiple of its floor, its distinct bytes at that bandwidth "
+                 "(0 = not given)")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
   app.add_flag("--count",
                s.count,
                "also count one more run: the device operations it launches (fused kernels and "
-               "every LibTorch op of the glue; on the CPU, what a GPU would launch) and the MiB "
-               "of tensors it allocates (columns launches, allocated_mib), plus an sdpa-flash "
-               "row per L from FlashAttention's definition");
+               "every LibTorch op of the glue; on the CPU, what a GPU would launch), the MiB "
+               "of tensors it allocates and the MiB its fused kernels read and write (columns "
+               "launches, allocated_mib, kernel_mib), plus an sdpa-flash row per L from "
+               "FlashAttention's definition");
   app.add_option("--repeats", s.repeats, "timed runs after one warm-up (median)")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();

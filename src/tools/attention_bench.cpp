@@ -34,6 +34,40 @@ namespace combiner::attention {
 namespace bench_detail {
 
 constexpr const char* kResultTag = "bench-result";
+constexpr double kMiB = 1024.0 * 1024.0;
+
+// The profile's fused launches, one line each and their sum: the time, the distinct bytes each
+// reads and writes (attention/fused/traffic.h) and its requested bytes as a multiple of them
+// (re-reads L2 may catch), the bandwidth that time gives the distinct bytes and, given the card's
+// (gbps > 0), the time as a multiple of the floor that bandwidth sets. "-" where nothing is
+// counted (the decode kernels).
+std::string launch_table(const std::vector<fused_launch::LaunchTime>& times, double gbps) {
+  std::string out = fmt::format("{:>10}  {:>9}  {:>7}  {:>8}", "ms", "MiB", "reread", "GB/s");
+  if (gbps > 0) out += fmt::format("  {:>7}", "x floor");
+  out += "  what\n";
+  const auto line = [&](double ms, const fused::Traffic& bytes, const std::string& what) {
+    const bool counted = bytes.unique > 0;
+    const auto number = [&](double value, const char* format) {
+      return counted ? fmt::format(fmt::runtime(format), value) : std::string("-");
+    };
+    out += fmt::format("{:>10.3f}  {:>9}  {:>7}  {:>8}",
+                       ms,
+                       number(bytes.unique / kMiB, "{:.1f}"),
+                       number(bytes.requested() / bytes.unique, "{:.2f}x"),
+                       number(ms > 0 ? bytes.unique / (ms * 1e6) : 0.0, "{:.0f}"));
+    if (gbps > 0) out += fmt::format("  {:>7}", number(ms / (bytes.unique / (gbps * 1e6)), "{:.1f}x"));
+    out += "  " + what + "\n";
+  };
+  double ms = 0;
+  fused::Traffic bytes;
+  for (const auto& t : times) {
+    line(t.ms, t.bytes, t.what);
+    ms += t.ms;
+    bytes += t.bytes;
+  }
+  line(ms, bytes, "in all");
+  return out;
+}
 
 // A field of /proc/self/status ("VmRSS", "VmHWM") in MiB; 0 if it cannot be read.
 double status_mib(const std::string& key) {
@@ -208,22 +242,28 @@ BenchResult time_case(const BenchCase& given) {
     r.peak_mib = std::max(0.0, peak - base);
     if (c.count) {  // one more run, after the measured ones, counted
       const double before = util::device_allocated_total_mib(device);
+      attention::fused_launch::LaunchTimes timer;  // for each fused launch's bytes
       const tools::LaunchCounter counter;
       once(c.length);
       r.launches = counter.launches();
       r.allocated_mib = util::device_allocated_total_mib(device) - before;
+      fused::Traffic moved;
+      for (const auto& t : timer.times()) moved += t.bytes;
+      r.kernel_mib = moved.unique / bench_detail::kMiB;
       std::string ops;
       for (const auto& [name, calls] : counter.ops()) ops += fmt::format(" {} x{}", name, calls);
       std::fprintf(stderr,
                    "count of %s L=%lld %s: %lld launches (%lld fused kernels;%s), %.2f MiB "
-                   "allocated\n",
+                   "allocated, %.2f MiB moved by the fused kernels (%.2f MiB requested)\n",
                    c.variant.c_str(),
                    static_cast<long long>(c.length),
                    pass_name(c).c_str(),
                    static_cast<long long>(r.launches),
                    static_cast<long long>(counter.fused()),
                    ops.c_str(),
-                   r.allocated_mib);
+                   r.allocated_mib,
+                   r.kernel_mib,
+                   moved.requested() / bench_detail::kMiB);
     }
     if (c.profile > 0) {  // more runs, after the measured ones: timings stay unperturbed
       const int64_t runs = std::max<int64_t>(1, c.repeats);
@@ -245,23 +285,13 @@ BenchResult time_case(const BenchCase& given) {
       attention::fused_launch::LaunchTimes timer;
       once(c.length);
       const auto times = timer.times();
-      if (!times.empty()) {
-        std::string lines;
-        double total = 0;
-        for (const auto& t : times) {
-          lines += fmt::format("{:>10.3f}  {}\n", t.ms, t.what);
-          total += t.ms;
-        }
+      if (!times.empty())
         std::fprintf(stderr,
-                     "fused launches of one run of %s L=%lld, in order (%s; %.3f ms in all):\n"
-                     "%10s  what\n%s",
+                     "fused launches of one run of %s L=%lld, in order (%s):\n%s",
                      c.variant.c_str(),
                      static_cast<long long>(c.length),
                      device.is_cuda() ? "CUDA events" : "the CPU model's wall clock",
-                     total,
-                     "ms",
-                     lines.c_str());
-      }
+                     bench_detail::launch_table(times, c.bandwidth_gbps).c_str());
     }
     r.status = "ok";
   } catch (const std::bad_alloc& e) {
@@ -281,7 +311,8 @@ std::string encode_case(const BenchCase& c) {
       << " dim=" << c.dim << " dtype=" << c.dtype << " device=" << c.device
       << " backward=" << c.backward << " repeats=" << c.repeats << " threads=" << c.threads
       << " max_mib=" << c.max_mib << " path=" << c.path << " memory=" << c.memory
-      << " profile=" << c.profile << " count=" << c.count;
+      << " profile=" << c.profile << " count=" << c.count
+      << " bandwidth=" << c.bandwidth_gbps;
   return out.str();
 }
 
@@ -317,6 +348,7 @@ BenchCase decode_case(const std::string& text) {
   if (fields.count("memory")) c.memory = fields["memory"];
   if (fields.count("profile")) c.profile = std::stoll(fields["profile"]);
   if (fields.count("count")) c.count = fields["count"] == "1";
+  if (fields.count("bandwidth")) c.bandwidth_gbps = std::stod(fields["bandwidth"]);
   return c;
 }
 
@@ -324,11 +356,12 @@ std::string encode_result(const BenchResult& r) {
   char numbers[128];
   std::snprintf(numbers,
                 sizeof numbers,
-                "%.4f %.2f %lld %.4f",
+                "%.4f %.2f %lld %.4f %.4f",
                 r.ms,
                 r.peak_mib,
                 static_cast<long long>(r.launches),
-                r.allocated_mib);
+                r.allocated_mib,
+                r.kernel_mib);
   return std::string(bench_detail::kResultTag) + " " + numbers + " " + r.status + " " + r.detail;
 }
 
@@ -336,7 +369,8 @@ BenchResult decode_result(const std::string& text) {
   BenchResult r;
   std::istringstream in(text);
   std::string tag;
-  if (!(in >> tag >> r.ms >> r.peak_mib >> r.launches >> r.allocated_mib >> r.status) ||
+  if (!(in >> tag >> r.ms >> r.peak_mib >> r.launches >> r.allocated_mib >> r.kernel_mib >>
+        r.status) ||
       tag != bench_detail::kResultTag) {
     r = BenchResult{};
     r.detail = "no result line from the child";
@@ -408,7 +442,7 @@ BenchResult run_child(const std::vector<std::string>& argv, double timeout_s) {
 
 std::string csv_header() {
   return "variant,L,block,row_len,layout,dtype,device,pass,batch,heads,dim,threads,ms,peak_mib,"
-         "launches,allocated_mib,status,detail";
+         "launches,allocated_mib,kernel_mib,status,detail";
 }
 
 std::string csv_row(const BenchCase& c, const BenchResult& r) {
@@ -417,10 +451,14 @@ std::string csv_row(const BenchCase& c, const BenchResult& r) {
   if (block || row_len) layout = (block ? c.block_auto : c.row_len_auto) ? kAutoLayout : "given";
   char numbers[64] = ",";
   if (r.status == "ok") std::snprintf(numbers, sizeof numbers, "%.3f,%.1f", r.ms, r.peak_mib);
-  char counts[64] = ",";
+  char counts[96] = ",,";
   if (r.launches >= 0)
-    std::snprintf(
-        counts, sizeof counts, "%lld,%.1f", static_cast<long long>(r.launches), r.allocated_mib);
+    std::snprintf(counts,
+                  sizeof counts,
+                  "%lld,%.1f,%s",
+                  static_cast<long long>(r.launches),
+                  r.allocated_mib,
+                  r.kernel_mib >= 0 ? fmt::format("{:.1f}", r.kernel_mib).c_str() : "");
   std::ostringstream out;
   out << c.variant << "," << c.length << "," << (block ? std::to_string(c.block) : "") << ","
       << (row_len ? std::to_string(c.row_len) : "") << "," << layout << "," << c.dtype << ","
@@ -439,7 +477,8 @@ BenchResult flash_definition(const BenchCase& c) {
   r.detail = c.backward ? "one forward and one backward launch; o, lse, dq, dk, dv"
                         : "one forward launch; o, lse";
   r.launches = c.backward ? 2 : 1;
-  r.allocated_mib = (o + lse + (c.backward ? 3 * o : 0)) / (1024.0 * 1024.0);
+  r.allocated_mib = (o + lse + (c.backward ? 3 * o : 0)) / bench_detail::kMiB;
+  r.kernel_mib = (4 * o + lse + (c.backward ? 8 * o + lse : 0)) / bench_detail::kMiB;
   return r;
 }
 

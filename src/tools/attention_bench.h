@@ -28,7 +28,8 @@ struct BenchCase {
   std::string path = "auto";      // auto | composed | fused (fused on the CPU: the kernels' model)
   std::string memory = "rss";     // CPU peak: rss (resident set) | tensors (bytes of live tensors)
   int64_t profile = 0;            // > 0: profile `repeats` more runs, top rows to stderr
-  bool count = false;             // also count one run's launches and allocated bytes
+  bool count = false;             // also count one run's launches, allocated and moved bytes
+  double bandwidth_gbps = 0;      // > 0: the profile's launches as multiples of their floor
   // Where block / row_len came from (the CSV's layout column); not sent to the child.
   bool block_auto = false;
   bool row_len_auto = false;
@@ -41,15 +42,18 @@ struct BenchResult {
   double peak_mib = 0;  // peak RSS or tensor bytes (CUDA: allocated device memory) minus before
   std::string status = "error";
   std::string detail;  // why, when status != ok
-  // With BenchCase::count: device operations one run launches (tools/launch_count.h) and the
-  // bytes of the tensors it allocates, freed or not; -1 when not counted.
+  // With BenchCase::count: device operations one run launches (tools/launch_count.h), the
+  // bytes of the tensors it allocates, freed or not, and the bytes its fused kernels read and
+  // write (distinct bytes per launch, summed: attention/fused/traffic.h); -1 when not counted.
   int64_t launches = -1;
   double allocated_mib = -1;
+  double kernel_mib = -1;
 };
 
 // One call's cost by definition of SDPA flash (FlashAttention): one forward and, with the
 // backward, one backward launch; allocated: o [B, H, L, D] and lse [B, H, L] (fp32), and dq, dk,
-// dv with the backward. The floor a fused attention's counts are read against.
+// dv with the backward; moved: q, k, v read and o, lse written, and with the backward q, k, v, o,
+// dO and lse read and dq, dk, dv written. The floor a fused attention's counts are read against.
 BenchResult flash_definition(const BenchCase& c);
 
 // The rule for a layout the user did not give, as --help states it, and its name in the CSV's
@@ -96,7 +100,8 @@ BenchResult run_child(const std::vector<std::string>& argv, double timeout_s);
 // The results table, one row per case. block / row_len / layout are empty for variants that do
 // not use them; layout is kAutoLayout (kDefaultLayoutRule) or "given" (--block / --row-len); ms and
 // peak_mib are empty unless status is ok; detail never holds a comma. Columns:
-// variant,L,block,row_len,layout,dtype,device,pass,batch,heads,dim,threads,ms,peak_mib,status,detail
+// variant,L,block,row_len,layout,dtype,device,pass,batch,heads,dim,threads,ms,peak_mib,launches,
+// allocated_mib,kernel_mib,status,detail (the three counts empty unless counted)
 std::string csv_header();
 std::string csv_row(const BenchCase& c, const BenchResult& r);
 

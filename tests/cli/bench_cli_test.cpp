@@ -74,9 +74,9 @@ TEST(BenchCli, AttentionWritesOkAndInvalidRows) {
   ASSERT_EQ(lines.size(), 3u) << r.output;
   EXPECT_EQ(lines[0],
             "variant,L,block,row_len,layout,dtype,device,pass,batch,heads,dim,threads,ms,peak_mib,"
-            "launches,allocated_mib,status,detail");
+            "launches,allocated_mib,kernel_mib,status,detail");
   EXPECT_EQ(
-      lines[1].rfind("axial,64,,7,given,bfloat16,cpu,forward+backward,1,1,4,1,,,,,invalid,", 0), 0u)
+      lines[1].rfind("axial,64,,7,given,bfloat16,cpu,forward+backward,1,1,4,1,,,,,,invalid,", 0), 0u)
       << lines[1];
   EXPECT_EQ(lines[2].rfind("combiner-fixed,64,8,,auto:divisor-nearest-sqrt(L),bfloat16,cpu,forward+"
                            "backward,1,1,4,1,",
@@ -105,7 +105,7 @@ TEST(BenchCli, AttentionCountsLaunchesAndBytes) {
   EXPECT_NE(lines[1].find(",14,"), std::string::npos) << lines[1];
   EXPECT_NE(lines[1].find(",ok,"), std::string::npos) << lines[1];
   EXPECT_EQ(lines[2],
-            "sdpa-flash,64,,,,bfloat16,cpu,forward+backward,1,1,4,1,,,2,0.0,definition,one "
+            "sdpa-flash,64,,,,bfloat16,cpu,forward+backward,1,1,4,1,,,2,0.0,0.0,definition,one "
             "forward and one backward launch; o; lse; dq; dk; dv");
 }
 

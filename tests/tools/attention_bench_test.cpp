@@ -23,12 +23,15 @@ TEST(Bench, CaseAndResultRoundTripThroughText) {
   EXPECT_EQ(decode_case(encode_case(c)).backward, true);
   c.count = true;
   EXPECT_EQ(decode_case(encode_case(c)).count, true);
-  BenchResult r{12.5, 3.25, "ok", "", 41, 7.5};
+  c.bandwidth_gbps = 4800;
+  EXPECT_DOUBLE_EQ(decode_case(encode_case(c)).bandwidth_gbps, 4800);
+  BenchResult r{12.5, 3.25, "ok", "", 41, 7.5, 96.25};
   const auto back = decode_result(encode_result(r));
   EXPECT_DOUBLE_EQ(back.ms, 12.5);
   EXPECT_DOUBLE_EQ(back.peak_mib, 3.25);
   EXPECT_EQ(back.launches, 41);
   EXPECT_DOUBLE_EQ(back.allocated_mib, 7.5);
+  EXPECT_DOUBLE_EQ(back.kernel_mib, 96.25);
   EXPECT_EQ(back.status, "ok");
   EXPECT_EQ(decode_result("garbage").status, "error");
   EXPECT_THROW(decode_case("variant=full"), std::invalid_argument);
@@ -61,7 +64,7 @@ TEST(Bench, ChildOutcomesBecomeStatuses) {
   const auto sh = [](const std::string& script) {
     return std::vector<std::string>{"/bin/sh", "-c", script};
   };
-  auto r = run_child(sh("echo noise; echo 'bench-result 1.5 2.0 -1 -1 ok '"), 30);
+  auto r = run_child(sh("echo noise; echo 'bench-result 1.5 2.0 -1 -1 -1 ok '"), 30);
   EXPECT_EQ(r.status, "ok");
   EXPECT_DOUBLE_EQ(r.ms, 1.5);
   EXPECT_EQ(run_child(sh("sleep 20"), 0.3).status, "timeout");
@@ -76,21 +79,25 @@ TEST(Bench, CsvRowsLeaveUnusedLayoutEmpty) {
   EXPECT_EQ(
       csv_header(),
       "variant,L,block,row_len,layout,dtype,device,pass,batch,heads,dim,threads,ms,peak_mib,"
-      "launches,allocated_mib,status,detail");
-  EXPECT_EQ(csv_row(c, r), "full,3072,,,,float32,cpu,forward,1,8,64,0,1.000,2.0,,,ok,");
+      "launches,allocated_mib,kernel_mib,status,detail");
+  EXPECT_EQ(csv_row(c, r), "full,3072,,,,float32,cpu,forward,1,8,64,0,1.000,2.0,,,,ok,");
   c.variant = "combiner-mixture";
   EXPECT_EQ(csv_row(c, r),
-            "combiner-mixture,3072,,96,given,float32,cpu,forward,1,8,64,0,1.000,2.0,,,ok,");
+            "combiner-mixture,3072,,96,given,float32,cpu,forward,1,8,64,0,1.000,2.0,,,,ok,");
   r.launches = 12;
   r.allocated_mib = 3.5;
   EXPECT_EQ(csv_row(c, r),
-            "combiner-mixture,3072,,96,given,float32,cpu,forward,1,8,64,0,1.000,2.0,12,3.5,ok,");
+            "combiner-mixture,3072,,96,given,float32,cpu,forward,1,8,64,0,1.000,2.0,12,3.5,,ok,");
+  r.kernel_mib = 20.5;
+  EXPECT_EQ(
+      csv_row(c, r),
+      "combiner-mixture,3072,,96,given,float32,cpu,forward,1,8,64,0,1.000,2.0,12,3.5,20.5,ok,");
   r.launches = -1;
   r.status = "oom";
   r.detail = "out of memory, tried 8 GiB";
   c.backward = true;
   EXPECT_EQ(csv_row(c, r),
-            "combiner-mixture,3072,,96,given,float32,cpu,forward+backward,1,8,64,0,,,,,oom,"
+            "combiner-mixture,3072,,96,given,float32,cpu,forward+backward,1,8,64,0,,,,,,oom,"
             "out of memory; tried 8 GiB");
 }
 
