@@ -8,7 +8,10 @@
 // padding: bf16 D = 32 / 64 / 128: 25 / 45 / 85 KB; fp32: 62 / 102 / 182 KB.
 //
 // Cost at combiner-bench attention's GPU shape (B = 8, H = 8, L = 12288, D = 64, bf16; s = W =
-// 96, n = 128), the floor each variant is measured against:
+// 96, n = 128), the floor each variant is measured against. The bytes are counted per launch
+// from the plans (fused/traffic.h: --count's kernel_mib, --profile's table; docs/PERFORMANCE.md,
+// "Bytes each launch moves"): fixed 2,430 MiB, rowmajor 4,154, vertical 6,823, horizontal 11,598,
+// floors of 0.53, 0.91, 1.49 and 2.53 ms at an H200's 4.8 TB/s. The estimates by hand:
 // combiner-fixed, per query: its block prefix (48 keys on average) + g summaries (63.5 on
 // average) = ~112 terms x 64 x 2 products x 2 FLOP = 28.7 kFLOP; x 786k queries = 23 GFLOP.
 // Bytes: q, k, v read and o written once = 4 x 101 MB, plus K/V read again by the second (32-row)
