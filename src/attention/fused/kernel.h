@@ -373,6 +373,53 @@ COMBINER_HD TileIndex dkv_key(const Pass& p, bool b, int64_t cta, int64_t c) {
   return k;
 }
 
+// The keys a dk/dv CTA owns: a tile of source A's keys of one segment (or pack group), of source
+// B's by segment, or of the summaries by prefix (read by the queries of every later segment).
+enum class Keys : int { kSourceA, kSegmentSummaries, kPrefixSummaries };
+// Column c of dk/dv CTA `cta` of `keys`: dkv_key's, or by prefix summary tile cta's.
+COMBINER_HD TileIndex dkv_column(const Pass& p, Keys keys, int64_t cta, int64_t c) {
+  if (keys != Keys::kPrefixSummaries) return dkv_key(p, keys != Keys::kSourceA, cta, c);
+  TileIndex k;
+  k.i = cta * kKeyTile + c;
+  k.valid = k.i < p.summary_count;
+  return k;
+}
+// The queries the walk of a dk/dv CTA visits, whose first column is `first`: flat indices
+// begin <= f < end (none when end <= begin). By prefix, part `part`'s segments after the tile's
+// first summary, f = g * seg_len + t; packed, the group's f < pack * seg_len (packed_query); else
+// the key's own segment's, from the first query tile that can see it.
+struct QueryRange {
+  int64_t begin = 0, end = 0;
+};
+COMBINER_HD QueryRange dkv_queries(const Pass& p, Keys keys, const TileIndex& first, int64_t part) {
+  QueryRange r;
+  if (keys == Keys::kPrefixSummaries) {
+    const int64_t per = segments_per_part(p), lo = part * per;
+    const int64_t g_lo = lo > first.i + 1 ? lo : first.i + 1;
+    const int64_t g_hi = (part + 1) * per < p.query.segments ? (part + 1) * per : p.query.segments;
+    r.begin = g_lo * p.query.seg_len;
+    r.end = g_hi * p.query.seg_len;
+  } else if (segment_pack(p) > 1) {
+    r.end = segment_pack(p) * p.query.seg_len;
+  } else {
+    const Mask mask = keys == Keys::kSourceA ? p.mask : p.summary_mask;
+    r.begin = first_query_tile(mask, first.i, backward_query_tile(p.dim));
+    r.end = valid_count(p.query, first.g);
+  }
+  return r;
+}
+// Query f of that walk (`first` as above, `cta` its CTA).
+COMBINER_HD TileIndex dkv_query(
+    const Pass& p, Keys keys, int64_t cta, const TileIndex& first, int64_t f) {
+  if (keys != Keys::kPrefixSummaries && segment_pack(p) > 1) return packed_query(p, cta, f);
+  const bool prefix = keys == Keys::kPrefixSummaries;
+  TileIndex q;
+  q.g = prefix ? f / p.query.seg_len : first.g;
+  q.i = prefix ? f % p.query.seg_len : f;
+  q.valid = q.i < valid_count(p.query, q.g);
+  return q;
+}
+
 // The inclusive running max along one axis (the cumulative max pools of the axial variants'
 // spans: down each column for vertical, along each row both ways for horizontal), in one launch
 // where LibTorch's cummax, flips, scatter-add and copies take dozens. The tensors are viewed as

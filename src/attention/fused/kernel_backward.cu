@@ -210,10 +210,6 @@ __global__ void __launch_bounds__(kThreads, dq_blocks_per_sm<T, D>()) dq_kernel(
                        });
 }
 
-// The keys a dk/dv CTA owns: a tile of source A's keys of one segment, of source B's by
-// segment, or of the summaries by prefix (read by the queries of every later segment).
-enum class Keys { kSourceA, kSegmentSummaries, kPrefixSummaries };
-
 // One dk/dv CTA: `cta` numbers the CTAs of its kind of keys (segment g, key tile; PACKED, a pack
 // group's keys, kernel.h dkv_key) or, by prefix, (summary tile, part).
 // DQ (segment_backward passes: one key tile, the walk's query tiles one segment's or pack

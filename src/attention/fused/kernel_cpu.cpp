@@ -222,67 +222,29 @@ void backward_dq_tile(const Backward& bw, int64_t b, int64_t h, int64_t cta) {
     if (qs[r].valid) write_grad<S>(bw.dq, p, b, h, row_of(p.query, qs[r].g, qs[r].i), &dq[r * D]);
 }
 
-// The keys a dK, dV tile belongs to: source A's, source B's by segment, or B's summaries by
-// prefix (read by the queries of every later segment).
-enum class Keys { kSourceA, kSegmentSummaries, kPrefixSummaries };
-
-// dK, dV of dk/dv CTA `cta` of `keys` (fused/kernel.h dkv_key; by prefix, summary tile `cta`
-// against the queries of part `part`), walking the query tiles that can see its keys: P^T, dP^T
-// and dS^T per (key, query), summed over queries.
+// dK, dV of dk/dv CTA `cta` of `keys` (fused/kernel.h dkv_column; by prefix, summary tile `cta`
+// against the queries of part `part`), walking the query tiles that can see its keys
+// (dkv_queries): P^T, dP^T and dS^T per (key, query), summed over queries.
 template <typename S, typename T>
 void backward_dkv_tile(
     const Backward& bw, int64_t b, int64_t h, Keys keys, int64_t cta, int64_t part) {
   const Pass& p = bw.pass;
   const bool a = keys == Keys::kSourceA, prefix = keys == Keys::kPrefixSummaries;
-  const bool packed = !prefix && segment_pack(p) > 1;
   const int64_t D = p.dim, MQ = backward_query_tile(D), rows = p.query.limit;
   const Mask mask = a ? p.mask : p.summary_mask;
   KeyTile<T> kt;
   kt.summary = !a;
-  for (int64_t c = 0; c < kKeyTile; ++c) {
-    TileIndex key;
-    if (prefix) {
-      key.i = cta * kKeyTile + c;
-      key.valid = key.i < p.summary_count;
-    } else {
-      key = dkv_key(p, !a, cta, c);
-    }
-    kt.key.push_back(key);
-  }
+  for (int64_t c = 0; c < kKeyTile; ++c) kt.key.push_back(dkv_column(p, keys, cta, c));
   if (std::none_of(kt.key.begin(), kt.key.end(), [](const TileIndex& k) { return k.valid; }))
     return;  // no key: no gradient to write
+  const QueryRange f = dkv_queries(p, keys, kt.key[0], part);
+  if (prefix && f.end <= f.begin) return;  // atomic outputs: nothing to add
   load_key_rows<S>(p, b, h, kt);
   const T scale2 = T(p.scale * kLog2e);
-  // The queries, as flat indices f: by prefix f = g' * seg_len + t over this part's segments
-  // after the tile's first; a pack group's f < pack * seg_len (kernel.h packed_query); else the
-  // key's own segment's, from the first tile that can see key j0.
-  int64_t f_begin = 0, f_end = 0;
-  const int64_t j0 = kt.key[0].i, g = kt.key[0].g;
-  if (prefix) {
-    const int64_t per = segments_per_part(p);
-    const int64_t g_lo = std::max(part * per, j0 + 1);
-    const int64_t g_hi = std::min((part + 1) * per, p.query.segments);
-    if (g_hi <= g_lo) return;
-    f_begin = g_lo * p.query.seg_len;
-    f_end = g_hi * p.query.seg_len;
-  } else if (packed) {
-    f_end = segment_pack(p) * p.query.seg_len;
-  } else {
-    f_begin = first_query_tile(mask, j0, MQ);
-    f_end = valid_count(p.query, g);
-  }
-  auto query_at = [&](int64_t f) {
-    if (packed) return packed_query(p, cta, f);
-    TileIndex q;
-    q.g = prefix ? f / p.query.seg_len : g;
-    q.i = prefix ? f % p.query.seg_len : f;
-    q.valid = q.i < valid_count(p.query, q.g);
-    return q;
-  };
   std::vector<T> dk(kKeyTile * D, 0), dv(kKeyTile * D, 0);
-  for (int64_t f0 = f_begin; f0 < f_end; f0 += MQ) {
-    for (int64_t i = 0; i < MQ && f0 + i < f_end; ++i) {
-      const TileIndex qr = query_at(f0 + i);
+  for (int64_t f0 = f.begin; f0 < f.end; f0 += MQ) {
+    for (int64_t i = 0; i < MQ && f0 + i < f.end; ++i) {
+      const TileIndex qr = dkv_query(p, keys, cta, kt.key[0], f0 + i);
       if (!qr.valid) continue;
       const int64_t row = row_of(p.query, qr.g, qr.i), at = (b * p.heads + h) * rows + row;
       const auto q = row_of_head<S, T>(p.q, b, h, row, D);

@@ -119,53 +119,20 @@ void read_query(Ledger& l, const Backward& bw, int64_t row, Load scalars) {
   l.read(bw.delta, row, acc, 1, scalars);
 }
 
-enum class Keys { kSourceA, kSegmentSummaries, kPrefixSummaries };
-
 // The dk/dv walk of one CTA (backward_dkv_tile in kernel_cpu.cpp, dkv_tile in
 // kernel_backward.cu): its keys once, the query tiles that can see them, its keys' gradients.
 void dkv_walk(Ledger& l, const Backward& bw, Keys keys, int64_t cta, int64_t part) {
   const Pass& p = bw.pass;
-  const bool a = keys == Keys::kSourceA, prefix = keys == Keys::kPrefixSummaries;
-  const bool packed = !prefix && segment_pack(p) > 1;
-  const int64_t MQ = backward_query_tile(p.dim);
+  const bool a = keys == Keys::kSourceA;
   std::vector<TileIndex> tile;
-  for (int64_t c = 0; c < kKeyTile; ++c) {
-    TileIndex key;
-    if (prefix) {
-      key.i = cta * kKeyTile + c;
-      key.valid = key.i < p.summary_count;
-    } else {
-      key = dkv_key(p, !a, cta, c);
-    }
-    tile.push_back(key);
-  }
+  for (int64_t c = 0; c < kKeyTile; ++c) tile.push_back(dkv_column(p, keys, cta, c));
   if (std::none_of(tile.begin(), tile.end(), [](const TileIndex& k) { return k.valid; })) return;
-  int64_t f_begin = 0, f_end = 0;
-  const int64_t j0 = tile[0].i, g = tile[0].g;
-  if (prefix) {
-    const int64_t per = segments_per_part(p);
-    const int64_t g_lo = std::max(part * per, j0 + 1);
-    const int64_t g_hi = std::min((part + 1) * per, p.query.segments);
-    if (g_hi <= g_lo) return;  // (the kernel loads nothing and adds nothing)
-    f_begin = g_lo * p.query.seg_len;
-    f_end = g_hi * p.query.seg_len;
-  } else if (packed) {
-    f_end = segment_pack(p) * p.query.seg_len;
-  } else {
-    f_begin = first_query_tile(a ? p.mask : p.summary_mask, j0, MQ);
-    f_end = valid_count(p.query, g);
-  }
+  const QueryRange f = dkv_queries(p, keys, tile[0], part);
+  if (keys == Keys::kPrefixSummaries && f.end <= f.begin) return;  // loads and adds nothing
   for (const auto& key : tile)
     if (key.valid) read_key(l, p, !a, key);
-  for (int64_t f = f_begin; f < f_end; ++f) {
-    TileIndex q;
-    if (packed) {
-      q = packed_query(p, cta, f);
-    } else {
-      q.g = prefix ? f / p.query.seg_len : g;
-      q.i = prefix ? f % p.query.seg_len : f;
-      q.valid = q.i < valid_count(p.query, q.g);
-    }
+  for (int64_t i = f.begin; i < f.end; ++i) {
+    const TileIndex q = dkv_query(p, keys, cta, tile[0], i);
     if (q.valid) read_query(l, bw, row_of(p.query, q.g, q.i), Load::kTile);
   }
   for (const auto& key : tile) {
