@@ -55,7 +55,8 @@ std::string launch_table(const std::vector<fused_launch::LaunchTime>& times, dou
                        number(bytes.unique / kMiB, "{:.1f}"),
                        number(bytes.requested() / bytes.unique, "{:.2f}x"),
                        number(ms > 0 ? bytes.unique / (ms * 1e6) : 0.0, "{:.0f}"));
-    if (gbps > 0) out += fmt::format("  {:>7}", number(ms / (bytes.unique / (gbps * 1e6)), "{:.1f}x"));
+    if (gbps > 0)
+      out += fmt::format("  {:>7}", number(ms / (bytes.unique / (gbps * 1e6)), "{:.1f}x"));
     out += "  " + what + "\n";
   };
   double ms = 0;
@@ -311,8 +312,7 @@ std::string encode_case(const BenchCase& c) {
       << " dim=" << c.dim << " dtype=" << c.dtype << " device=" << c.device
       << " backward=" << c.backward << " repeats=" << c.repeats << " threads=" << c.threads
       << " max_mib=" << c.max_mib << " path=" << c.path << " memory=" << c.memory
-      << " profile=" << c.profile << " count=" << c.count
-      << " bandwidth=" << c.bandwidth_gbps;
+      << " profile=" << c.profile << " count=" << c.count << " bandwidth=" << c.bandwidth_gbps;
   return out.str();
 }
 

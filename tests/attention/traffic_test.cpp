@@ -21,8 +21,15 @@ constexpr double kLse = 4;               // a float32 per query
 struct Buffers {
   std::vector<char> q, k, v, o, lse, d_o, delta, dq, dk, dv;
   explicit Buffers(int64_t rows)
-      : q(rows * kRow), k(rows * kRow), v(rows * kRow), o(rows * kRow), lse(rows * 8),
-        d_o(rows * kRow), delta(rows * 8), dq(rows * kRow * 2), dk(rows * kRow * 2),
+      : q(rows * kRow),
+        k(rows * kRow),
+        v(rows * kRow),
+        o(rows * kRow),
+        lse(rows * 8),
+        d_o(rows * kRow),
+        delta(rows * 8),
+        dq(rows * kRow * 2),
+        dk(rows * kRow * 2),
         dv(rows * kRow * 2) {}
 };
 

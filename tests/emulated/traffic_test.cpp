@@ -38,9 +38,9 @@ TEST(SimtTraffic, TheKernelsLoadWhatTheModelCounts) {
       {"combiner-axial-horizontal", 288, 96, 64, torch::kFloat},
   };
   for (const auto& c : cases) {
-    const std::string name =
-        c.variant + " L " + std::to_string(c.length) + " layout " + std::to_string(c.layout) +
-        " D " + std::to_string(c.dim) + (c.dtype == torch::kBFloat16 ? " bfloat16" : " float32");
+    const std::string name = c.variant + " L " + std::to_string(c.length) + " layout " +
+                             std::to_string(c.layout) + " D " + std::to_string(c.dim) +
+                             (c.dtype == torch::kBFloat16 ? " bfloat16" : " float32");
     auto m = attention::make_attention({c.variant, c.layout, c.layout, "max"}, c.length, c.dim);
     m->set_path(attention::AttentionImpl::Path::kFused);
     torch::manual_seed(c.length + c.dim);

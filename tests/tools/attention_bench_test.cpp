@@ -76,10 +76,9 @@ TEST(Bench, CsvRowsLeaveUnusedLayoutEmpty) {
   BenchCase c;
   c.variant = "full";
   BenchResult r{1.0, 2.0, "ok", ""};
-  EXPECT_EQ(
-      csv_header(),
-      "variant,L,block,row_len,layout,dtype,device,pass,batch,heads,dim,threads,ms,peak_mib,"
-      "launches,allocated_mib,kernel_mib,status,detail");
+  EXPECT_EQ(csv_header(),
+            "variant,L,block,row_len,layout,dtype,device,pass,batch,heads,dim,threads,ms,peak_mib,"
+            "launches,allocated_mib,kernel_mib,status,detail");
   EXPECT_EQ(csv_row(c, r), "full,3072,,,,float32,cpu,forward,1,8,64,0,1.000,2.0,,,,ok,");
   c.variant = "combiner-mixture";
   EXPECT_EQ(csv_row(c, r),

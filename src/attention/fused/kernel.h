@@ -409,8 +409,8 @@ COMBINER_HD QueryRange dkv_queries(const Pass& p, Keys keys, const TileIndex& fi
   return r;
 }
 // Query f of that walk (`first` as above, `cta` its CTA).
-COMBINER_HD TileIndex dkv_query(
-    const Pass& p, Keys keys, int64_t cta, const TileIndex& first, int64_t f) {
+COMBINER_HD TileIndex
+dkv_query(const Pass& p, Keys keys, int64_t cta, const TileIndex& first, int64_t f) {
   if (keys != Keys::kPrefixSummaries && segment_pack(p) > 1) return packed_query(p, cta, f);
   const bool prefix = keys == Keys::kPrefixSummaries;
   TileIndex q;
