@@ -309,7 +309,7 @@ void add_attention_flags(CLI::App& app, AttentionFlags& f) {
                  "GB/s: the card's memory bandwidth; with --profile each fused launch's time is "
                  "also given as a multiple of its floor, its distinct bytes at that bandwidth "
                  "(0 = not given)")
-      ->check(CLI::NonNegativeNumber)
+      ->check(CLI::Range(0.0, 100000.0))
       ->capture_default_str();
   app.add_flag("--count",
                s.count,

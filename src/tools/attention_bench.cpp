@@ -43,7 +43,7 @@ constexpr double kMiB = 1024.0 * 1024.0;
 // counted (the decode kernels).
 std::string launch_table(const std::vector<fused_launch::LaunchTime>& times, double gbps) {
   std::string out = fmt::format("{:>10}  {:>9}  {:>7}  {:>8}", "ms", "MiB", "reread", "GB/s");
-  if (gbps > 0) out += fmt::format("  {:>7}", "x floor");
+  if (gbps > 0) out += fmt::format("  {:>9}", "x floor");
   out += "  what\n";
   const auto line = [&](double ms, const fused::Traffic& bytes, const std::string& what) {
     const bool counted = bytes.unique > 0;
@@ -56,7 +56,7 @@ std::string launch_table(const std::vector<fused_launch::LaunchTime>& times, dou
                        number(bytes.requested() / bytes.unique, "{:.2f}x"),
                        number(ms > 0 ? bytes.unique / (ms * 1e6) : 0.0, "{:.0f}"));
     if (gbps > 0)
-      out += fmt::format("  {:>7}", number(ms / (bytes.unique / (gbps * 1e6)), "{:.1f}x"));
+      out += fmt::format("  {:>9}", number(ms / (bytes.unique / (gbps * 1e6)), "{:.1f}x"));
     out += "  " + what + "\n";
   };
   double ms = 0;
