@@ -41,26 +41,23 @@ TEST(LaunchTimes, RecordsEveryCallInOrder) {
     EXPECT_FALSE(t.what.empty());
   }
   EXPECT_EQ(kernels, fused_kernel_launches() - before);
-  // Forward: the pools (ks from k and qs from q, one launch), the local pass that makes u, the
-  // joint passes. Backward: the column pass, which reads no summary; then the summary slots,
-  // which were not kept: the pools and u made again, the row pass with its spans, qs made again
-  // (dropped while the joint passes ran), the local pass, and the pools' backward (one launch).
-  // Each pass's segments fit one tile: its backward is one launch (kernel.h segment_backward).
-  const std::string pools = "running max: 128 lines of 7 + 128 lines of 7";
-  const std::string local = "queries 8 x 7, keys 8 x 7, causal";
+  // Forward: the local pass that makes u, and with it the pools (ks from k, written; qs from q,
+  // in its tiles alone: each column is one tile), the joint passes. Backward: the column pass,
+  // which reads no summary; then the summary slots, which were not kept: u and ks made again by
+  // the local pass, the row pass with its spans, the local pass (its queries pooled again in
+  // its tiles), and the pools' backward (one launch). Each pass's segments fit one tile: its
+  // backward is one launch (kernel.h segment_backward).
+  const std::string local = "queries 8 x 7, keys 8 x 7, causal, running max pools in its tiles";
   const std::string row = "queries 8 x 8, keys 8 x 8, causal, + summaries 8 x 8, others";
   const std::string column = "queries 8 x 8, keys 8 x 8, strict";
   const std::vector<std::string> expected = {
-      pools,
       "forward: " + local,
       "forward: " + row,
       "forward (merged): " + column,
       "delta: 64 rows",
       "backward (one CTA per segment): " + column,
-      pools,
       "forward: " + local,
       "backward (one CTA per segment): " + row,
-      "running max: 128 lines of 7",
       "delta: 56 rows",
       "backward (one CTA per segment): " + local,
       "running max backward: 128 lines of 7 + 128 lines of 7"};

@@ -251,7 +251,7 @@ tensor_list FusedFunction::backward(AutogradContext* ctx, tensor_list grads) {
       if (!ks.defined()) ks = ks_pooled;
       if (!qs.defined()) qs = qs_pooled;
       if (!local.empty() && !u.defined())
-        std::tie(u, lse_u) = local_stage(local, qs.defined() ? qs : q, k, v, scale);
+        std::tie(u, lse_u) = local_stage(local, q, qs, k, v, ks, local_rows(q, qs, pools), scale);
     }
   }
   const bool split = groups[0].made_here;  // else the one group of the whole slots
@@ -273,14 +273,19 @@ tensor_list FusedFunction::backward(AutogradContext* ctx, tensor_list grads) {
       steps.push_back({true, j, int(gi), g.local[j]});
   }
   const size_t total = steps.size();
-  const bool local_q = !local.empty() && !split && !qs.defined();
+  // The local passes read q itself (no query-side pool, no qs given); else qs, or q pooled in
+  // their tiles (FusedPass::pooled), whose gradient is qs's all the same.
+  const bool local_q =
+      !local.empty() && !split && !qs.defined() && fused_pools::slot_rows(pools, true) == 0;
   const size_t G = groups.size();
   // Where a group's local passes store every row of its qs once, qs's gradient is written over
   // u's (the local passes' d_o): each pass reads a row's d_o before it writes that row's dq
   // (kernel.h).
   std::vector<char> dqs_over_du(G, 0);
   for (size_t gi = 0; gi < G; ++gi) {
-    const int64_t rows = split ? groups[gi].hi - groups[gi].lo : qs.defined() ? qs.size(2) : 0;
+    const int64_t rows = split          ? groups[gi].hi - groups[gi].lo
+                         : qs.defined() ? qs.size(2)
+                                        : fused_pools::slot_rows(pools, true);
     if (rows == 0 || groups[gi].local.empty()) continue;
     const auto writes = local_writes(groups[gi].local, rows);
     dqs_over_du[gi] = std::all_of(writes.begin(), writes.end(), [](int64_t w) { return w == 1; });
@@ -370,7 +375,8 @@ tensor_list FusedFunction::backward(AutogradContext* ctx, tensor_list grads) {
       // qs only makes u here: dropped until the local passes read it again, so that the joint
       // passes run beside four of the group's slots (ks, u and their gradients), not five.
       std::tie(ks_g, qs_g) = fused_pools::make(group.pools, k, q);
-      std::tie(u_g, lse_u_g) = local_stage(group.local, qs_g, k, v, scale);
+      std::tie(u_g, lse_u_g) =
+          local_stage(group.local, q, qs_g, k, v, ks_g, group.hi - group.lo, scale);
       qs_g = torch::Tensor();
     }
     Grad dks = slot_grad(ks_g, ks_uses[gi], total, by_prefix[gi]),
@@ -381,8 +387,8 @@ tensor_list FusedFunction::backward(AutogradContext* ctx, tensor_list grads) {
       ks_g = torch::Tensor();  // read by the joint passes alone
       std::vector<FusedPool> query_side;
       for (const auto& p : group.pools)
-        if (p.query_side) query_side.push_back(p);
-      qs_g = fused_pools::make(query_side, k, q).second;
+        if (p.query_side && !p.on_chip) query_side.push_back(p);  // on chip: in the tiles
+      if (!query_side.empty()) qs_g = fused_pools::make(query_side, k, q).second;
     }
     Grad dqs = slot_grad(qs_g, qs_uses[gi], total, false);
     if (!group.local.empty() && du.buffer.defined()) {
@@ -396,11 +402,11 @@ tensor_list FusedFunction::backward(AutogradContext* ctx, tensor_list grads) {
           if (steps[s].group == int(gi) && steps[s].local)
             dqs.by_pass[s] = grad_out(d_o_u, GradOut::kStore);
       }
-      const auto& queries = local_q ? q : qs_g;
       for (size_t s = 0; s < total; ++s) {
         if (steps[s].group != int(gi) || !steps[s].local) continue;
         fused::Backward bw;
-        bw.pass = make_pass(steps[s].plan, queries, k, v, {}, {}, scale);
+        bw.pass =
+            make_pass(steps[s].plan, local_queries(steps[s].plan, q, qs_g), k, v, {}, {}, scale);
         bw.d_o = operand(d_o_u);
         bw.lse = lse_u_g.data_ptr();
         bw.delta = delta_u.data_ptr();

@@ -209,6 +209,44 @@ void check_local(int64_t Lu,
               "fused attention: two local queries write the same row of u");
 }
 
+void check_pooled(const torch::Tensor& q,
+                  const std::vector<FusedPass>& local,
+                  const std::vector<FusedPool>& pools,
+                  int64_t Lu) {
+  std::vector<const FusedPass*> pooled;
+  std::vector<const FusedPool*> on_chip;
+  for (const auto& p : local)
+    if (p.pooled) pooled.push_back(&p);
+  for (const auto& p : pools)
+    if (p.on_chip) on_chip.push_back(&p);
+  if (pooled.empty() && on_chip.empty()) return;
+  TORCH_CHECK(
+      pooled.size() == 1 && on_chip.size() == 2 && on_chip[0]->query_side != on_chip[1]->query_side,
+      "fused attention: pools made on chip need one pooled local pass, one pool of k and "
+      "one of q; got ",
+      pooled.size(),
+      " pooled passes and ",
+      on_chip.size(),
+      " pools on chip");
+  const FusedPass& pass = *pooled[0];
+  TORCH_CHECK(pools_fit_on_chip(pass, q),
+              "fused attention: a pooled local pass must be one query tile and one key tile per "
+              "segment, its queries its keys' rows, masked causal or none (fused/kernel.h "
+              "pools_on_chip)");
+  fits(pass.query, q.size(2), "pooled local query");
+  for (const FusedPool* pool : on_chip) {
+    const fused::Geometry rows = {
+        pool->len, pool->segments, 1, pool->len, pool->segments * pool->len, 0};
+    TORCH_CHECK(pool->kind == FusedPool::Kind::kRunningMax && pool->dim == 2 && !pool->reverse &&
+                    pool->first == 0 && fused::same_rows(rows, pass.key),
+                "fused attention: a pool made on chip must be a running max down dim 2, from row "
+                "0, over its local pass's key rows");
+  }
+  const auto writes = local_writes(local, Lu);
+  TORCH_CHECK(std::all_of(writes.begin(), writes.end(), [](int64_t w) { return w == 1; }),
+              "fused attention: a local stage that pools on chip must write every row of u once");
+}
+
 // Whether no two indices (g, t) of g name the same row: each row is then written by one CTA,
 // once, in a pass, so a later pass may add its part in place.
 bool injective(const fused::Geometry& g, int64_t rows) {

@@ -42,6 +42,14 @@ void check_local(int64_t Lu,
                  const torch::Tensor& k,
                  const torch::Tensor& v,
                  const std::vector<FusedPass>& local);
+// Pools made on chip (FusedPool::on_chip) and the local pass that makes them (FusedPass::pooled):
+// one such pass that fits on chip for q (pools_fit_on_chip), one running max of k and one of q
+// along dim 2 from row 0 over its key rows, and local queries that write each of u's Lu rows once
+// (so that qs's gradient is written over u's). Nothing where neither is asked for.
+void check_pooled(const torch::Tensor& q,
+                  const std::vector<FusedPass>& local,
+                  const std::vector<FusedPool>& pools,
+                  int64_t Lu);
 // How many local queries write each of u's Lu rows.
 std::vector<int64_t> local_writes(const std::vector<FusedPass>& local, int64_t Lu);
 

@@ -47,8 +47,8 @@ fused::Operand operand(const torch::Tensor& x) {
   return {x.data_ptr(), x.stride(0), x.stride(1), x.stride(2)};
 }
 
-// The plan travels in the context as integers: 6 per geometry, then the masks and three flags.
-constexpr size_t kPassInts = 5 * 6 + 5;
+// The plan travels in the context as integers: 6 per geometry, then the masks and four flags.
+constexpr size_t kPassInts = 5 * 6 + 6;
 
 std::vector<int64_t> encode(const std::vector<FusedPass>& passes) {
   std::vector<int64_t> out;
@@ -61,7 +61,8 @@ std::vector<int64_t> encode(const std::vector<FusedPass>& passes) {
                 int64_t(p.summary_mask),
                 int64_t(p.summaries),
                 int64_t(p.a_from_summaries),
-                int64_t(p.by_segment)});
+                int64_t(p.by_segment),
+                int64_t(p.pooled)});
   }
   return out;
 }
@@ -80,6 +81,7 @@ std::vector<FusedPass> decode(const std::vector<int64_t>& in) {
     p.summaries = in[at + 2] != 0;
     p.a_from_summaries = in[at + 3] != 0;
     p.by_segment = in[at + 4] != 0;
+    p.pooled = in[at + 5] != 0;
     out.push_back(p);
   }
   return out;
@@ -110,6 +112,7 @@ fused::Pass make_pass(const FusedPass& fp,
   p.summary_key = fp.summary_key;
   p.summary_value = fp.summary_value;
   p.summary_mask = fp.summary_mask;
+  p.pooled = fp.pooled;
   p.q = operand(q);
   p.k = operand(fp.a_from_summaries ? ks : k);
   p.v = operand(fp.a_from_summaries ? u : v);
@@ -170,19 +173,48 @@ void forward_stage(const std::vector<FusedPass>& passes,
 }
 
 std::pair<torch::Tensor, torch::Tensor> local_stage(const std::vector<FusedPass>& local,
-                                                    const torch::Tensor& queries,
+                                                    const torch::Tensor& q,
+                                                    const torch::Tensor& qs,
                                                     const torch::Tensor& k,
                                                     const torch::Tensor& v,
+                                                    const torch::Tensor& ks,
+                                                    int64_t Lu,
                                                     double scale) {
-  const int64_t B = queries.size(0), H = queries.size(1), Lu = queries.size(2);
+  const int64_t B = q.size(0), H = q.size(1), D = q.size(3);
   const auto writes = local_writes(local, Lu);
   const bool every_row = std::find(writes.begin(), writes.end(), 0) == writes.end();
-  const auto options = queries.options();
-  auto u = every_row ? torch::empty({B, H, Lu, queries.size(3)}, options)
-                     : torch::zeros({B, H, Lu, queries.size(3)}, options);
-  auto lse_u = torch::empty({B, H, Lu}, options.dtype(acc_type(queries.scalar_type())));
-  forward_stage(local, queries, k, v, {}, {}, scale, /*merge=*/false, u, lse_u);
+  const auto options = q.options();
+  auto u = every_row ? torch::empty({B, H, Lu, D}, options) : torch::zeros({B, H, Lu, D}, options);
+  auto lse_u = torch::empty({B, H, Lu}, options.dtype(acc_type(q.scalar_type())));
+  for (const auto& pass : local) {
+    fused::Forward f;
+    f.pass = make_pass(pass, local_queries(pass, q, qs), k, v, {}, {}, scale);
+    f.o = u.data_ptr();
+    for (int d = 0; d < 3; ++d) f.o_stride[d] = u.stride(d);
+    f.lse = lse_u.data_ptr();
+    if (pass.pooled) {
+      TORCH_CHECK(ks.defined() && ks.stride(3) == 1 && ks.size(2) >= Lu,
+                  "fused attention: a pooled local pass needs the ks slot to write into");
+      f.pooled_keys = ks.data_ptr();
+      for (int d = 0; d < 3; ++d) f.pooled_keys_stride[d] = ks.stride(d);
+    }
+    fused_launch::forward(q, f);
+  }
   return {u, lse_u};
+}
+
+const torch::Tensor& local_queries(const FusedPass& local,
+                                   const torch::Tensor& q,
+                                   const torch::Tensor& qs) {
+  return local.pooled || !qs.defined() ? q : qs;
+}
+
+int64_t local_rows(const torch::Tensor& q,
+                   const torch::Tensor& qs,
+                   const std::vector<FusedPool>& pools) {
+  if (qs.defined()) return qs.size(2);
+  const int64_t pooled = fused_pools::slot_rows(pools, /*query_side=*/true);
+  return pooled > 0 ? pooled : q.size(2);
 }
 
 torch::Tensor FusedFunction::forward(AutogradContext* ctx,
@@ -210,7 +242,8 @@ torch::Tensor FusedFunction::forward(AutogradContext* ctx,
   const int64_t B = q.size(0), H = q.size(1), Lq = q.size(2), D = q.size(3);
   const auto acc = q.options().dtype(acc_type(dtype));
   torch::Tensor u = kernel_ready(u_in, dtype), lse_u;
-  if (!local.empty()) std::tie(u, lse_u) = local_stage(local, qs.defined() ? qs : q, k, v, scale);
+  if (!local.empty())
+    std::tie(u, lse_u) = local_stage(local, q, qs, k, v, ks, local_rows(q, qs, pools), scale);
   // o [B, H, Lq, D] laid out as [B, Lq, H, D], as SDPA's: the model's merge of the heads,
   // o.transpose(1, 2).reshape({B, Lq, H * D}), is then a view, and the output projection keeps
   // the tensor this call keeps, not a copy of it.
@@ -291,6 +324,7 @@ torch::Tensor fused_attention_with_local(const torch::Tensor& q,
   // The local stage's queries: qs (given or pooled), or q itself.
   const int64_t query_rows = qs_rows > 0 ? qs_rows : q.size(2);
   fused_glue::check_local(query_rows, k, v, local);
+  fused_glue::check_pooled(q, local, pools, query_rows);
   fused_glue::check_operands(q, k, v, ks_rows, query_rows, passes);
   return fused_glue::FusedFunction::apply(q,
                                           k,
@@ -302,6 +336,17 @@ torch::Tensor fused_attention_with_local(const torch::Tensor& q,
                                           fused_glue::encode(local),
                                           fused_pools::encode(pools),
                                           scale);
+}
+
+bool pools_fit_on_chip(const FusedPass& local, const torch::Tensor& q) {
+  fused::Pass p;
+  p.dim = q.size(3);
+  p.dtype = fused_glue::kernel_dtype(q.scalar_type());
+  p.query = local.query;
+  p.key = local.key;
+  p.value = local.value;
+  p.mask = local.mask;
+  return !local.summaries && !local.a_from_summaries && fused::pools_on_chip(p);
 }
 
 std::string fused_cuda_unavailable(const torch::Tensor& q, const torch::Tensor& v) {

@@ -39,13 +39,26 @@ fused::GradOut grad_out(const torch::Tensor& buffer, fused::GradOut::Kind kind);
 // delta = rowsum(o * d_o) per query row (the backward's D of FlashAttention).
 torch::Tensor row_delta(const torch::Tensor& o, const torch::Tensor& d_o, const torch::Tensor& lse);
 
-// The local stage: u (and its lse) from its passes over `queries` (qs, or q itself) and k, v,
-// each pass storing its own rows (rows no local query writes are zeros).
+// The local stage: u [B, H, Lu, D] (and its lse) from its passes over their queries
+// (local_queries) and k, v, each pass storing its own rows (rows no local query writes are
+// zeros); a pooled pass (FusedPass::pooled) also writes its keys' running max into ks.
 std::pair<torch::Tensor, torch::Tensor> local_stage(const std::vector<FusedPass>& local,
-                                                    const torch::Tensor& queries,
+                                                    const torch::Tensor& q,
+                                                    const torch::Tensor& qs,
                                                     const torch::Tensor& k,
                                                     const torch::Tensor& v,
+                                                    const torch::Tensor& ks,
+                                                    int64_t Lu,
                                                     double scale);
+// A local pass's queries: q itself where it pools them on chip or no qs is given or made, else
+// qs.
+const torch::Tensor& local_queries(const FusedPass& local,
+                                   const torch::Tensor& q,
+                                   const torch::Tensor& qs);
+// The local stage's rows, u's: qs's, or the query-side pools' (made on chip: no qs), or q's.
+int64_t local_rows(const torch::Tensor& q,
+                   const torch::Tensor& qs,
+                   const std::vector<FusedPool>& pools);
 
 // One call: optionally max pools making ks from k and qs from q, and a local stage making the
 // summary values u from the summary queries qs (or q) and k, v; then the joint stage over

@@ -30,6 +30,10 @@ struct FusedPass {
   bool by_segment = false;        // source B by segment, else by prefix
   fused::Geometry summary_key, summary_value;
   fused::Mask summary_mask = fused::Mask::kNone;
+  // A local pass that makes the call's cumulative max pools itself (fused/kernel.h Pass::pooled,
+  // pools_on_chip): its queries are the running max of q down each segment, pooled in its tiles,
+  // and it writes its keys' running max into ks. Its pools are FusedPool::on_chip.
+  bool pooled = false;
 
   // Source B by segment: key j of segment g at row row_of(key, g, j) of ks, its value at
   // row_of(value, g, j) of u, masked by `m`.
@@ -56,6 +60,9 @@ struct FusedPool {
   int64_t dim = 2;  // kRunningMax
   bool reverse = false;
   int64_t first = 0;
+  // Made in the forward by the local pass that reads it (FusedPass::pooled), not by a scan: a
+  // query side's slot then exists only in that pass's tiles. Its backward is any pool's.
+  bool on_chip = false;
 
   int64_t rows() const { return kind == Kind::kSegmentMax ? segments : segments * len; }
 
@@ -106,6 +113,11 @@ torch::Tensor fused_attention_with_local(const torch::Tensor& q,
                                          const std::vector<FusedPass>& passes,
                                          double scale,
                                          const std::vector<FusedPool>& pools = {});
+
+// Whether `local` can make the running max pools down its segments on chip for these queries
+// (fused/kernel.h pools_on_chip, at q's dtype and head dim): then it may be FusedPass::pooled,
+// with a running max of k and one of q along dim 2, from row 0, over its keys' rows.
+bool pools_fit_on_chip(const FusedPass& local, const torch::Tensor& q);
 
 // The joint passes of each variant over L = `length`, merged by log-sum-exp. n = ceil(L / W)
 // rows, spans = n - 1 (every block / row but the last).

@@ -166,6 +166,13 @@ torch::Tensor fused_combiner_vertical(const torch::Tensor& q,
   FusedPass local;
   local.query = local.key = local.value = {W, spans, 1, W, spans * W};
   local.mask = fused::Mask::kCausal;
+  // Both pools max pools in the call, and each column one tile (spans <= 64; L 3072 at W 48 or
+  // 96): the local pass pools q and k down its column in its own tiles, and the pool kernels do
+  // not run.
+  if (pools.size() == 2 && pools_fit_on_chip(local, q)) {
+    local.pooled = true;
+    for (auto& p : pools) p.on_chip = true;
+  }
   return fused_attention_with_local(q, k, v, ks, q_cum, {local}, passes, scale, pools);
 }
 

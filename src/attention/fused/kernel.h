@@ -96,6 +96,11 @@ struct Pass {
   Geometry summary_key, summary_value;  // by segment
   Mask summary_mask = Mask::kNone;      // by segment
   Operand q, k, v, ks, u;
+  // A local pass that makes its cumulative max pools on chip (pools_on_chip below): its query t
+  // of segment g is the running max of q's rows t' <= t of g (RunningMax's rule, element by
+  // element), made in the CTA's query tile from the rows it loads; the forward also writes its
+  // keys' running max (Forward::pooled_keys). No pool launch, no qs in global memory.
+  bool pooled = false;
 };
 
 // Forward: o [B, H, query.limit, D] (pass dtype; row r of (b, h) at element
@@ -110,6 +115,11 @@ struct Forward {
   int64_t o_stride[3] = {0, 0, 0};
   void* lse = nullptr;
   bool merge = false;
+  // A pooled pass (Pass::pooled): key j of segment g's running max down its segment (keys
+  // 0..j) at row row_of(key, g, j) of ks [B, H, rows, D] (element strides, the last axis
+  // contiguous): the slot the later passes read as their summaries' keys.
+  void* pooled_keys = nullptr;
+  int64_t pooled_keys_stride[3] = {0, 0, 0};
 };
 
 // delta[b, h, r] = sum_d d_o[b, h, r, d] * o[b, h, r, d] for r < rows (Acc, contiguous).
@@ -560,6 +570,20 @@ COMBINER_HD bool segment_backward(const Pass& p) {
   if (pack * p.key.seg_len > kKeyTile || p.key.segments != segments) return false;
   return !p.summaries ||
          (pack * p.summary_key.seg_len <= kKeyTile && p.summary_key.segments == segments);
+}
+// Whether a local pass can make its pools on chip (Pass::pooled): one CTA per segment in the
+// forward and the backward (segment_backward), whose tiles hold the segment's queries and keys,
+// the same rows (t of query and key alike, so that the pooled queries and keys are one running
+// max of q and one of k down the segment), every key seen by the last query (kCausal, kNone: the
+// forward loads them all). Vertical's local pass at L 3072 (columns of 63 rows at W 48, 31 at
+// W 96, two to a tile) is such a pass.
+COMBINER_HD bool same_rows(const Geometry& a, const Geometry& b) {
+  return a.segments == b.segments && a.seg_len == b.seg_len && a.seg_stride == b.seg_stride &&
+         a.row_stride == b.row_stride && a.limit == b.limit && a.first == b.first;
+}
+COMBINER_HD bool pools_on_chip(const Pass& p) {
+  return !p.summaries && (p.mask == Mask::kCausal || p.mask == Mask::kNone) &&
+         same_rows(p.query, p.key) && segment_backward(p);
 }
 COMBINER_HD int64_t backward_launches(const Backward& b) {
   return segment_backward(b.pass) ? 1 : prefix_summaries(b.pass) ? 3 : 2;

@@ -394,6 +394,7 @@ __device__ __forceinline__ bool dkv_tile(const Backward& bw, int64_t cta, unsign
 #pragma unroll
     for (int e = 0; e < 4; ++e) dk[dt][e] = dv[dt][e] = 0.f;
 
+  [[maybe_unused]] ColumnMax<T, D> pooled;  // a pooled pass's queries, down the segment
   for (int tile = 0; tile < n_tiles; ++tile) {
     const int64_t f0 = f_begin + int64_t(tile) * MQ;
     if (tile + 1 < n_tiles) {
@@ -405,6 +406,24 @@ __device__ __forceinline__ bool dkv_tile(const Backward& bw, int64_t cta, unsign
     }
     __syncthreads();
     const int stage = tile & 1;
+    if constexpr (A) {
+      if (p.pooled) {
+        // kernel.h Pass::pooled: the tile's queries become their running max down the segment,
+        // continued from the walk's earlier tile (f_begin = 0, one segment or pack group).
+        T* qt = qs + stage * MQ * P;
+        pooled.walk(
+            qt,
+            MQ,
+            [&](int i) {
+              const int64_t f = f0 + i;
+              if constexpr (PACKED)
+                return f < f_end && rows[f] >= 0 ? (f % p.query.seg_len == 0 ? 0 : 1) : -1;
+              return f < f_end ? (f == 0 ? 0 : 1) : -1;
+            },
+            [&](int i) -> T* { return qt + i * P; });
+        __syncthreads();
+      }
+    }
     // By segment: a warp none of whose keys a query of the tile sees skips it (causal masks).
     const bool skip = !warp_active || (!SUMMARY && !PACKED && may_skip(mask, f0 + MQ - 1, jw));
     if (!skip) {

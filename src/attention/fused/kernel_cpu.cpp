@@ -42,6 +42,62 @@ std::vector<T> row_of_head(const Operand& x, int64_t b, int64_t h, int64_t row, 
   return out;
 }
 
+// Index i of segment g of `at`'s rows of x as D values of T or, `pooled` (Pass::pooled), the
+// running max of its indices 0..i, element by element (RunningMax's rule).
+template <typename S, typename T>
+std::vector<T> segment_row(const Operand& x,
+                           int64_t b,
+                           int64_t h,
+                           const Geometry& at,
+                           int64_t g,
+                           int64_t i,
+                           int64_t D,
+                           bool pooled) {
+  if (!pooled) return row_of_head<S, T>(x, b, h, row_of(at, g, i), D);
+  std::vector<T> best(D), v(D);
+  for (int64_t t = 0; t <= i; ++t) {
+    load_row<S, T>(x, b, h, row_of(at, g, t), D, v.data());
+    for (int64_t d = 0; d < D; ++d)
+      if (running_max_takes(t, v[d], best[d])) best[d] = v[d];
+  }
+  return best;
+}
+// Index i of segment g of `at`'s rows, read in turn (a tile's rows, a walk's queries): where the
+// row read before it was index i - 1 of the same segment, a pooled row is that one's running
+// max and row i's, else segment_row's from the segment's start.
+template <typename S, typename T>
+class SegmentRows {
+ public:
+  SegmentRows(const Operand& x, const Geometry& at, int64_t b, int64_t h, int64_t D, bool pooled)
+      : x_(x), at_(at), b_(b), h_(h), D_(D), pooled_(pooled) {}
+  const std::vector<T>& row(int64_t g, int64_t i) {
+    if (!pooled_ || g != g_ || i != i_ + 1) {
+      row_ = segment_row<S, T>(x_, b_, h_, at_, g, i, D_, pooled_);
+    } else {
+      std::vector<T> v(D_);
+      load_row<S, T>(x_, b_, h_, row_of(at_, g, i), D_, v.data());
+      for (int64_t d = 0; d < D_; ++d)
+        if (running_max_takes(i, v[d], row_[d])) row_[d] = v[d];
+    }
+    g_ = g;
+    i_ = i;
+    return row_;
+  }
+
+ private:
+  const Operand& x_;
+  const Geometry& at_;
+  int64_t b_, h_, D_;
+  bool pooled_;
+  int64_t g_ = -1, i_ = -1;
+  std::vector<T> row_;
+};
+// The pass's queries as its kernels hold them: q's rows, or their running max down the segment.
+template <typename S, typename T>
+SegmentRows<S, T> query_rows_of(const Pass& p, int64_t b, int64_t h) {
+  return SegmentRows<S, T>(p.q, p.query, b, h, p.dim, p.pooled);
+}
+
 template <typename T>
 T dot(const T* a, const T* b, int64_t n) {
   T out = 0;
@@ -134,6 +190,22 @@ inline bool query_rows(const Pass& p, int64_t cta, std::vector<TileIndex>& rows)
   return any;
 }
 
+// A pooled pass's keys of one tile of source A, as the forward writes them: each key's running
+// max down its segment, at its row of ks.
+template <typename S, typename T>
+void write_pooled_keys(const Forward& f, int64_t b, int64_t h, const KeyTile<T>& kt) {
+  const Pass& p = f.pass;
+  SegmentRows<S, T> keys(p.k, p.key, b, h, p.dim, true);
+  for (const TileIndex& key : kt.key) {
+    if (!key.valid) continue;
+    const auto& pooled = keys.row(key.g, key.i);
+    const int64_t row = row_of(p.key, key.g, key.i);
+    S* out = static_cast<S*>(f.pooled_keys) + b * f.pooled_keys_stride[0] +
+             h * f.pooled_keys_stride[1] + row * f.pooled_keys_stride[2];
+    for (int64_t d = 0; d < p.dim; ++d) out[d] = to_storage<S>(pooled[d]);
+  }
+}
+
 // One query tile: online softmax over the key tiles, then the epilogue (store or merge).
 template <typename S, typename T>
 void forward_tile(const Forward& f, int64_t b, int64_t h, int64_t cta) {
@@ -146,9 +218,11 @@ void forward_tile(const Forward& f, int64_t b, int64_t h, int64_t cta) {
   std::vector<T> m(M, -inf), l(M, 0), acc(M * D, 0), s(kKeyTile);
   for (int64_t tile = 0; tile < n.total; ++tile) {
     const auto kt = key_tile<S, T>(p, b, h, cta, tile, n.direct);
+    if (f.pooled_keys && !kt.summary) write_pooled_keys<S, T>(f, b, h, kt);
+    auto queries = query_rows_of<S, T>(p, b, h);
     for (int64_t r = 0; r < M; ++r) {
       if (!qs[r].valid) continue;
-      const auto q = row_of_head<S, T>(p.q, b, h, row_of(p.query, qs[r].g, qs[r].i), D);
+      const auto& q = queries.row(qs[r].g, qs[r].i);
       T top = -inf;
       for (int64_t c = 0; c < kKeyTile; ++c) {
         s[c] = allowed(p, kt, c, qs[r]) ? dot(q.data(), &kt.k[c * D], D) * scale2 : -inf;
@@ -202,10 +276,11 @@ void backward_dq_tile(const Backward& bw, int64_t b, int64_t h, int64_t cta) {
   std::vector<T> dq(M * D, 0);
   for (int64_t tile = 0; tile < n.total; ++tile) {
     const auto kt = key_tile<S, T>(p, b, h, cta, tile, n.direct);
+    auto queries = query_rows_of<S, T>(p, b, h);
     for (int64_t r = 0; r < M; ++r) {
       if (!qs[r].valid) continue;
       const int64_t row = row_of(p.query, qs[r].g, qs[r].i), at = (b * p.heads + h) * rows + row;
-      const auto q = row_of_head<S, T>(p.q, b, h, row, D);
+      const auto& q = queries.row(qs[r].g, qs[r].i);
       const auto d_o = row_of_head<S, T>(bw.d_o, b, h, row, D);
       const T lse2 = static_cast<const T*>(bw.lse)[at] * T(kLog2e);
       const T delta = static_cast<const T*>(bw.delta)[at];
@@ -242,12 +317,13 @@ void backward_dkv_tile(
   load_key_rows<S>(p, b, h, kt);
   const T scale2 = T(p.scale * kLog2e);
   std::vector<T> dk(kKeyTile * D, 0), dv(kKeyTile * D, 0);
+  auto queries = query_rows_of<S, T>(p, b, h);
   for (int64_t f0 = f.begin; f0 < f.end; f0 += MQ) {
     for (int64_t i = 0; i < MQ && f0 + i < f.end; ++i) {
       const TileIndex qr = dkv_query(p, keys, cta, kt.key[0], f0 + i);
       if (!qr.valid) continue;
       const int64_t row = row_of(p.query, qr.g, qr.i), at = (b * p.heads + h) * rows + row;
-      const auto q = row_of_head<S, T>(p.q, b, h, row, D);
+      const auto& q = queries.row(qr.g, qr.i);
       const auto d_o = row_of_head<S, T>(bw.d_o, b, h, row, D);
       const T lse2 = static_cast<const T*>(bw.lse)[at] * T(kLog2e);
       const T delta = static_cast<const T*>(bw.delta)[at];

@@ -152,6 +152,35 @@ __global__ void __launch_bounds__(kThreads, forward_blocks_per_sm<T, D>())
       cp_async_wait<0>();
     }
     __syncthreads();
+    if (p.pooled && tile == 0) {
+      // A pooled pass (kernel.h Pass::pooled: the segment's queries and keys in this tile and
+      // this key tile): the running max down each segment, the queries' in place, the keys'
+      // into ks; the scores read the pooled queries and the keys as loaded.
+      ColumnMax<T, D> queries, keys;
+      queries.walk(
+          qs,
+          M,
+          [&](int r) {
+            if constexpr (PACKED) return tables.q_idx(r) < 0 ? -1 : tables.q_idx(r) == 0 ? 0 : 1;
+            return r < rows ? (r == 0 ? 0 : 1) : -1;  // one tile: t0 = 0
+          },
+          [&](int r) -> T* { return qs + r * P; });
+      T* pooled = static_cast<T*>(f.pooled_keys) + b * f.pooled_keys_stride[0] +
+                  h * f.pooled_keys_stride[1];
+      keys.walk(
+          ks,
+          N,
+          [&](int c) {
+            if constexpr (PACKED)
+              return tables.k_row(false, c) < 0 ? -1 : c % int(p.key.seg_len) == 0 ? 0 : 1;
+            return c < a_count ? (c == 0 ? 0 : 1) : -1;
+          },
+          [&](int c) -> T* {
+            const int64_t row = PACKED ? tables.k_row(false, c) : row_of(p.key, g, c);
+            return pooled + row * f.pooled_keys_stride[2];
+          });
+      __syncthreads();
+    }
     const bool summary = tile >= n_direct;
     const int j0 = (summary ? tile - n_direct : tile) * N, stage = tile & 1;
     const int count = summary ? s_count : a_count;

@@ -233,6 +233,51 @@ __device__ __forceinline__ void load_packed_keys(T* k_smem,
       v0);
 }
 
+// ---- a pooled pass's running max (kernel.h Pass::pooled) ----
+
+__device__ __forceinline__ float scalar_float(float x) {
+  return x;
+}
+__device__ __forceinline__ float scalar_float(bf16 x) {
+  return __bfloat162float(x);
+}
+template <typename T>
+__device__ __forceinline__ T scalar_as(float x) {
+  if constexpr (sizeof(T) == 4)
+    return x;
+  else
+    return __float2bfloat16(x);
+}
+
+// The running max down a tile's rows, one column per thread (column threadIdx.x < D), carried
+// from one tile to the next (the backward walks a segment in two tiles at D 128). step(r): -1
+// for a row without a query or key (left as it is), 0 for index 0 of its segment (the max starts
+// anew), 1 otherwise. out(r): where row r's max goes (the tile row itself, in place; a row of ks;
+// nullptr: nowhere). Ties and NaN as RunningMax (kernel.h running_max_takes): bit for bit the
+// pool kernel's values, which are the rows' own elements.
+template <typename T, int D>
+struct ColumnMax {
+  static_assert(D <= kThreads, "a column per thread");
+  float best = 0.f;
+  int steps = 0;
+
+  // Rows 0..count-1 of `tile` (pitch<T, D>()).
+  template <typename StepFn, typename OutFn>
+  __device__ __forceinline__ void walk(const T* tile, int count, StepFn step, OutFn out) {
+    const int d = threadIdx.x;
+    if (d >= D) return;
+    for (int r = 0; r < count; ++r) {
+      const int kind = step(r);
+      if (kind < 0) continue;
+      if (kind == 0) steps = 0;
+      const float v = scalar_float(tile[r * pitch<T, D>() + d]);
+      if (running_max_takes(steps, v, best)) best = v;
+      ++steps;
+      if (T* o = out(r)) o[d] = scalar_as<T>(best);
+    }
+  }
+};
+
 // ---- the softmax's exponential ----
 
 // 2^x as the SFU gives it (ex2.approx.ftz: one MUFU.EX2), results below 2^-126 flushed to 0.

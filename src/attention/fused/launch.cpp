@@ -51,6 +51,7 @@ std::string shape(const fused::Pass& p) {
            mask_name(p.summary_mask);
   else if (p.summaries)
     out += ", + " + n(p.summary_count) + " summaries";
+  if (p.pooled) out += ", running max pools in its tiles";
   return out;
 }
 std::string describe(const fused::Forward& f) {

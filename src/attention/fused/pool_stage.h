@@ -20,10 +20,14 @@ std::vector<FusedPool> decode(const std::vector<int64_t>& ints);
 // The slots the pools make: ks from k and qs from q, [B, H, rows, D] in x's dtype, contiguous,
 // every row written by its pool (rows no pool writes are zeros); undefined for a side without
 // pools. k, q as the kernels read them (last axis contiguous). Every pool's scan in one launch
-// per kind.
+// per kind. Pools made on chip (FusedPool::on_chip) run no scan here: their ks rows are the
+// local pass's to write (left unwritten), and their queries have no slot.
 std::pair<torch::Tensor, torch::Tensor> make(const std::vector<FusedPool>& pools,
                                              const torch::Tensor& k,
                                              const torch::Tensor& q);
+
+// The rows of one side's slot: the end of its pools' rows (0: no pool), made on chip or not.
+int64_t slot_rows(const std::vector<FusedPool>& pools, bool query_side);
 
 // Whether the call makes its pooled slots again in backward rather than keeping them: where a
 // pool is a running max (the cumulative pools of vertical and horizontal, as many rows as the k

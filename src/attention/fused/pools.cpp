@@ -298,7 +298,7 @@ void add_pool(const FusedPool& p,
 
 namespace fused_pools {
 
-constexpr size_t kPoolInts = 7;
+constexpr size_t kPoolInts = 8;
 
 std::vector<int64_t> encode(const std::vector<FusedPool>& pools) {
   std::vector<int64_t> out;
@@ -310,7 +310,8 @@ std::vector<int64_t> encode(const std::vector<FusedPool>& pools) {
                 p.len,
                 p.dim,
                 int64_t(p.reverse),
-                p.first});
+                p.first,
+                int64_t(p.on_chip)});
   return out;
 }
 
@@ -325,19 +326,28 @@ std::vector<FusedPool> decode(const std::vector<int64_t>& in) {
     p.dim = in[i + 4];
     p.reverse = in[i + 5] != 0;
     p.first = in[i + 6];
+    p.on_chip = in[i + 7] != 0;
     out.push_back(p);
   }
   return out;
 }
 
+int64_t slot_rows(const std::vector<FusedPool>& pools, bool query_side) {
+  int64_t rows = 0;
+  for (const auto& p : pools)
+    if (p.query_side == query_side) rows = std::max(rows, p.first + p.rows());
+  return rows;
+}
+
 namespace {
-// One side's slot: [B, H, rows, D] like x, every row written by its pool (else zeros).
+// One side's slot: [B, H, rows, D] like x, every row written by its pool (else zeros); none for
+// the query side's pools made on chip, which the local pass holds in its tiles alone.
 torch::Tensor slot_for(const std::vector<FusedPool>& pools,
                        bool query_side,
                        const torch::Tensor& x) {
   int64_t rows = 0, written = 0;
   for (const auto& p : pools) {
-    if (p.query_side != query_side) continue;
+    if (p.query_side != query_side || (query_side && p.on_chip)) continue;
     rows = std::max(rows, p.first + p.rows());
     written += p.rows();
   }
@@ -367,7 +377,8 @@ std::pair<torch::Tensor, torch::Tensor> make(const std::vector<FusedPool>& pools
   auto ks = slot_for(pools, false, k), qs = slot_for(pools, true, q);
   pools_detail::PoolLaunches launches;
   for (const auto& p : pools)
-    pools_detail::add_pool(p, p.query_side ? q : k, p.query_side ? qs : ks, {}, {}, launches);
+    if (!p.on_chip)
+      pools_detail::add_pool(p, p.query_side ? q : k, p.query_side ? qs : ks, {}, {}, launches);
   launches.run(k);
   return {ks, qs};
 }

@@ -163,6 +163,16 @@ Traffic traffic(const Forward& f) {
     if (rows.empty()) continue;
     for (const int64_t row : rows) read_row(l, p.q, row, p.dim, es, Load::kTile);
     read_key_tiles(l, p, cta);
+    if (f.pooled_keys) {  // a pooled pass: its keys' running max, from its tile of source A
+      const QueryTileKeys n = query_tile_keys(p, cta);
+      for (int64_t tile = 0; tile < n.direct; ++tile)
+        for (int64_t c = 0; c < kKeyTile; ++c) {
+          const TileIndex key = tile_key(p, cta, tile, n.direct, c);
+          if (key.valid)
+            l.write(
+                f.pooled_keys, row_of(p.key, key.g, key.i) * f.pooled_keys_stride[2], es, p.dim);
+        }
+    }
     for (const int64_t row : rows) {  // the epilogue: o and lse (merged: read first)
       const int64_t at = output_at(f, 0, 0, row);
       if (f.merge) {
