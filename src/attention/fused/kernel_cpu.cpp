@@ -6,6 +6,7 @@
 // or bfloat16; arithmetic T is S, or float32 for bfloat16 (operands read from bfloat16, stored
 // outputs rounded to it; the CUDA kernels also round P and dS to bfloat16 for their tensor-core
 // products, which this model does not).
+#include "attention/fused/cpu_dispatch.h"
 #include "attention/fused/kernel.h"
 
 #include <algorithm>
@@ -25,7 +26,6 @@ constexpr double kLog2e = 1.4426950408889634;
 constexpr double kLn2 = 0.6931471805599453;
 
 // bfloat16 storage (util/bfloat16.h: rounded to nearest even, as __float2bfloat16).
-using util::BFloat16;
 using util::to_math;
 using util::to_storage;
 
@@ -409,115 +409,6 @@ void backward_all(const Backward& bw) {
     }
 }
 
-template <typename S, typename T>
-void running_max_forward_all(const RunningMax& r) {
-  const S* x = static_cast<const S*>(r.x);
-  S* y = static_cast<S*>(r.y);
-  for (int64_t line = 0; line < running_max_lines(r); ++line) {
-    const int64_t x0 = running_max_start(r, r.x_at, line), y0 = running_max_start(r, r.y_at, line);
-    T best = 0;
-    for (int64_t k = 0; k < r.n; ++k) {
-      const int64_t t = running_max_step(r, k);
-      const T v = to_math<S, T>(x[x0 + t * r.x_at.step_stride]);
-      if (running_max_takes(k, v, best)) best = v;
-      y[y0 + t * r.y_at.step_stride] = to_storage<S, T>(best);
-    }
-  }
-}
-
-template <typename S, typename T>
-void running_max_backward_all(const RunningMax& r) {
-  const S* x = static_cast<const S*>(r.x);
-  const S* dy = static_cast<const S*>(r.dy);
-  S* dx = static_cast<S*>(r.dx);
-  for (int64_t line = 0; line < running_max_lines(r); ++line) {
-    const int64_t x0 = running_max_start(r, r.x_at, line);
-    const int64_t y0 = running_max_start(r, r.y_at, line);
-    const int64_t d0 = running_max_start(r, r.dx_at, line);
-    // Step t's gradient: `sum` stored, or added to what dx holds.
-    const auto put = [&](int64_t t, T sum) {
-      S& out = dx[d0 + t * r.dx_at.step_stride];
-      out = to_storage<S, T>(r.accumulate ? to_math<S, T>(out) + sum : sum);
-    };
-    T best = 0, sum = 0;
-    int64_t at = 0;  // the step holding the running max
-    for (int64_t k = 0; k < r.n; ++k) {
-      const int64_t t = running_max_step(r, k);
-      const T v = to_math<S, T>(x[x0 + t * r.x_at.step_stride]);
-      if (running_max_takes(k, v, best)) {
-        if (k > 0) put(at, sum);
-        best = v;
-        at = t;
-        sum = 0;
-      } else if (!r.accumulate) {
-        put(t, T(0));
-      }
-      sum += to_math<S, T>(dy[y0 + t * r.y_at.step_stride]);
-    }
-    if (r.n > 0) put(at, sum);
-  }
-}
-
-template <typename S, typename T>
-void segment_max_forward_all(const SegmentMax& m) {
-  const S* x = static_cast<const S*>(m.x);
-  S* y = static_cast<S*>(m.y);
-  for (int64_t line = 0; line < segment_max_lines(m, false); ++line) {
-    const int64_t d = line % m.dim, g = line / m.dim % m.segments;
-    const int64_t bh = line / m.dim / m.segments, b = bh / m.heads, h = bh % m.heads;
-    const S* in = x + b * m.stride[0] + h * m.stride[1] + g * m.len * m.stride[2] + d;
-    T best = 0;
-    for (int64_t t = 0; t < m.len; ++t) {
-      const T v = to_math<S, T>(in[t * m.stride[2]]);
-      if (segment_max_takes(t, v, best)) best = v;
-    }
-    y[line] = to_storage<S, T>(best);
-  }
-}
-
-template <typename S, typename T>
-void segment_max_backward_all(const SegmentMax& m) {
-  const S* x = static_cast<const S*>(m.x);
-  const S* dy = static_cast<const S*>(m.dy);
-  S* dx = static_cast<S*>(m.dx);
-  const int64_t groups = (m.rows + m.len - 1) / m.len;
-  for (int64_t line = 0; line < segment_max_lines(m, true); ++line) {
-    const int64_t d = line % m.dim, g = line / m.dim % groups;
-    const int64_t bh = line / m.dim / groups, b = bh / m.heads, h = bh % m.heads;
-    const int64_t first = g * m.len, count = std::min(m.len, m.rows - first);
-    const S* in = x + b * m.stride[0] + h * m.stride[1] + first * m.stride[2] + d;
-    S* out = dx + b * m.dx_stride[0] + h * m.dx_stride[1] + first * m.dx_stride[2] + d;
-    int64_t at = -1;  // the arg-max; none for the rows past the last whole segment
-    if (g < m.segments) {
-      T best = 0;
-      for (int64_t t = 0; t < m.len; ++t) {
-        const T v = to_math<S, T>(in[t * m.stride[2]]);
-        if (segment_max_takes(t, v, best)) {
-          best = v;
-          at = t;
-        }
-      }
-    }
-    const S grad = at >= 0 ? dy[(bh * m.segments + g) * m.dim + d] : to_storage<S, T>(T(0));
-    if (m.accumulate) {
-      if (at >= 0)
-        out[at * m.dx_stride[2]] =
-            to_storage<S, T>(to_math<S, T>(out[at * m.dx_stride[2]]) + to_math<S, T>(grad));
-      continue;
-    }
-    for (int64_t t = 0; t < count; ++t)
-      out[t * m.dx_stride[2]] = t == at ? grad : to_storage<S, T>(T(0));
-  }
-}
-
-// fn(storage, math): float32 and float64 compute in their own type, bfloat16 in float32.
-template <typename Fn>
-void dispatch(Dtype dtype, Fn&& fn) {
-  if (dtype == Dtype::kFloat32) return fn(float{}, float{});
-  if (dtype == Dtype::kFloat64) return fn(double{}, double{});
-  return fn(BFloat16{}, float{});
-}
-
 }  // namespace cpu_model
 
 void forward_cpu(const Forward& f) {
@@ -533,35 +424,6 @@ void delta_cpu(const Delta& d) {
 void backward_cpu(const Backward& b) {
   cpu_model::dispatch(
       b.pass.dtype, [&](auto s, auto t) { cpu_model::backward_all<decltype(s), decltype(t)>(b); });
-}
-
-// A launch's parts run one after another here (on a GPU, at once: they write disjoint elements).
-void running_max_forward_cpu(const RunningMaxes& r) {
-  for (int i = 0; i < r.count; ++i)
-    cpu_model::dispatch(r.part[i].dtype, [&](auto s, auto t) {
-      cpu_model::running_max_forward_all<decltype(s), decltype(t)>(r.part[i]);
-    });
-}
-
-void running_max_backward_cpu(const RunningMaxes& r) {
-  for (int i = 0; i < r.count; ++i)
-    cpu_model::dispatch(r.part[i].dtype, [&](auto s, auto t) {
-      cpu_model::running_max_backward_all<decltype(s), decltype(t)>(r.part[i]);
-    });
-}
-
-void segment_max_forward_cpu(const SegmentMaxes& m) {
-  for (int i = 0; i < m.count; ++i)
-    cpu_model::dispatch(m.part[i].dtype, [&](auto s, auto t) {
-      cpu_model::segment_max_forward_all<decltype(s), decltype(t)>(m.part[i]);
-    });
-}
-
-void segment_max_backward_cpu(const SegmentMaxes& m) {
-  for (int i = 0; i < m.count; ++i)
-    cpu_model::dispatch(m.part[i].dtype, [&](auto s, auto t) {
-      cpu_model::segment_max_backward_all<decltype(s), decltype(t)>(m.part[i]);
-    });
 }
 
 }  // namespace combiner::attention::fused
