@@ -1,10 +1,11 @@
 // A local pass that makes its cumulative max pools in its own tiles (FusedPass::pooled,
 // FusedPool::on_chip; fused/kernel.h pools_on_chip): vertical's pass down each column, where a
 // column is one tile, pools q and k there instead of two running-max launches and a qs in
-// memory. Held to the same call with the pools made by their kernels: o and the gradients of
-// q, k and v equal to the bit, in float32, bfloat16 and float64, unpacked and packed columns,
-// D 128's backward walk of two query tiles (its running max carried from one to the next);
-// then what it saves in launches and bytes, and the plans it refuses.
+// memory, and its backward runs the pools' backward in its epilogue (Backward::pools_dq). Held
+// to the same call with the pools made and taken back by the scan kernels: o and the gradients
+// of q, k and v equal to the bit, in float32, bfloat16 and float64, unpacked and packed columns,
+// D 128's backward walk of two query tiles (its running max carried from one to the next); then
+// what it saves in launches and bytes, and the plans it refuses.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -96,17 +97,20 @@ TEST(PooledPass, IsThePoolKernelsBitForBit) {
     EXPECT_TRUE(torch::equal(a.dk, b.dk)) << name(s);
     EXPECT_TRUE(torch::equal(a.dv, b.dv)) << name(s);
     EXPECT_GT(a.dq.abs().sum().item<double>(), 0) << name(s);
-    // The pools' forward (one launch), their remaking in backward and qs's once more: gone. (One
-    // column sees no spans: nothing reads the summaries, and the backward makes none again.)
-    EXPECT_EQ(b.launches.size() - a.launches.size(), s.W > 1 ? 3u : 1u) << name(s);
+    // The pools' forward (one launch), their remaking in backward, qs's once more and their
+    // backward: gone. (One column sees no spans: nothing reads the summaries, and the backward
+    // makes none again and takes no gradient through them.)
+    EXPECT_EQ(b.launches.size() - a.launches.size(), s.W > 1 ? 4u : 1u) << name(s);
   }
 }
 
 // What it saves, counted from the plans (fused/traffic.h): the pool launch read k's and q's
 // pooled rows and wrote ks and qs; the pooled pass writes ks and reads q where it read qs. So
 // each of the forward's pool launch and its remaking in backward gives back three slot-sized
-// tensors, and qs made once more two: eight in all.
-TEST(PooledPass, MovesEightSlotsFewer) {
+// tensors, and qs made once more two. The pools' backward read k, q and the slots' gradients and
+// added into dk and dq (eight); in the local pass's epilogue it reads ks's gradient and adds into
+// dq, where the pass stored qs's gradient before (two): six more, fourteen in all.
+TEST(PooledPass, MovesFourteenSlotsFewer) {
   const int64_t L = 328, W = 8, D = 32, spans = L / W - 1;
   const auto bytes = [&](bool on_chip) {
     double unique = 0;
@@ -115,7 +119,7 @@ TEST(PooledPass, MovesEightSlotsFewer) {
     return unique;
   };
   const double slot = 2.0 * 2 * spans * W * D * 4;  // B x H x rows x D floats
-  EXPECT_DOUBLE_EQ(bytes(false) - bytes(true), 8 * slot);
+  EXPECT_DOUBLE_EQ(bytes(false) - bytes(true), 14 * slot);
 }
 
 // The variant takes the pooled pass where each column is one tile, and the kernels' pools where

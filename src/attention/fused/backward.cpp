@@ -391,6 +391,7 @@ tensor_list FusedFunction::backward(AutogradContext* ctx, tensor_list grads) {
       if (!query_side.empty()) qs_g = fused_pools::make(query_side, k, q).second;
     }
     Grad dqs = slot_grad(qs_g, qs_uses[gi], total, false);
+    bool group_pools_done = false;  // the pools' backward ran in the local pass's epilogue
     if (!group.local.empty() && du.buffer.defined()) {
       const auto d_o_u = kernel_ready(du.buffer, dtype);
       const auto delta_u = row_delta(u_g, d_o_u, lse_u_g);
@@ -402,8 +403,19 @@ tensor_list FusedFunction::backward(AutogradContext* ctx, tensor_list grads) {
           if (steps[s].group == int(gi) && steps[s].local)
             dqs.by_pass[s] = grad_out(d_o_u, GradOut::kStore);
       }
+      // Pools made on chip by the group's pooled local pass: their backward runs in its epilogue
+      // where q's and k's gradients are stored in the kernel dtype (kernel.h Backward::pools_dq).
+      const auto local_step = [&](size_t s) { return steps[s].group == int(gi) && steps[s].local; };
+      bool fold = group.made_here && dks.buffer.defined() && dq.buffer.defined() &&
+                  dq.buffer.scalar_type() == dtype && dk.buffer.scalar_type() == dtype &&
+                  std::all_of(group.pools.begin(), group.pools.end(), [](const FusedPool& p) {
+                    return p.on_chip;
+                  });
+      for (size_t s = 0; s < total; ++s)
+        if (local_step(s)) fold = fold && steps[s].plan.pooled && dk.out(s).kind == GradOut::kStore;
+      const auto d_ks_pooled = fold ? kernel_ready(dks.buffer, dtype) : torch::Tensor();
       for (size_t s = 0; s < total; ++s) {
-        if (steps[s].group != int(gi) || !steps[s].local) continue;
+        if (!local_step(s)) continue;
         fused::Backward bw;
         bw.pass =
             make_pass(steps[s].plan, local_queries(steps[s].plan, q, qs_g), k, v, {}, {}, scale);
@@ -413,13 +425,21 @@ tensor_list FusedFunction::backward(AutogradContext* ctx, tensor_list grads) {
         bw.dq = (local_q ? dq : dqs).out(s);
         bw.dk = dk.out(s);
         bw.dv = dv.out(s);
+        if (fold) {
+          bw.dq = {};
+          bw.pools_dq = grad_out(dq.buffer, GradOut::kStore);
+          bw.pools_dq.addend = bw.pools_dq.data;  // added into
+          bw.pools_dq.addend_in_storage = true;
+          bw.d_pooled_keys = operand(d_ks_pooled);
+        }
         fused_launch::backward(q, bw);
       }
+      if (fold) group_pools_done = true;
     } else if (du.buffer.defined()) {
       d_u = du.buffer.to(torch::ScalarType(dtypes[3]));
     }
     // Pooled slots are no inputs: their gradients go through the pools into k's and q's.
-    if (!group.pools.empty()) {
+    if (!group.pools.empty() && !group_pools_done) {
       const auto pooled = [&](bool query_side) {
         return std::any_of(group.pools.begin(), group.pools.end(), [&](const FusedPool& p) {
           return p.query_side == query_side;

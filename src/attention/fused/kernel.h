@@ -140,6 +140,14 @@ struct Backward {
   const void* lse = nullptr;
   const void* delta = nullptr;
   GradOut dq, dk, dv, dks, du;
+  // A pooled pass (Pass::pooled) that also runs its pools' backward, in its epilogue (kind
+  // kStore; kNone: not here). Its queries' gradient (the pooled queries', rounded to the pass
+  // dtype as dq would store it; dq itself is not written) goes through the running max's
+  // backward into q's gradient `pools_dq`, and `d_pooled_keys` (the keys' running max's
+  // gradient, ks's, pass dtype, at the keys' rows) into dk, after dk's own part is written:
+  // RunningMax's backward with `accumulate`, line by line down each segment.
+  GradOut pools_dq;
+  Operand d_pooled_keys;
 };
 
 // ---- index rules (CPU model and CUDA kernels) ----

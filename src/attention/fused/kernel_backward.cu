@@ -529,6 +529,89 @@ __device__ __forceinline__ void add_ds_times_k(float (&dq)[D / 8][4], float* ds,
   warp_nn<D, N>(dq, d_s, ks, rows);  // fp32: its scratch is these rows, the same values
 }
 
+// A pooled pass's pools' backward in its segment CTA's epilogue (kernel.h Backward::pools_dq):
+// the queries' gradient (the accumulators, scaled and rounded to T as dq would be stored) and
+// d_pooled_keys through the running maxes of q and k, down each of the CTA's segments, added
+// into pools_dq and dk (whose rows of these keys the walk has written). In the walk's shared
+// memory: the keys as loaded (still in their tile), d_pooled_keys' rows in the value tile's, q's
+// rows in the query tiles', the gradient in the d_o tiles'; one thread per element of a row
+// walks each segment's rows in turn (RunningMax's backward with `accumulate`).
+template <typename T, int D>
+__device__ __forceinline__ void pools_backward(const Backward& bw,
+                                               const float (&dq)[D / 8][4],
+                                               bool active,
+                                               unsigned char* smem) {
+  constexpr int P = pitch<T, D>(), N = kKeyTile, MQ = backward_query_tile(D), M = kQueryTile;
+  static_assert(2 * MQ >= M, "a query tile's rows fit two walk tiles");
+  const Pass& p = bw.pass;
+  const int64_t cta = blockIdx.x, b = blockIdx.y / p.heads, h = blockIdx.y % p.heads;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, gq = lane / 4, qq = lane % 4;
+  T* keys = reinterpret_cast<T*>(smem);  // dkv_tile's layout
+  T* d_keys = keys + N * P;
+  T* queries = d_keys + N * P;
+  T* d_queries = queries + 2 * MQ * P;
+  __syncthreads();  // every warp is done with the walk's staging (in the query tiles)
+  const T* q0 = at<T>(p.q, b, h, 0);
+  const T* dks0 = at<T>(bw.d_pooled_keys, b, h, 0);
+  load_rows<T, D, M>(
+      queries,
+      [&](int r) -> const T* {
+        const TileIndex q = tile_query(p, cta, r);
+        return q.valid ? q0 + row_of(p.query, q.g, q.i) * p.q.row : nullptr;
+      },
+      q0);
+  load_rows<T, D, N>(
+      d_keys,
+      [&](int c) -> const T* {
+        const TileIndex k = dkv_key(p, false, cta, c);
+        return k.valid ? dks0 + row_of(p.key, k.g, k.i) * bw.d_pooled_keys.row : nullptr;
+      },
+      dks0);
+  cp_async_commit();
+  if (active) {
+#pragma unroll
+    for (int dt = 0; dt < D / 8; ++dt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e)
+        d_queries[(16 * warp + gq + 8 * (e / 2)) * P + dt * 8 + 2 * qq + (e & 1)] =
+            scalar_as<T>(dq[dt][e] * float(p.scale));
+  }
+  cp_async_wait<0>();
+  __syncthreads();
+  const int d = threadIdx.x;
+  if (d >= D) return;
+  // Rows 0..count-1 of the tiles x and dy, index(r) naming each (its segment and step); dx in
+  // global memory (kStore: the pass dtype), its rows by `rows`.
+  const auto walk =
+      [&](int count, auto index, const T* x, const T* dy, const GradOut& dx, const Geometry& rows) {
+        T* out = static_cast<T*>(dx.data) + grad_at(dx, b, h, 0) + d;
+        const auto add = [&](const TileIndex& step, float sum) {
+          T* e = out + row_of(rows, step.g, step.i) * dx.stride[2];
+          *e = scalar_as<T>(scalar_float(*e) + sum);
+        };
+        float best = 0.f, sum = 0.f;
+        TileIndex held;  // the step holding the running max
+        for (int r = 0; r < count; ++r) {
+          const TileIndex step = index(r);
+          if (!step.valid) continue;
+          const float v = scalar_float(x[r * P + d]);
+          if (running_max_takes(step.i, v, best)) {
+            if (step.i > 0) add(held, sum);
+            best = v;
+            held = step;
+            sum = 0.f;
+          }
+          sum += scalar_float(dy[r * P + d]);
+          const TileIndex next = r + 1 < count ? index(r + 1) : TileIndex{};
+          if (!next.valid || next.g != step.g) add(held, sum);  // the segment's last step
+        }
+      };
+  walk(
+      M, [&](int r) { return tile_query(p, cta, r); }, queries, d_queries, bw.pools_dq, p.query);
+  walk(
+      N, [&](int c) { return dkv_key(p, false, cta, c); }, keys, d_keys, bw.dk, p.key);
+}
+
 // A segment_backward pass (kernel.h): one CTA per segment or pack group (as the query CTAs) runs
 // the dk/dv walk of its keys of source A, then of source B by segment, and after each adds dS K
 // into its dq (kept in shared memory while B's walk runs), which it writes last: the queries'
@@ -577,6 +660,10 @@ __global__ void __launch_bounds__(kThreads, 1)
             dq[dt][e] += rows[(gq + 8 * (e / 2)) * QP + dt * 8 + 2 * qq + (e & 1)];
       }
     }
+  }
+  if (bw.pools_dq.kind != GradOut::kNone) {
+    pools_backward<T, D>(bw, dq, active, smem);
+    return;
   }
   write_gradient<T, D>(
       reinterpret_cast<float*>(smem), bw.dq, dq, float(p.scale), active, [&](int r) -> int64_t {

@@ -264,6 +264,74 @@ void forward_tile(const Forward& f, int64_t b, int64_t h, int64_t cta) {
   }
 }
 
+// The running max's backward down one segment of n steps, element d (RunningMax with
+// `accumulate`): dy summed over the steps whose max is x[t], added at t by add(t, sum).
+template <typename T, typename X, typename Dy, typename Add>
+void running_max_backward_line(int64_t n, X x, Dy dy, Add add) {
+  T best = 0, sum = 0;
+  int64_t at = 0;  // the step holding the running max
+  for (int64_t t = 0; t < n; ++t) {
+    const T v = x(t);
+    if (running_max_takes(t, v, best)) {
+      if (t > 0) add(at, sum);
+      best = v;
+      at = t;
+      sum = 0;
+    }
+    sum += dy(t);
+  }
+  if (n > 0) add(at, sum);
+}
+
+// A pooled pass's pools' backward (Backward::pools_dq), in its segment CTA's epilogue: the tile's
+// query gradient `dq` (rows as `qs`, scaled), rounded to S as dq would be stored, through the
+// running max of q into pools_dq; d_pooled_keys through the running max of k into dk (already
+// holding this pass's part).
+template <typename S, typename T>
+void pools_backward_tile(const Backward& bw,
+                         int64_t b,
+                         int64_t h,
+                         const std::vector<TileIndex>& qs,
+                         const std::vector<T>& dq) {
+  const Pass& p = bw.pass;
+  const int64_t D = p.dim;
+  const auto element = [&](const GradOut& out, int64_t row, int64_t d) -> S& {
+    return static_cast<S*>(out.data)[grad_at(out, b, h, row) + d];
+  };
+  const auto at = [&](const Operand& x, int64_t row, int64_t d) {
+    return to_math<S, T>(static_cast<const S*>(x.data)[b * x.batch + h * x.head + row * x.row + d]);
+  };
+  std::vector<int64_t> segments, tile_row(kQueryTile * kQueryTile, -1);
+  for (int64_t r = 0; r < int64_t(qs.size()); ++r) {
+    if (!qs[r].valid) continue;
+    if (segments.empty() || segments.back() != qs[r].g) segments.push_back(qs[r].g);
+    tile_row[(segments.size() - 1) * kQueryTile + qs[r].i] = r;
+  }
+  for (size_t s = 0; s < segments.size(); ++s) {
+    const int64_t g = segments[s];
+    for (int64_t d = 0; d < D; ++d) {
+      running_max_backward_line<T>(
+          valid_count(p.query, g),
+          [&](int64_t t) { return at(p.q, row_of(p.query, g, t), d); },
+          [&](int64_t t) {
+            return to_math<S, T>(to_storage<S>(dq[tile_row[s * kQueryTile + t] * D + d]));
+          },
+          [&](int64_t t, T sum) {
+            S& e = element(bw.pools_dq, row_of(p.query, g, t), d);
+            e = to_storage<S>(to_math<S, T>(e) + sum);
+          });
+      running_max_backward_line<T>(
+          valid_count(p.key, g),
+          [&](int64_t j) { return at(p.k, row_of(p.key, g, j), d); },
+          [&](int64_t j) { return at(bw.d_pooled_keys, row_of(p.key, g, j), d); },
+          [&](int64_t j, T sum) {
+            S& e = element(bw.dk, row_of(p.key, g, j), d);
+            e = to_storage<S>(to_math<S, T>(e) + sum);
+          });
+    }
+  }
+}
+
 // dQ of one query tile: P from the saved lse, dP = dO V^T, dS = P (dP - delta), dQ += dS K.
 template <typename S, typename T>
 void backward_dq_tile(const Backward& bw, int64_t b, int64_t h, int64_t cta) {
@@ -293,6 +361,7 @@ void backward_dq_tile(const Backward& bw, int64_t b, int64_t h, int64_t cta) {
     }
   }
   for (auto& x : dq) x *= T(p.scale);
+  if (bw.pools_dq.kind != GradOut::kNone) return pools_backward_tile<S, T>(bw, b, h, qs, dq);
   for (int64_t r = 0; r < M; ++r)
     if (qs[r].valid) write_grad<S>(bw.dq, p, b, h, row_of(p.query, qs[r].g, qs[r].i), &dq[r * D]);
 }

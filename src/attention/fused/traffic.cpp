@@ -206,7 +206,26 @@ Traffic traffic(const Backward& bw) {
     for (int64_t cta = 0; cta < query_ctas(p); ++cta) {
       dkv_walk(l, bw, Keys::kSourceA, cta, 0);
       if (p.summaries) dkv_walk(l, bw, Keys::kSegmentSummaries, cta, 0);
-      for (const int64_t row : query_rows(p, cta)) write_grad(l, bw.dq, row, p);
+      if (bw.pools_dq.kind == GradOut::kNone) {
+        for (const int64_t row : query_rows(p, cta)) write_grad(l, bw.dq, row, p);
+        continue;
+      }
+      // The pools' backward in the epilogue: q's rows and d_pooled_keys' into the tiles, each
+      // query's and key's gradient row added into (an upper bound: it adds at the arg-maxes).
+      const int64_t es = element_bytes(p.dtype);
+      for (const int64_t row : query_rows(p, cta)) {
+        read_row(l, p.q, row, p.dim, es, Load::kTile);
+        write_grad(l, bw.pools_dq, row, p);
+      }
+      for (int64_t c = 0; c < kKeyTile; ++c) {
+        const TileIndex key = dkv_key(p, false, cta, c);
+        if (!key.valid) continue;
+        const int64_t row = row_of(p.key, key.g, key.i);
+        read_row(l, bw.d_pooled_keys, row, p.dim, es, Load::kTile);
+        const int64_t at = grad_at(bw.dk, 0, 0, row);  // dk's row, read and written again
+        l.read(bw.dk.data, at, es, p.dim, Load::kPlain);
+        l.write(bw.dk.data, at, es, p.dim);
+      }
     }
     return l.total(heads_of(p.batch, p.heads));
   }
