@@ -65,23 +65,25 @@ TEST(LaunchTimes, RecordsEveryCallInOrder) {
   EXPECT_EQ(what, expected);
 }
 
-// horizontal's four pools (prefix and suffix of k and of q): one launch forward. Backward, the
-// prefix summaries and the suffix ones are made again and read one half at a time: each half's
-// two pools in one launch, its qs again in one, and its pools' backward in one (two scans of one
-// side add into the same gradient, so a launch holds one scan of each side).
+// horizontal's four pools (prefix and suffix of k and of q) where a row is more than one tile
+// (rows of 72; at most 64 its local passes make them, tests/attention/pooled_test.cpp): one
+// launch forward. Backward, the prefix summaries and the suffix ones are made again and read one
+// half at a time: each half's two pools in one launch, its qs again in one, and its pools'
+// backward in one (two scans of one side add into the same gradient, so a launch holds one scan
+// of each side).
 TEST(LaunchTimes, PoolsShareLaunchesButNotAGradient) {
-  auto m = make_attention({"combiner-axial-horizontal", 8, 8, "max"}, 64, 8);
+  auto m = make_attention({"combiner-axial-horizontal", 72, 72, "max"}, 216, 8);
   m->set_path(AttentionImpl::Path::kFused);
   std::vector<fused_launch::LaunchTime> times;
   {
     fused_launch::LaunchTimes timer;
-    forward_backward(*m, 64);
+    forward_backward(*m, 216);
     times = timer.times();
   }
   std::vector<std::string> pools;
   for (const auto& t : times)
     if (t.what.rfind("running max", 0) == 0) pools.push_back(t.what);
-  const std::string part = "112 lines of 8", reversed = part + ", reversed";
+  const std::string part = "32 lines of 72", reversed = part + ", reversed";
   const std::vector<std::string> expected = {
       "running max: " + part + " + " + reversed + " + " + part + " + " + reversed,
       "running max: " + part + " + " + part,

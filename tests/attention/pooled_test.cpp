@@ -1,7 +1,8 @@
 // A local pass that makes its cumulative max pools in its own tiles (FusedPass::pooled,
-// FusedPool::on_chip; fused/kernel.h pools_on_chip): vertical's pass down each column, where a
-// column is one tile, pools q and k there instead of two running-max launches and a qs in
-// memory, and its backward runs the pools' backward in its epilogue (Backward::pools_dq). Held
+// FusedPool::on_chip; fused/kernel.h pools_on_chip): vertical's pass down each column and
+// horizontal's two along each row, where a column or row is one tile, pool q and k there instead
+// of running-max launches and a qs in memory, and their backward runs the pools' backward in its
+// epilogue (Backward::pools_dq). Held
 // to the same call with the pools made and taken back by the scan kernels: o and the gradients
 // of q, k and v equal to the bit, in float32, bfloat16 and float64, unpacked and packed columns,
 // D 128's backward walk of two query tiles (its running max carried from one to the next); then
@@ -23,21 +24,47 @@ namespace {
 
 struct Plan {
   std::vector<FusedPool> pools;
-  FusedPass local;
-  std::vector<FusedPass> joint;
+  std::vector<FusedPass> local, joint;
 };
 
-// Vertical's plan at L, W (fused_axial.cpp), its pools made by the kernels or on chip.
+// Vertical's plan at L, W (fused_axial.cpp), its pools made by the kernels or on chip: one pass
+// down each column, the running maxes of k and q down the columns.
 Plan vertical(int64_t L, int64_t W, bool on_chip) {
   const int64_t spans = (L + W - 1) / W - 1;
   Plan p;
   p.pools = {FusedPool::running_max(false, spans, W, 2, false, 0),
              FusedPool::running_max(true, spans, W, 2, false, 0)};
-  p.local.query = p.local.key = p.local.value = {W, spans, 1, W, spans * W};
-  p.local.mask = fused::Mask::kCausal;
-  p.local.pooled = on_chip;
+  FusedPass local;
+  local.query = local.key = local.value = {W, spans, 1, W, spans * W};
+  local.mask = fused::Mask::kCausal;
+  if (on_chip) local.pooling(local.key);
+  p.local = {local};
   for (auto& pool : p.pools) pool.on_chip = on_chip;
   p.joint = vertical_joint_passes(L, W);
+  return p;
+}
+
+// Horizontal's: a prefix pass along each row and a suffix pass right to left, the running maxes
+// of k and q along the rows both ways (the suffixes' in the second half of ks and qs).
+Plan horizontal(int64_t L, int64_t W, bool on_chip) {
+  const int64_t spans = (L + W - 1) / W - 1, n = spans * W;
+  Plan p;
+  for (const bool query_side : {false, true})
+    for (const bool reverse : {false, true})
+      p.pools.push_back(FusedPool::running_max(query_side, spans, W, 3, reverse, reverse ? n : 0));
+  FusedPass prefix, suffix;
+  prefix.query = {spans, W, W, 1, 2 * n};
+  prefix.key = prefix.value = {spans, W, W, 1, n};
+  suffix.query = {spans, W, W, -1, 2 * n, n + W - 1};
+  suffix.key = suffix.value = {spans, W, W, -1, n, W - 1};
+  prefix.mask = suffix.mask = fused::Mask::kCausal;
+  if (on_chip) {
+    prefix.pooling(prefix.query);
+    suffix.pooling(suffix.query);
+  }
+  p.local = {prefix, suffix};
+  for (auto& pool : p.pools) pool.on_chip = on_chip;
+  p.joint = horizontal_joint_passes(L, W);
   return p;
 }
 
@@ -58,7 +85,7 @@ Run run(const Plan& plan, int64_t L, int64_t D, torch::ScalarType dtype) {
   Run r;
   fused_launch::LaunchTimes timer;
   r.o = fused_attention_with_local(
-      q, k, v, {}, {}, {plan.local}, plan.joint, score_scale(D), plan.pools);
+      q, k, v, {}, {}, plan.local, plan.joint, score_scale(D), plan.pools);
   const auto d = torch::autograd::grad({r.o}, {projection}, {g})[0].view({B, L, 3, H, D});
   r.dq = d.select(2, 0);
   r.dk = d.select(2, 1);
@@ -78,29 +105,37 @@ std::string name(const Shape& s) {
 }
 
 TEST(PooledPass, IsThePoolKernelsBitForBit) {
-  const std::vector<Shape> shapes = {
-      {328, 8, 32, torch::kFloat},      // columns of 40 rows: one to a tile
-      {126, 6, 32, torch::kFloat},      // columns of 20: three to a tile
-      {150, 24, 64, torch::kBFloat16},  // a short last row (no span of its own)
-      {328, 8, 128, torch::kBFloat16},  // D 128: the backward walks 32 queries at a time
-      {126, 6, 128, torch::kBFloat16},  // packed, a column across the walk's two tiles
-      {126, 6, 16, torch::kDouble},
-      {12, 1, 8, torch::kFloat}};  // one column
-  for (const auto& s : shapes) {
-    const auto on_chip = vertical(s.L, s.W, true);
-    ASSERT_TRUE(pools_fit_on_chip(on_chip.local, torch::empty({1, 1, s.L, s.D}, s.dtype)))
-        << name(s);
+  struct Case {
+    Plan (*plan)(int64_t, int64_t, bool);
+    Shape shape;
+    size_t fewer;  // launches: the pools' forward, and per summary group their making again,
+                   // qs's once more and their backward
+  };
+  const std::vector<Case> cases = {
+      {vertical, {328, 8, 32, torch::kFloat}, 4},      // columns of 40 rows: one to a tile
+      {vertical, {126, 6, 32, torch::kFloat}, 4},      // columns of 20: three to a tile
+      {vertical, {150, 24, 64, torch::kBFloat16}, 4},  // a short last row (no span of its own)
+      {vertical, {328, 8, 128, torch::kBFloat16}, 4},  // D 128: the backward walks 32 at a time
+      {vertical, {126, 6, 128, torch::kBFloat16}, 4},  // packed, a column across two walk tiles
+      {vertical, {126, 6, 16, torch::kDouble}, 4},
+      {vertical, {12, 1, 8, torch::kFloat}, 1},  // one column: no span, no gradient through it
+      {horizontal, {150, 24, 64, torch::kBFloat16}, 7},  // rows of 24: two to a tile
+      {horizontal, {392, 48, 32, torch::kFloat}, 7},     // rows of 48, the last short
+      {horizontal, {200, 40, 128, torch::kBFloat16}, 7},
+      {horizontal, {96, 12, 16, torch::kDouble}, 7}};
+  for (const auto& c : cases) {
+    const auto& s = c.shape;
+    const auto on_chip = c.plan(s.L, s.W, true);
+    for (const auto& local : on_chip.local)
+      ASSERT_TRUE(pools_fit_on_chip(local, torch::empty({1, 1, s.L, s.D}, s.dtype))) << name(s);
     const auto a = run(on_chip, s.L, s.D, s.dtype);
-    const auto b = run(vertical(s.L, s.W, false), s.L, s.D, s.dtype);
+    const auto b = run(c.plan(s.L, s.W, false), s.L, s.D, s.dtype);
     EXPECT_TRUE(torch::equal(a.o, b.o)) << name(s);
     EXPECT_TRUE(torch::equal(a.dq, b.dq)) << name(s);
     EXPECT_TRUE(torch::equal(a.dk, b.dk)) << name(s);
     EXPECT_TRUE(torch::equal(a.dv, b.dv)) << name(s);
     EXPECT_GT(a.dq.abs().sum().item<double>(), 0) << name(s);
-    // The pools' forward (one launch), their remaking in backward, qs's once more and their
-    // backward: gone. (One column sees no spans: nothing reads the summaries, and the backward
-    // makes none again and takes no gradient through them.)
-    EXPECT_EQ(b.launches.size() - a.launches.size(), s.W > 1 ? 4u : 1u) << name(s);
+    EXPECT_EQ(b.launches.size() - a.launches.size(), c.fewer) << name(s);
   }
 }
 
@@ -111,37 +146,46 @@ TEST(PooledPass, IsThePoolKernelsBitForBit) {
 // added into dk and dq (eight); in the local pass's epilogue it reads ks's gradient and adds into
 // dq, where the pass stored qs's gradient before (two): six more, fourteen in all.
 TEST(PooledPass, MovesFourteenSlotsFewer) {
-  const int64_t L = 328, W = 8, D = 32, spans = L / W - 1;
-  const auto bytes = [&](bool on_chip) {
+  const int64_t L = 392, W = 48, D = 32, spans = (L + W - 1) / W - 1;
+  const auto bytes = [&](Plan (*plan)(int64_t, int64_t, bool), bool on_chip) {
     double unique = 0;
-    for (const auto& t : run(vertical(L, W, on_chip), L, D, torch::kFloat).launches)
+    for (const auto& t : run(plan(L, W, on_chip), L, D, torch::kFloat).launches)
       unique += t.bytes.unique;
     return unique;
   };
   const double slot = 2.0 * 2 * spans * W * D * 4;  // B x H x rows x D floats
-  EXPECT_DOUBLE_EQ(bytes(false) - bytes(true), 14 * slot);
+  EXPECT_DOUBLE_EQ(bytes(vertical, false) - bytes(vertical, true), 14 * slot);
+  // Horizontal: the same for each of its prefix and suffix summaries, its forward's pool launch
+  // making both at once.
+  EXPECT_DOUBLE_EQ(bytes(horizontal, false) - bytes(horizontal, true), 28 * slot);
 }
 
-// The variant takes the pooled pass where each column is one tile, and the kernels' pools where
-// it is not: columns of 70 rows, or float32 at D 128 (whose backward is not one CTA per column).
-TEST(PooledPass, VerticalPoolsOnChipWhereAColumnIsOneTile) {
-  const auto pooled_launches = [](int64_t L, int64_t W, int64_t D, torch::ScalarType dtype) {
-    auto m = make_attention({"combiner-axial-vertical", W, W, "max"}, L, D);
-    m->set_path(AttentionImpl::Path::kFused);
-    auto q = torch::randn({1, 1, L, D}).to(dtype), k = torch::randn({1, 1, L, D}).to(dtype);
-    auto v = torch::randn({1, 1, L, D}).to(dtype);
-    fused_launch::LaunchTimes timer;
-    m->forward(q, k, v);
-    int pooled = 0, scans = 0;
-    for (const auto& t : timer.times()) {
-      pooled += t.what.find("running max pools in its tiles") != std::string::npos;
-      scans += t.what.rfind("running max", 0) == 0;
-    }
-    return std::make_pair(pooled, scans);
-  };
-  EXPECT_EQ(pooled_launches(3072, 48, 64, torch::kBFloat16), std::make_pair(1, 0));
-  EXPECT_EQ(pooled_launches(568, 8, 32, torch::kFloat), std::make_pair(0, 1));  // 70 rows
-  EXPECT_EQ(pooled_launches(328, 8, 128, torch::kFloat), std::make_pair(0, 1));
+// The variants take pooled passes where each column (vertical) or row (horizontal) is one tile,
+// and the kernels' pools where it is not: columns of 70 rows, rows of 96, or float32 at D 128
+// (whose backward is not one CTA per segment).
+TEST(PooledPass, TheVariantsPoolOnChipWhereASegmentIsOneTile) {
+  const auto pooled_launches =
+      [](const std::string& variant, int64_t L, int64_t W, int64_t D, torch::ScalarType dtype) {
+        auto m = make_attention({variant, W, W, "max"}, L, D);
+        m->set_path(AttentionImpl::Path::kFused);
+        auto q = torch::randn({1, 1, L, D}).to(dtype), k = torch::randn({1, 1, L, D}).to(dtype);
+        auto v = torch::randn({1, 1, L, D}).to(dtype);
+        fused_launch::LaunchTimes timer;
+        m->forward(q, k, v);
+        int pooled = 0, scans = 0;
+        for (const auto& t : timer.times()) {
+          pooled += t.what.find("running max pools in its tiles") != std::string::npos;
+          scans += t.what.rfind("running max", 0) == 0;
+        }
+        return std::make_pair(pooled, scans);
+      };
+  const std::string vertical = "combiner-axial-vertical", horizontal = "combiner-axial-horizontal";
+  EXPECT_EQ(pooled_launches(vertical, 3072, 48, 64, torch::kBFloat16), std::make_pair(1, 0));
+  EXPECT_EQ(pooled_launches(vertical, 568, 8, 32, torch::kFloat), std::make_pair(0, 1));
+  EXPECT_EQ(pooled_launches(vertical, 328, 8, 128, torch::kFloat), std::make_pair(0, 1));
+  EXPECT_EQ(pooled_launches(horizontal, 3072, 48, 64, torch::kBFloat16), std::make_pair(2, 0));
+  EXPECT_EQ(pooled_launches(horizontal, 3072, 96, 64, torch::kBFloat16), std::make_pair(0, 1));
+  EXPECT_EQ(pooled_launches(horizontal, 384, 48, 128, torch::kFloat), std::make_pair(0, 1));
 }
 
 TEST(PooledPass, PlansThatCannotPoolOnChipGiveOneLineErrors) {
@@ -150,7 +194,7 @@ TEST(PooledPass, PlansThatCannotPoolOnChipGiveOneLineErrors) {
     const auto q = torch::randn({1, 1, L, D}), k = torch::randn({1, 1, L, D}),
                v = torch::randn({1, 1, L, D});
     try {
-      fused_attention_with_local(q, k, v, {}, {}, {plan.local}, plan.joint, 1.0, plan.pools);
+      fused_attention_with_local(q, k, v, {}, {}, plan.local, plan.joint, 1.0, plan.pools);
       ADD_FAILURE() << "no error; expected: " << says;
     } catch (const c10::Error& e) {
       const std::string what = e.what_without_backtrace();
@@ -162,10 +206,10 @@ TEST(PooledPass, PlansThatCannotPoolOnChipGiveOneLineErrors) {
   expect_error(568, vertical(568, W, true), "one query tile and one key tile per segment");
   auto half = vertical(136, W, true);  // columns of 16 rows: one tile
   half.pools[1].on_chip = false;
-  expect_error(136, half, "one pool of k and one of q");
+  expect_error(136, half, "needs a running max pool made on chip of q");
   auto reversed = vertical(136, W, true);
   reversed.pools[0].reverse = true;
-  expect_error(136, reversed, "a running max down dim 2");
+  expect_error(136, reversed, "needs a running max pool made on chip of k");
 }
 
 }  // namespace

@@ -192,6 +192,7 @@ std::vector<SummaryGroup> split_slots(const std::vector<FusedPass>& passes,
     if (g == nullptr) return {};
     FusedPass shifted = p;
     shifted.query = within(p.query, g->lo, g->hi);
+    if (p.pooled) shifted.pooled_keys = within(p.pooled_keys, g->lo, g->hi);
     g->local.push_back(shifted);
   }
   for (size_t i = 0; i < passes.size(); ++i) {

@@ -209,39 +209,81 @@ void check_local(int64_t Lu,
               "fused attention: two local queries write the same row of u");
 }
 
+namespace {
+// The rows a pool's running max runs over, line by line (x's, or with `slot` the slot's it
+// writes), as a pass's geometry: line i is segment i, its step t index t.
+fused::Geometry pool_rows(const FusedPool& p, bool slot) {
+  const int64_t n = p.segments * p.len, first = slot ? p.first : 0;
+  if (p.dim == 2)  // down the segments: line c, step s at row s * len + c
+    return {p.len,
+            p.segments,
+            1,
+            p.reverse ? -p.len : p.len,
+            first + n,
+            first + (p.reverse ? n - p.len : 0)};
+  return {p.segments,
+          p.len,
+          p.len,
+          p.reverse ? -1 : 1,
+          first + n,  // along each segment
+          first + (p.reverse ? p.len - 1 : 0)};
+}
+// Whether a and b name the same rows, index by index.
+bool names_same_rows(const fused::Geometry& a, const fused::Geometry& b) {
+  if (a.segments != b.segments || a.seg_len != b.seg_len) return false;
+  for (int64_t g = 0; g < a.segments; ++g) {
+    const int64_t n = fused::valid_count(a, g);
+    if (n != fused::valid_count(b, g)) return false;
+    for (int64_t t = 0; t < n; ++t)
+      if (fused::row_of(a, g, t) != fused::row_of(b, g, t)) return false;
+  }
+  return true;
+}
+}  // namespace
+
 void check_pooled(const torch::Tensor& q,
                   const std::vector<FusedPass>& local,
                   const std::vector<FusedPool>& pools,
                   int64_t Lu) {
-  std::vector<const FusedPass*> pooled;
-  std::vector<const FusedPool*> on_chip;
-  for (const auto& p : local)
-    if (p.pooled) pooled.push_back(&p);
-  for (const auto& p : pools)
-    if (p.on_chip) on_chip.push_back(&p);
-  if (pooled.empty() && on_chip.empty()) return;
-  TORCH_CHECK(
-      pooled.size() == 1 && on_chip.size() == 2 && on_chip[0]->query_side != on_chip[1]->query_side,
-      "fused attention: pools made on chip need one pooled local pass, one pool of k and "
-      "one of q; got ",
-      pooled.size(),
-      " pooled passes and ",
-      on_chip.size(),
-      " pools on chip");
-  const FusedPass& pass = *pooled[0];
-  TORCH_CHECK(pools_fit_on_chip(pass, q),
-              "fused attention: a pooled local pass must be one query tile and one key tile per "
-              "segment, its queries its keys' rows, masked causal or none (fused/kernel.h "
-              "pools_on_chip)");
-  fits(pass.query, q.size(2), "pooled local query");
-  for (const FusedPool* pool : on_chip) {
-    const fused::Geometry rows = {
-        pool->len, pool->segments, 1, pool->len, pool->segments * pool->len, 0};
-    TORCH_CHECK(pool->kind == FusedPool::Kind::kRunningMax && pool->dim == 2 && !pool->reverse &&
-                    pool->first == 0 && fused::same_rows(rows, pass.key),
-                "fused attention: a pool made on chip must be a running max down dim 2, from row "
-                "0, over its local pass's key rows");
+  std::vector<char> matched(pools.size(), 0);
+  bool any = false;
+  for (const auto& pass : local) {
+    if (!pass.pooled) continue;
+    any = true;
+    TORCH_CHECK(pools_fit_on_chip(pass, q) && fused::same_rows(pass.pooled_query, pass.key),
+                "fused attention: a pooled local pass must be one query tile and one key tile per "
+                "segment, its queries pooled from its keys' rows, masked causal or none "
+                "(fused/kernel.h pools_on_chip)");
+    fits(pass.pooled_query, q.size(2), "pooled local query");
+    // Its pools: one of k over its keys' rows into pooled_keys' rows of ks, one of q over the
+    // same rows into its queries' rows of qs.
+    for (const bool query_side : {false, true}) {
+      const auto& into = query_side ? pass.query : pass.pooled_keys;
+      int found = 0;
+      for (size_t i = 0; i < pools.size(); ++i) {
+        const FusedPool& p = pools[i];
+        if (!p.on_chip || p.query_side != query_side || matched[i]) continue;
+        if (p.kind == FusedPool::Kind::kRunningMax &&
+            names_same_rows(pool_rows(p, false), pass.key) &&
+            names_same_rows(pool_rows(p, true), into)) {
+          matched[i] = 1;
+          ++found;
+          break;
+        }
+      }
+      TORCH_CHECK(found == 1,
+                  "fused attention: a pooled local pass needs a running max pool made on chip of ",
+                  query_side ? "q" : "k",
+                  " over its keys' rows into its ",
+                  query_side ? "queries' rows of qs" : "pooled keys' rows of ks");
+    }
   }
+  for (size_t i = 0; i < pools.size(); ++i)
+    TORCH_CHECK(!pools[i].on_chip || matched[i],
+                "fused attention: a pool made on chip (pool ",
+                i,
+                ") has no pooled local pass that makes it");
+  if (!any) return;
   const auto writes = local_writes(local, Lu);
   TORCH_CHECK(std::all_of(writes.begin(), writes.end(), [](int64_t w) { return w == 1; }),
               "fused attention: a local stage that pools on chip must write every row of u once");

@@ -42,10 +42,11 @@ void check_local(int64_t Lu,
                  const torch::Tensor& k,
                  const torch::Tensor& v,
                  const std::vector<FusedPass>& local);
-// Pools made on chip (FusedPool::on_chip) and the local pass that makes them (FusedPass::pooled):
-// one such pass that fits on chip for q (pools_fit_on_chip), one running max of k and one of q
-// along dim 2 from row 0 over its key rows, and local queries that write each of u's Lu rows once
-// (so that qs's gradient is written over u's). Nothing where neither is asked for.
+// Pools made on chip (FusedPool::on_chip) and the local passes that make them
+// (FusedPass::pooled): each such pass fits on chip for q (pools_fit_on_chip) and makes one
+// running max of k and one of q over its keys' rows (into its pooled_keys' rows of ks and its
+// queries' rows of qs), each pool made on chip by one pass, and the local queries write each of
+// u's Lu rows once (so that qs's gradient is written over u's). Nothing where none is asked for.
 void check_pooled(const torch::Tensor& q,
                   const std::vector<FusedPass>& local,
                   const std::vector<FusedPool>& pools,

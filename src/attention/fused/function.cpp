@@ -48,12 +48,18 @@ fused::Operand operand(const torch::Tensor& x) {
 }
 
 // The plan travels in the context as integers: 6 per geometry, then the masks and four flags.
-constexpr size_t kPassInts = 5 * 6 + 6;
+constexpr size_t kPassInts = 7 * 6 + 6;
 
 std::vector<int64_t> encode(const std::vector<FusedPass>& passes) {
   std::vector<int64_t> out;
   for (const auto& p : passes) {
-    for (const auto* g : {&p.query, &p.key, &p.value, &p.summary_key, &p.summary_value})
+    for (const auto* g : {&p.query,
+                          &p.key,
+                          &p.value,
+                          &p.summary_key,
+                          &p.summary_value,
+                          &p.pooled_query,
+                          &p.pooled_keys})
       out.insert(out.end(),
                  {g->segments, g->seg_len, g->seg_stride, g->row_stride, g->limit, g->first});
     out.insert(out.end(),
@@ -72,7 +78,13 @@ std::vector<FusedPass> decode(const std::vector<int64_t>& in) {
   for (size_t i = 0; i + kPassInts <= in.size(); i += kPassInts) {
     FusedPass p;
     size_t at = i;
-    for (auto* g : {&p.query, &p.key, &p.value, &p.summary_key, &p.summary_value}) {
+    for (auto* g : {&p.query,
+                    &p.key,
+                    &p.value,
+                    &p.summary_key,
+                    &p.summary_value,
+                    &p.pooled_query,
+                    &p.pooled_keys}) {
       *g = {in[at], in[at + 1], in[at + 2], in[at + 3], in[at + 4], in[at + 5]};
       at += 6;
     }
@@ -113,6 +125,8 @@ fused::Pass make_pass(const FusedPass& fp,
   p.summary_value = fp.summary_value;
   p.summary_mask = fp.summary_mask;
   p.pooled = fp.pooled;
+  p.pooled_query = fp.pooled_query;
+  p.pooled_keys = fp.pooled_keys;
   p.q = operand(q);
   p.k = operand(fp.a_from_summaries ? ks : k);
   p.v = operand(fp.a_from_summaries ? u : v);
@@ -193,7 +207,7 @@ std::pair<torch::Tensor, torch::Tensor> local_stage(const std::vector<FusedPass>
     for (int d = 0; d < 3; ++d) f.o_stride[d] = u.stride(d);
     f.lse = lse_u.data_ptr();
     if (pass.pooled) {
-      TORCH_CHECK(ks.defined() && ks.stride(3) == 1 && ks.size(2) >= Lu,
+      TORCH_CHECK(ks.defined() && ks.stride(3) == 1,
                   "fused attention: a pooled local pass needs the ks slot to write into");
       f.pooled_keys = ks.data_ptr();
       for (int d = 0; d < 3; ++d) f.pooled_keys_stride[d] = ks.stride(d);
@@ -346,6 +360,8 @@ bool pools_fit_on_chip(const FusedPass& local, const torch::Tensor& q) {
   p.key = local.key;
   p.value = local.value;
   p.mask = local.mask;
+  p.pooled = true;
+  p.pooled_query = local.key;
   return !local.summaries && !local.a_from_summaries && fused::pools_on_chip(p);
 }
 

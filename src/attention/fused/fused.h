@@ -31,9 +31,21 @@ struct FusedPass {
   fused::Geometry summary_key, summary_value;
   fused::Mask summary_mask = fused::Mask::kNone;
   // A local pass that makes the call's cumulative max pools itself (fused/kernel.h Pass::pooled,
-  // pools_on_chip): its queries are the running max of q down each segment, pooled in its tiles,
-  // and it writes its keys' running max into ks. Its pools are FusedPool::on_chip.
+  // pools_on_chip): its queries are the running max of q's rows `pooled_query` (the rows its
+  // keys are, in k) down each segment, pooled in its tiles, `query` naming their rows of qs (and
+  // of u); it writes its keys' running max into ks's rows `pooled_keys`. Its two pools are
+  // FusedPool::on_chip.
   bool pooled = false;
+  fused::Geometry pooled_query, pooled_keys;
+
+  // Makes this pass pooled: queries from q's rows of its keys, keys' running max at the rows
+  // of ks that `keys_at` names.
+  FusedPass& pooling(const fused::Geometry& keys_at) {
+    pooled = true;
+    pooled_query = key;
+    pooled_keys = keys_at;
+    return *this;
+  }
 
   // Source B by segment: key j of segment g at row row_of(key, g, j) of ks, its value at
   // row_of(value, g, j) of u, masked by `m`.

@@ -167,10 +167,10 @@ torch::Tensor fused_combiner_vertical(const torch::Tensor& q,
   local.query = local.key = local.value = {W, spans, 1, W, spans * W};
   local.mask = fused::Mask::kCausal;
   // Both pools max pools in the call, and each column one tile (spans <= 64; L 3072 at W 48 or
-  // 96): the local pass pools q and k down its column in its own tiles, and the pool kernels do
-  // not run.
+  // 96): the local pass pools q and k down its column in its own tiles (ks's rows are k's), and
+  // the pool kernels do not run.
   if (pools.size() == 2 && pools_fit_on_chip(local, q)) {
-    local.pooled = true;
+    local.pooling(local.key);
     for (auto& p : pools) p.on_chip = true;
   }
   return fused_attention_with_local(q, k, v, ks, q_cum, {local}, passes, scale, pools);
@@ -211,6 +211,14 @@ torch::Tensor fused_combiner_horizontal(const torch::Tensor& q,
   prefix.mask = suffix.mask = fused::Mask::kCausal;
   suffix.query = {spans, W, W, -1, 2 * n, /*first=*/n + W - 1};
   suffix.key = suffix.value = {spans, W, W, -1, n, /*first=*/W - 1};
+  // All four pools max pools in the call, and each row one tile (W <= 64; L 3072 at W 48): each
+  // local pass pools q and k along its rows in its own tiles, into the prefix or suffix half of
+  // ks (its queries' rows), and the pool kernels do not run.
+  if (pools.size() == 4 && pools_fit_on_chip(prefix, q) && pools_fit_on_chip(suffix, q)) {
+    prefix.pooling(prefix.query);
+    suffix.pooling(suffix.query);
+    for (auto& p : pools) p.on_chip = true;
+  }
   return fused_attention_with_local(q, k, v, ks, qs, {prefix, suffix}, passes, scale, pools);
 }
 

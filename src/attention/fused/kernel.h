@@ -97,10 +97,13 @@ struct Pass {
   Mask summary_mask = Mask::kNone;      // by segment
   Operand q, k, v, ks, u;
   // A local pass that makes its cumulative max pools on chip (pools_on_chip below): its query t
-  // of segment g is the running max of q's rows t' <= t of g (RunningMax's rule, element by
-  // element), made in the CTA's query tile from the rows it loads; the forward also writes its
-  // keys' running max (Forward::pooled_keys). No pool launch, no qs in global memory.
+  // of segment g is the running max of q's rows row_of(pooled_query, g, t') for t' <= t
+  // (RunningMax's rule, element by element), made in the CTA's query tile from the rows it
+  // loads; `query` says where that query's o, lse and d_o rows are (qs's rows, where the pools
+  // wrote it). The forward also writes its keys' running max, key j's at row
+  // row_of(pooled_keys, g, j) of ks (Forward::pooled_keys). No pool launch, no qs in memory.
   bool pooled = false;
+  Geometry pooled_query, pooled_keys;
 };
 
 // Forward: o [B, H, query.limit, D] (pass dtype; row r of (b, h) at element
@@ -116,8 +119,8 @@ struct Forward {
   void* lse = nullptr;
   bool merge = false;
   // A pooled pass (Pass::pooled): key j of segment g's running max down its segment (keys
-  // 0..j) at row row_of(key, g, j) of ks [B, H, rows, D] (element strides, the last axis
-  // contiguous): the slot the later passes read as their summaries' keys.
+  // 0..j) at row row_of(pass.pooled_keys, g, j) of ks [B, H, rows, D] (element strides, the last
+  // axis contiguous): the slot the later passes read as their summaries' keys.
   void* pooled_keys = nullptr;
   int64_t pooled_keys_stride[3] = {0, 0, 0};
 };
@@ -143,9 +146,10 @@ struct Backward {
   // A pooled pass (Pass::pooled) that also runs its pools' backward, in its epilogue (kind
   // kStore; kNone: not here). Its queries' gradient (the pooled queries', rounded to the pass
   // dtype as dq would store it; dq itself is not written) goes through the running max's
-  // backward into q's gradient `pools_dq`, and `d_pooled_keys` (the keys' running max's
-  // gradient, ks's, pass dtype, at the keys' rows) into dk, after dk's own part is written:
-  // RunningMax's backward with `accumulate`, line by line down each segment.
+  // backward into q's gradient `pools_dq` (at q's rows, pass.pooled_query), and `d_pooled_keys`
+  // (the keys' running max's gradient, ks's, pass dtype, at pass.pooled_keys' rows) into dk,
+  // after dk's own part is written: RunningMax's backward with `accumulate`, line by line down
+  // each segment.
   GradOut pools_dq;
   Operand d_pooled_keys;
 };
@@ -164,6 +168,15 @@ COMBINER_HD int64_t grad_at(const GradOut& out, int64_t b, int64_t h, int64_t r)
 
 COMBINER_HD int64_t row_of(const Geometry& g, int64_t segment, int64_t t) {
   return g.first + segment * g.seg_stride + t * g.row_stride;
+}
+
+// The rows of q a pass loads: its query rows, or a pooled pass's pooled_query rows, which lie a
+// constant number of rows from them (the same strides: pools_on_chip).
+COMBINER_HD int64_t query_source_shift(const Pass& p) {
+  return p.pooled ? p.pooled_query.first - p.query.first : 0;
+}
+COMBINER_HD int64_t query_source_row(const Pass& p, int64_t segment, int64_t t) {
+  return row_of(p.query, segment, t) + query_source_shift(p);
 }
 
 // How many t of `segment` exist (they are always a prefix 0..count-1).
@@ -581,17 +594,21 @@ COMBINER_HD bool segment_backward(const Pass& p) {
 }
 // Whether a local pass can make its pools on chip (Pass::pooled): one CTA per segment in the
 // forward and the backward (segment_backward), whose tiles hold the segment's queries and keys,
-// the same rows (t of query and key alike, so that the pooled queries and keys are one running
-// max of q and one of k down the segment), every key seen by the last query (kCausal, kNone: the
-// forward loads them all). Vertical's local pass at L 3072 (columns of 63 rows at W 48, 31 at
-// W 96, two to a tile) is such a pass.
+// pooled from the same rows of q and k (pooled_query = key: the pooled queries and keys are one
+// running max of q and one of k down the segment), its query rows those rows moved by a constant
+// (query_source_row), every key seen by the last query (kCausal, kNone: the forward loads them
+// all). (That `query` and `pooled_keys` count as many rows per segment is the glue's to check.)
+// Vertical's local pass at L 3072 (columns of 63 rows at W 48, 31 at W 96, two to a tile) is such a
+// pass, as are horizontal's two at rows of 48.
 COMBINER_HD bool same_rows(const Geometry& a, const Geometry& b) {
   return a.segments == b.segments && a.seg_len == b.seg_len && a.seg_stride == b.seg_stride &&
          a.row_stride == b.row_stride && a.limit == b.limit && a.first == b.first;
 }
 COMBINER_HD bool pools_on_chip(const Pass& p) {
   return !p.summaries && (p.mask == Mask::kCausal || p.mask == Mask::kNone) &&
-         same_rows(p.query, p.key) && segment_backward(p);
+         same_rows(p.pooled_query, p.key) && p.query.segments == p.key.segments &&
+         p.query.seg_len == p.key.seg_len && p.query.seg_stride == p.key.seg_stride &&
+         p.query.row_stride == p.key.row_stride && segment_backward(p);
 }
 COMBINER_HD int64_t backward_launches(const Backward& b) {
   return segment_backward(b.pass) ? 1 : prefix_summaries(b.pass) ? 3 : 2;

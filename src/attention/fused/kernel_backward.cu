@@ -287,7 +287,10 @@ __device__ __forceinline__ bool dkv_tile(const Backward& bw, int64_t cta, unsign
     f_begin = first_query_tile(mask, j0, MQ);
     f_end = valid_count(p.query, g);
   }
-  const T* q0 = at<T>(p.q, b, h, 0);
+  // q's rows lie query_source_shift rows from the queries' (a pooled pass's: kernel.h); q_any is a
+  // valid address for the copies that load nothing.
+  const T* q_any = at<T>(p.q, b, h, 0);
+  const T* q0 = q_any + query_source_shift(p) * p.q.row;
   const T* do0 = at<T>(bw.d_o, b, h, 0);
   const T* k0 = at<T>(A ? p.k : p.ks, b, h, 0);
   const T* v0 = at<T>(A ? p.v : p.u, b, h, 0);
@@ -334,7 +337,7 @@ __device__ __forceinline__ bool dkv_tile(const Backward& bw, int64_t cta, unsign
         cp_async4(deltas + stage * MQ + i, delta0 + row, valid);
       }
       load_strided<T, D, MQ>(
-          qs + stage * MQ * P, q0, start * p.q.row, step * p.q.row, int(f0), int(f_end), q0);
+          qs + stage * MQ * P, q0, start * p.q.row, step * p.q.row, int(f0), int(f_end), q_any);
       load_strided<T, D, MQ>(dos + stage * MQ * P,
                              do0,
                              start * bw.d_o.row,
@@ -374,7 +377,7 @@ __device__ __forceinline__ bool dkv_tile(const Backward& bw, int64_t cta, unsign
         return row >= 0 ? x0 + int64_t(row) * stride : nullptr;
       };
     };
-    load_rows<T, D, MQ>(qs + stage * MQ * P, rows_of(q0, p.q.row), q0);
+    load_rows<T, D, MQ>(qs + stage * MQ * P, rows_of(q0, p.q.row), q_any);
     load_rows<T, D, MQ>(dos + stage * MQ * P, rows_of(do0, bw.d_o.row), do0);
   };
   const int n_tiles = f_end > f_begin ? int(ceil_div(f_end - f_begin, MQ)) : 0;
@@ -557,14 +560,14 @@ __device__ __forceinline__ void pools_backward(const Backward& bw,
       queries,
       [&](int r) -> const T* {
         const TileIndex q = tile_query(p, cta, r);
-        return q.valid ? q0 + row_of(p.query, q.g, q.i) * p.q.row : nullptr;
+        return q.valid ? q0 + query_source_row(p, q.g, q.i) * p.q.row : nullptr;
       },
       q0);
   load_rows<T, D, N>(
       d_keys,
       [&](int c) -> const T* {
         const TileIndex k = dkv_key(p, false, cta, c);
-        return k.valid ? dks0 + row_of(p.key, k.g, k.i) * bw.d_pooled_keys.row : nullptr;
+        return k.valid ? dks0 + row_of(p.pooled_keys, k.g, k.i) * bw.d_pooled_keys.row : nullptr;
       },
       dks0);
   cp_async_commit();
@@ -607,7 +610,12 @@ __device__ __forceinline__ void pools_backward(const Backward& bw,
         }
       };
   walk(
-      M, [&](int r) { return tile_query(p, cta, r); }, queries, d_queries, bw.pools_dq, p.query);
+      M,
+      [&](int r) { return tile_query(p, cta, r); },
+      queries,
+      d_queries,
+      bw.pools_dq,
+      p.pooled_query);
   walk(
       N, [&](int c) { return dkv_key(p, false, cta, c); }, keys, d_keys, bw.dk, p.key);
 }

@@ -95,7 +95,7 @@ class SegmentRows {
 // The pass's queries as its kernels hold them: q's rows, or their running max down the segment.
 template <typename S, typename T>
 SegmentRows<S, T> query_rows_of(const Pass& p, int64_t b, int64_t h) {
-  return SegmentRows<S, T>(p.q, p.query, b, h, p.dim, p.pooled);
+  return SegmentRows<S, T>(p.q, p.pooled ? p.pooled_query : p.query, b, h, p.dim, p.pooled);
 }
 
 template <typename T>
@@ -199,7 +199,7 @@ void write_pooled_keys(const Forward& f, int64_t b, int64_t h, const KeyTile<T>&
   for (const TileIndex& key : kt.key) {
     if (!key.valid) continue;
     const auto& pooled = keys.row(key.g, key.i);
-    const int64_t row = row_of(p.key, key.g, key.i);
+    const int64_t row = row_of(p.pooled_keys, key.g, key.i);
     S* out = static_cast<S*>(f.pooled_keys) + b * f.pooled_keys_stride[0] +
              h * f.pooled_keys_stride[1] + row * f.pooled_keys_stride[2];
     for (int64_t d = 0; d < p.dim; ++d) out[d] = to_storage<S>(pooled[d]);
@@ -312,18 +312,18 @@ void pools_backward_tile(const Backward& bw,
     for (int64_t d = 0; d < D; ++d) {
       running_max_backward_line<T>(
           valid_count(p.query, g),
-          [&](int64_t t) { return at(p.q, row_of(p.query, g, t), d); },
+          [&](int64_t t) { return at(p.q, row_of(p.pooled_query, g, t), d); },
           [&](int64_t t) {
             return to_math<S, T>(to_storage<S>(dq[tile_row[s * kQueryTile + t] * D + d]));
           },
           [&](int64_t t, T sum) {
-            S& e = element(bw.pools_dq, row_of(p.query, g, t), d);
+            S& e = element(bw.pools_dq, row_of(p.pooled_query, g, t), d);
             e = to_storage<S>(to_math<S, T>(e) + sum);
           });
       running_max_backward_line<T>(
           valid_count(p.key, g),
           [&](int64_t j) { return at(p.k, row_of(p.key, g, j), d); },
-          [&](int64_t j) { return at(bw.d_pooled_keys, row_of(p.key, g, j), d); },
+          [&](int64_t j) { return at(bw.d_pooled_keys, row_of(p.pooled_keys, g, j), d); },
           [&](int64_t j, T sum) {
             S& e = element(bw.dk, row_of(p.key, g, j), d);
             e = to_storage<S>(to_math<S, T>(e) + sum);

@@ -107,9 +107,9 @@ __global__ void __launch_bounds__(kThreads, forward_blocks_per_sm<T, D>())
       [&](int r) -> const T* {
         if constexpr (PACKED) {
           const int t = tables.q_idx(r);
-          return t >= 0 ? q0 + row_of(p.query, g + tables.q_seg(r), t) * p.q.row : nullptr;
+          return t >= 0 ? q0 + query_source_row(p, g + tables.q_seg(r), t) * p.q.row : nullptr;
         }
-        return t0 + r < q_count ? q0 + row_of(p.query, g, t0 + r) * p.q.row : nullptr;
+        return t0 + r < q_count ? q0 + query_source_row(p, g, t0 + r) * p.q.row : nullptr;
       },
       q0);
   // Key tile `tile` into stage `stage`: source A's tiles first, then source B's.
@@ -178,8 +178,8 @@ __global__ void __launch_bounds__(kThreads, forward_blocks_per_sm<T, D>())
             return c < a_count ? (c == 0 ? 0 : 1) : -1;
           },
           [&](int c) -> T* {
-            const int64_t row = PACKED ? tables.k_row(false, c) : row_of(p.key, g, c);
-            return pooled + row * f.pooled_keys_stride[2];
+            const TileIndex k = PACKED ? packed_key(p, false, cta, c) : TileIndex{g, c, true};
+            return pooled + row_of(p.pooled_keys, k.g, k.i) * f.pooled_keys_stride[2];
           });
       __syncthreads();
     }

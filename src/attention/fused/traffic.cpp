@@ -108,12 +108,13 @@ void read_key_tiles(Ledger& l, const Pass& p, int64_t cta) {
     }
 }
 
-// A query row's q and d_o (into the CTA's tiles), lse and delta (the dk/dv walk copies them into
-// its tiles too; the dq kernel's threads load their rows' own).
-void read_query(Ledger& l, const Backward& bw, int64_t row, Load scalars) {
+// Query q's row of q (query_source_row) and its row of d_o (into the CTA's tiles), lse and delta
+// (the dk/dv walk copies them into its tiles too; the dq kernel's threads load their rows' own).
+void read_query(Ledger& l, const Backward& bw, const TileIndex& q, Load scalars) {
   const Pass& p = bw.pass;
   const int64_t es = element_bytes(p.dtype), acc = acc_bytes(p.dtype);
-  read_row(l, p.q, row, p.dim, es, Load::kTile);
+  const int64_t row = row_of(p.query, q.g, q.i);
+  read_row(l, p.q, query_source_row(p, q.g, q.i), p.dim, es, Load::kTile);
   read_row(l, bw.d_o, row, p.dim, es, Load::kTile);
   l.read(bw.lse, row, acc, 1, scalars);
   l.read(bw.delta, row, acc, 1, scalars);
@@ -133,7 +134,7 @@ void dkv_walk(Ledger& l, const Backward& bw, Keys keys, int64_t cta, int64_t par
     if (key.valid) read_key(l, p, !a, key);
   for (int64_t i = f.begin; i < f.end; ++i) {
     const TileIndex q = dkv_query(p, keys, cta, tile[0], i);
-    if (q.valid) read_query(l, bw, row_of(p.query, q.g, q.i), Load::kTile);
+    if (q.valid) read_query(l, bw, q, Load::kTile);
   }
   for (const auto& key : tile) {
     if (!key.valid) continue;
@@ -161,7 +162,10 @@ Traffic traffic(const Forward& f) {
   for (int64_t cta = 0; cta < query_ctas(p); ++cta) {
     const auto rows = query_rows(p, cta);
     if (rows.empty()) continue;
-    for (const int64_t row : rows) read_row(l, p.q, row, p.dim, es, Load::kTile);
+    for (int64_t r = 0; r < kQueryTile; ++r) {  // (a pooled pass's from pooled_query's rows)
+      const TileIndex q = tile_query(p, cta, r);
+      if (q.valid) read_row(l, p.q, query_source_row(p, q.g, q.i), p.dim, es, Load::kTile);
+    }
     read_key_tiles(l, p, cta);
     if (f.pooled_keys) {  // a pooled pass: its keys' running max, from its tile of source A
       const QueryTileKeys n = query_tile_keys(p, cta);
@@ -169,8 +173,10 @@ Traffic traffic(const Forward& f) {
         for (int64_t c = 0; c < kKeyTile; ++c) {
           const TileIndex key = tile_key(p, cta, tile, n.direct, c);
           if (key.valid)
-            l.write(
-                f.pooled_keys, row_of(p.key, key.g, key.i) * f.pooled_keys_stride[2], es, p.dim);
+            l.write(f.pooled_keys,
+                    row_of(p.pooled_keys, key.g, key.i) * f.pooled_keys_stride[2],
+                    es,
+                    p.dim);
         }
     }
     for (const int64_t row : rows) {  // the epilogue: o and lse (merged: read first)
@@ -213,7 +219,10 @@ Traffic traffic(const Backward& bw) {
       // The pools' backward in the epilogue: q's rows and d_pooled_keys' into the tiles, each
       // query's and key's gradient row added into (an upper bound: it adds at the arg-maxes).
       const int64_t es = element_bytes(p.dtype);
-      for (const int64_t row : query_rows(p, cta)) {
+      for (int64_t r = 0; r < kQueryTile; ++r) {
+        const TileIndex q = tile_query(p, cta, r);
+        if (!q.valid) continue;
+        const int64_t row = query_source_row(p, q.g, q.i);  // q's, and its gradient's
         read_row(l, p.q, row, p.dim, es, Load::kTile);
         write_grad(l, bw.pools_dq, row, p);
       }
@@ -221,7 +230,7 @@ Traffic traffic(const Backward& bw) {
         const TileIndex key = dkv_key(p, false, cta, c);
         if (!key.valid) continue;
         const int64_t row = row_of(p.key, key.g, key.i);
-        read_row(l, bw.d_pooled_keys, row, p.dim, es, Load::kTile);
+        read_row(l, bw.d_pooled_keys, row_of(p.pooled_keys, key.g, key.i), p.dim, es, Load::kTile);
         const int64_t at = grad_at(bw.dk, 0, 0, row);  // dk's row, read and written again
         l.read(bw.dk.data, at, es, p.dim, Load::kPlain);
         l.write(bw.dk.data, at, es, p.dim);
@@ -242,7 +251,10 @@ Traffic traffic(const Backward& bw) {
   for (int64_t cta = 0; cta < query_ctas(p); ++cta) {  // the dq kernel
     const auto rows = query_rows(p, cta);
     if (rows.empty()) continue;
-    for (const int64_t row : rows) read_query(l, bw, row, Load::kPlain);
+    for (int64_t r = 0; r < kQueryTile; ++r) {
+      const TileIndex q = tile_query(p, cta, r);
+      if (q.valid) read_query(l, bw, q, Load::kPlain);
+    }
     read_key_tiles(l, p, cta);
     for (const int64_t row : rows) write_grad(l, bw.dq, row, p);
   }
