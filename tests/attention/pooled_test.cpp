@@ -17,56 +17,15 @@
 #include "attention/fused/fused.h"
 #include "attention/fused/launch.h"
 #include "attention/span_ops.h"
+#include "pooled_plans.h"
 
 // A namespace of this file's own: its constants would meet another file's in a unity batch.
 namespace combiner::attention::pooled_test {
 namespace {
 
-struct Plan {
-  std::vector<FusedPool> pools;
-  std::vector<FusedPass> local, joint;
-};
-
-// Vertical's plan at L, W (fused_axial.cpp), its pools made by the kernels or on chip: one pass
-// down each column, the running maxes of k and q down the columns.
-Plan vertical(int64_t L, int64_t W, bool on_chip) {
-  const int64_t spans = (L + W - 1) / W - 1;
-  Plan p;
-  p.pools = {FusedPool::running_max(false, spans, W, 2, false, 0),
-             FusedPool::running_max(true, spans, W, 2, false, 0)};
-  FusedPass local;
-  local.query = local.key = local.value = {W, spans, 1, W, spans * W};
-  local.mask = fused::Mask::kCausal;
-  if (on_chip) local.pooling(local.key);
-  p.local = {local};
-  for (auto& pool : p.pools) pool.on_chip = on_chip;
-  p.joint = vertical_joint_passes(L, W);
-  return p;
-}
-
-// Horizontal's: a prefix pass along each row and a suffix pass right to left, the running maxes
-// of k and q along the rows both ways (the suffixes' in the second half of ks and qs).
-Plan horizontal(int64_t L, int64_t W, bool on_chip) {
-  const int64_t spans = (L + W - 1) / W - 1, n = spans * W;
-  Plan p;
-  for (const bool query_side : {false, true})
-    for (const bool reverse : {false, true})
-      p.pools.push_back(FusedPool::running_max(query_side, spans, W, 3, reverse, reverse ? n : 0));
-  FusedPass prefix, suffix;
-  prefix.query = {spans, W, W, 1, 2 * n};
-  prefix.key = prefix.value = {spans, W, W, 1, n};
-  suffix.query = {spans, W, W, -1, 2 * n, n + W - 1};
-  suffix.key = suffix.value = {spans, W, W, -1, n, W - 1};
-  prefix.mask = suffix.mask = fused::Mask::kCausal;
-  if (on_chip) {
-    prefix.pooling(prefix.query);
-    suffix.pooling(suffix.query);
-  }
-  p.local = {prefix, suffix};
-  for (auto& pool : p.pools) pool.on_chip = on_chip;
-  p.joint = horizontal_joint_passes(L, W);
-  return p;
-}
+using pooled_plans::horizontal;
+using pooled_plans::Plan;
+using pooled_plans::vertical;
 
 struct Run {
   torch::Tensor o, dq, dk, dv;

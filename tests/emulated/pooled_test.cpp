@@ -13,6 +13,7 @@
 #include <torch/torch.h>
 
 #include "attention/fused/fused.h"
+#include "attention/pooled_plans.h"
 #include "attention/span_ops.h"
 #include "emulated/emulated.h"
 #include "simt/emulator.h"
@@ -20,46 +21,19 @@
 namespace combiner::attention::emulated_pooled_test {
 namespace {
 
-// Vertical's (one pass down each column) or horizontal's (a prefix and a suffix pass along each
-// row) plan, its pools made by the scan kernel or on chip; o and the projection's gradient.
+// Vertical's or horizontal's plan (attention/pooled_plans.h), its pools made by the scan kernel
+// or on chip: o and the projection's gradient.
 std::vector<torch::Tensor> run(const torch::Tensor& projection,
                                const torch::Tensor& d_o,
                                bool horizontal,
                                int64_t W,
                                bool on_chip) {
   const int64_t B = d_o.size(0), H = d_o.size(1), L = d_o.size(2), D = d_o.size(3);
-  const int64_t spans = (L + W - 1) / W - 1, n = spans * W;
-  std::vector<FusedPool> pools;
-  std::vector<FusedPass> local;
-  if (!horizontal) {
-    pools = {FusedPool::running_max(false, spans, W, 2, false, 0),
-             FusedPool::running_max(true, spans, W, 2, false, 0)};
-    FusedPass column;
-    column.query = column.key = column.value = {W, spans, 1, W, n};
-    column.mask = fused::Mask::kCausal;
-    if (on_chip) column.pooling(column.key);
-    local = {column};
-  } else {
-    for (const bool query_side : {false, true})
-      for (const bool reverse : {false, true})
-        pools.push_back(FusedPool::running_max(query_side, spans, W, 3, reverse, reverse ? n : 0));
-    FusedPass prefix, suffix;
-    prefix.query = {spans, W, W, 1, 2 * n};
-    prefix.key = prefix.value = {spans, W, W, 1, n};
-    suffix.query = {spans, W, W, -1, 2 * n, n + W - 1};
-    suffix.key = suffix.value = {spans, W, W, -1, n, W - 1};
-    prefix.mask = suffix.mask = fused::Mask::kCausal;
-    if (on_chip) {
-      prefix.pooling(prefix.query);
-      suffix.pooling(suffix.query);
-    }
-    local = {prefix, suffix};
-  }
-  for (auto& p : pools) p.on_chip = on_chip;
-  const auto joint = horizontal ? horizontal_joint_passes(L, W) : vertical_joint_passes(L, W);
+  const auto plan =
+      horizontal ? pooled_plans::horizontal(L, W, on_chip) : pooled_plans::vertical(L, W, on_chip);
   const auto qkv = projection.view({B, L, 3, H, D}).permute({2, 0, 3, 1, 4});
   const auto o = fused_attention_with_local(
-      qkv[0], qkv[1], qkv[2], {}, {}, local, joint, score_scale(D), pools);
+      qkv[0], qkv[1], qkv[2], {}, {}, plan.local, plan.joint, score_scale(D), plan.pools);
   return {o, torch::autograd::grad({o}, {projection}, {d_o})[0]};
 }
 

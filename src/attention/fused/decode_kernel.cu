@@ -30,6 +30,7 @@
 #include "attention/fused/decode_kernel.h"
 #include "attention/fused/kernel_launch.cuh"
 #include "attention/fused/kernel_reduce.cuh"
+#include "attention/fused/kernel_scalar.cuh"
 #include "simt/cuda.h"
 
 namespace combiner::attention::fused {
@@ -43,19 +44,8 @@ static_assert(kDecodeMaxValueDim == kDecodeMaxDim, "keys and values share the lo
 constexpr int kInFlight = kDecodeTermsInFlight;
 
 // A cache element into float32, and a float32 into one (rounded to nearest even).
-__device__ __forceinline__ float to_float(float x) {
-  return x;
-}
-__device__ __forceinline__ float to_float(__nv_bfloat16 x) {
-  return __bfloat162float(x);
-}
-template <typename C>
-__device__ __forceinline__ C to_cache(float x) {
-  if constexpr (std::is_same_v<C, float>)
-    return x;
-  else
-    return __float2bfloat16(x);
-}
+using cuda_detail::scalar_as;
+using cuda_detail::scalar_float;
 
 template <typename C>
 __global__ void __launch_bounds__(kThreads, 1) decode_step_kernel(const DecodeStep s) {
@@ -77,14 +67,14 @@ __global__ void __launch_bounds__(kThreads, 1) decode_step_kernel(const DecodeSt
   const auto* kv_cache = static_cast<const C*>(s.kv_cache) + bh * L * width;
   C* kv_row = static_cast<C*>(s.kv_cache) + (bh * L + pos) * width;
   for (int64_t d = tid; d < D; d += kThreads) {
-    kv_row[d] = to_cache<C>(k[d]);
-    if (s.q_cache) static_cast<C*>(s.q_cache)[(bh * L + pos) * D + d] = to_cache<C>(q[d]);
+    kv_row[d] = scalar_as<C>(k[d]);
+    if (s.q_cache) static_cast<C*>(s.q_cache)[(bh * L + pos) * D + d] = scalar_as<C>(q[d]);
   }
-  for (int64_t d = tid; d < Dv; d += kThreads) kv_row[D + d] = to_cache<C>(v[d]);
+  for (int64_t d = tid; d < Dv; d += kThreads) kv_row[D + d] = scalar_as<C>(v[d]);
   float q_r[kChunks];  // as the cache holds it
 #pragma unroll
   for (int c = 0; c < kChunks; ++c)
-    q_r[c] = lane + 32 * c < D ? to_float(to_cache<C>(q[lane + 32 * c])) : 0.f;
+    q_r[c] = lane + 32 * c < D ? scalar_float(scalar_as<C>(q[lane + 32 * c])) : 0.f;
 
   float* out = static_cast<float*>(s.out) + bh * Dv;
   for (int p = 0; p < s.plans; ++p) {
@@ -96,7 +86,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_step_kernel(const DecodeSt
     auto row = [&](int64_t t) { return decode_row(rows[t], kv_cache, spans, width); };
     // Element i of a row (the term's, the same for the whole warp: no divergence).
     auto at = [](const DecodeRow<C, float>& r, int64_t i) {
-      return r.cache ? to_float(r.cache[i]) : r.span[i];
+      return r.cache ? scalar_float(r.cache[i]) : r.span[i];
     };
     // Terms t0 .. t0 + 3: elements offset + lane + 32 c (< offset + count) of their rows, every
     // load issued before any is used; zeros past the list or the row.

@@ -12,27 +12,11 @@
 
 #include "attention/fused/kernel.h"
 #include "attention/fused/kernel_launch.cuh"
+#include "attention/fused/kernel_scalar.cuh"
 #include "simt/cuda.h"
 
 namespace combiner::attention::fused::cuda_detail {
 namespace {
-
-__device__ __forceinline__ float load_float(float x) {
-  return x;
-}
-__device__ __forceinline__ float load_float(__nv_bfloat16 x) {
-  return __bfloat162float(x);
-}
-template <typename T>
-__device__ __forceinline__ T store_as(float x);
-template <>
-__device__ __forceinline__ float store_as<float>(float x) {
-  return x;
-}
-template <>
-__device__ __forceinline__ __nv_bfloat16 store_as<__nv_bfloat16>(float x) {
-  return __float2bfloat16(x);
-}
 
 constexpr int kStepChunk = 8;
 
@@ -61,13 +45,13 @@ __global__ void __launch_bounds__(128)
     float v[kStepChunk];
 #pragma unroll
     for (int i = 0; i < kStepChunk; ++i)
-      if (k0 + i < r.n) v[i] = load_float(x[running_max_step(r, k0 + i) * xs]);
+      if (k0 + i < r.n) v[i] = scalar_float(x[running_max_step(r, k0 + i) * xs]);
 #pragma unroll
     for (int i = 0; i < kStepChunk; ++i) {
       const int64_t k = k0 + i;
       if (k >= r.n) break;
       if (running_max_takes(k, v[i], best)) best = v[i];
-      y[running_max_step(r, k) * ys] = store_as<T>(best);
+      y[running_max_step(r, k) * ys] = scalar_as<T>(best);
     }
   }
 }
@@ -86,7 +70,7 @@ __global__ void __launch_bounds__(128)
   // Step t's gradient: `sum` stored, or added to what dx holds (this thread owns the line).
   const auto put = [&](int64_t t, float sum) {
     T& out = dx[t * ds];
-    out = store_as<T>(r.accumulate ? load_float(out) + sum : sum);
+    out = scalar_as<T>(r.accumulate ? scalar_float(out) + sum : sum);
   };
   float best = 0.f, sum = 0.f;
   int64_t at = 0;
@@ -96,8 +80,8 @@ __global__ void __launch_bounds__(128)
     for (int i = 0; i < kStepChunk; ++i)
       if (k0 + i < r.n) {
         const int64_t t = running_max_step(r, k0 + i);
-        v[i] = load_float(x[t * xs]);
-        g[i] = load_float(dy[t * ys]);
+        v[i] = scalar_float(x[t * xs]);
+        g[i] = scalar_float(dy[t * ys]);
       }
 #pragma unroll
     for (int i = 0; i < kStepChunk; ++i) {
@@ -129,7 +113,7 @@ __device__ __forceinline__ int64_t segment_arg_max(const T* __restrict__ in,
     float v[kStepChunk];
 #pragma unroll
     for (int i = 0; i < kStepChunk; ++i)
-      if (t0 + i < m.len) v[i] = load_float(in[(t0 + i) * m.stride[2]]);
+      if (t0 + i < m.len) v[i] = scalar_float(in[(t0 + i) * m.stride[2]]);
 #pragma unroll
     for (int i = 0; i < kStepChunk; ++i)
       if (t0 + i < m.len && segment_max_takes(t0 + i, v[i], best)) {
@@ -152,7 +136,7 @@ __global__ void __launch_bounds__(128)
   const int64_t bh = line / m.dim / m.segments, b = bh / m.heads, h = bh % m.heads;
   float best = 0.f;
   segment_arg_max(x + b * m.stride[0] + h * m.stride[1] + g * m.len * m.stride[2] + d, m, best);
-  static_cast<T*>(m.y)[line] = store_as<T>(best);
+  static_cast<T*>(m.y)[line] = scalar_as<T>(best);
 }
 
 template <typename T>
@@ -174,12 +158,12 @@ __global__ void __launch_bounds__(128)
       g < m.segments ? segment_arg_max(
                            x + b * m.stride[0] + h * m.stride[1] + first * m.stride[2] + d, m, best)
                      : -1;
-  const T zero = store_as<T>(0.f);
+  const T zero = scalar_as<T>(0.f);
   const T grad = at >= 0 ? static_cast<const T*>(m.dy)[(bh * m.segments + g) * m.dim + d] : zero;
   if (m.accumulate) {
     if (at >= 0)
       out[at * m.dx_stride[2]] =
-          store_as<T>(load_float(out[at * m.dx_stride[2]]) + load_float(grad));
+          scalar_as<T>(scalar_float(out[at * m.dx_stride[2]]) + scalar_float(grad));
     return;
   }
   for (int64_t t = 0; t < count; ++t) out[t * m.dx_stride[2]] = t == at ? grad : zero;

@@ -12,6 +12,7 @@
 #include <cstdint>
 
 #include "attention/fused/kernel.h"
+#include "attention/fused/kernel_scalar.cuh"
 #include "simt/cuda.h"
 
 namespace combiner::attention::fused::cuda_detail {
@@ -234,20 +235,6 @@ __device__ __forceinline__ void load_packed_keys(T* k_smem,
 }
 
 // ---- a pooled pass's running max (kernel.h Pass::pooled) ----
-
-__device__ __forceinline__ float scalar_float(float x) {
-  return x;
-}
-__device__ __forceinline__ float scalar_float(bf16 x) {
-  return __bfloat162float(x);
-}
-template <typename T>
-__device__ __forceinline__ T scalar_as(float x) {
-  if constexpr (sizeof(T) == 4)
-    return x;
-  else
-    return __float2bfloat16(x);
-}
 
 // The running max down a tile's rows, one column per thread (column threadIdx.x < D), carried
 // from one tile to the next (the backward walks a segment in two tiles at D 128). step(r): -1
