@@ -62,8 +62,9 @@ TEST(FusedSaved, CumulativePoolsAndTheirSummariesAreMadeAgainNotKept) {
 // The backward makes the slots again a summary group at a time (attention/fused/backward.cpp):
 // vertical's ks, qs and u are one group of `rows` rows; horizontal's hold its prefix and its suffix
 // summaries, two groups of `rows` rows each. At most four slot-sized tensors of one group are
-// alive at once, beside o, lse, delta, dq, dk and dv: ks, u and their gradients, with u's lse,
-// while the joint passes run. qs exists only in the local passes' tiles (each column or row one
+// alive at once, beside o, lse, delta, dq, dk and dv: ks, u and their gradients, with u's lse
+// and delta (made by the joint pass that stores u's gradient), while the joint passes run. qs
+// exists only in the local passes' tiles (each column or row one
 // tile: pooled on chip; at rows of 72 u, qs and the two gradients are alive with u's lse and
 // delta, `rows` more floats), so once the joint passes are done three are alive.
 TEST(FusedSaved, BackwardHoldsOneSummaryGroupAtATime) {
@@ -71,8 +72,8 @@ TEST(FusedSaved, BackwardHoldsOneSummaryGroupAtATime) {
   const int64_t L = 64, W = 8, rows = (L / W - 1) * W;
   const int64_t around = kB * kH * (L * kD + 2 * L + 3 * L * kD);
   const std::vector<std::pair<const char*, int64_t>> peaks = {
-      {"combiner-axial-vertical", around + kB * kH * (4 * rows * kD + rows)},
-      {"combiner-axial-horizontal", around + kB * kH * (4 * rows * kD + rows)}};
+      {"combiner-axial-vertical", around + kB * kH * (4 * rows * kD + 2 * rows)},
+      {"combiner-axial-horizontal", around + kB * kH * (4 * rows * kD + 2 * rows)}};
   for (const auto& [variant, floats] : peaks) {
     const auto fused = forward_backward(variant, L, W, AttentionImpl::Path::kFused);
     EXPECT_EQ(fused.peak, floats * 4)

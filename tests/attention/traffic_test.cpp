@@ -188,7 +188,7 @@ TEST(FusedTraffic, ScansTouchEachElementOnceATensor) {
 // Each launch of a real call carries its bytes: a delta launch its o and dO rows and the deltas,
 // every launch at least one row, re-reads never fewer than the distinct bytes.
 TEST(FusedTraffic, EveryLaunchOfACallCarriesItsBytes) {
-  auto m = make_attention({"combiner-axial-vertical", 8, 8, "max"}, 64, 8);
+  auto m = make_attention({"combiner-fixed", 8, 8, "max"}, 64, 8);
   m->set_path(AttentionImpl::Path::kFused);
   torch::manual_seed(3);
   auto q = torch::randn({2, 3, 64, 8}).requires_grad_(), k = torch::randn({2, 3, 64, 8}),

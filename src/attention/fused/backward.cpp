@@ -259,7 +259,6 @@ tensor_list FusedFunction::backward(AutogradContext* ctx, tensor_list grads) {
   const auto dtype = q.scalar_type();
   const auto d_o = kernel_ready(grads[0], dtype);
   const int64_t B = q.size(0), H = q.size(1), D = q.size(3);
-  const auto delta = row_delta(o, d_o, lse);
 
   // The steps in the order they run: the joint passes reading no slot; then per group its joint
   // passes and, where they read its u, its local passes (their queries are qs, or q itself).
@@ -274,6 +273,13 @@ tensor_list FusedFunction::backward(AutogradContext* ctx, tensor_list grads) {
       steps.push_back({true, j, int(gi), g.local[j]});
   }
   const size_t total = steps.size();
+  // Where the first step reads no slot and its queries, one CTA per segment, are every row of o
+  // once, it makes delta itself as its query tiles land (Backward::made_delta): no delta launch.
+  const bool first_makes_delta =
+      total > 0 && steps[0].group < 0 && !steps[0].plan.summaries &&
+      covers(steps[0].plan.query, o.size(2)) &&
+      fused::segment_backward(make_pass(steps[0].plan, q, k, v, {}, {}, scale));
+  const auto delta = first_makes_delta ? torch::empty_like(lse) : row_delta(o, d_o, lse);
   // The local passes read q itself (no query-side pool, no qs given); else qs, or q pooled in
   // their tiles (FusedPass::pooled), whose gradient is qs's all the same.
   const bool local_q =
@@ -329,7 +335,8 @@ tensor_list FusedFunction::backward(AutogradContext* ctx, tensor_list grads) {
                              const torch::Tensor& ks_g,
                              const torch::Tensor& u_g,
                              const Grad& dks,
-                             const Grad& du) {
+                             const Grad& du,
+                             const torch::Tensor& u_delta) {
     const auto& p = steps[s].plan;
     fused::Backward bw;
     bw.pass = make_pass(p, q, k, v, ks_g, u_g, scale);
@@ -359,13 +366,22 @@ tensor_list FusedFunction::backward(AutogradContext* ctx, tensor_list grads) {
       bw.dks = dks.summary_out();
       bw.du = du.summary_out();
     }
+    if (s == 0 && first_makes_delta) {
+      bw.made_delta = delta.data_ptr();
+      bw.o = operand(o);
+    }
+    if (u_delta.defined()) {
+      bw.summary_delta = u_delta.data_ptr();
+      bw.summary_delta_rows = u_delta.size(2);
+      bw.summary_delta_of_a = p.a_from_summaries;
+    }
     fused_launch::backward(q, bw);
     if (slabs.defined()) {
       key_grad.buffer.narrow(2, 0, key.limit)
           .add_(slabs.view({B, H, key.segments, key.limit, D}).sum(2));
     }
   };
-  for (size_t s = 0; s < total && steps[s].group < 0; ++s) run_joint(s, {}, {}, {}, {});
+  for (size_t s = 0; s < total && steps[s].group < 0; ++s) run_joint(s, {}, {}, {}, {}, {});
 
   torch::Tensor d_ks, d_u, d_qs;  // the whole slots' gradients, where they are inputs
   for (size_t gi = 0; gi < G; ++gi) {
@@ -382,8 +398,21 @@ tensor_list FusedFunction::backward(AutogradContext* ctx, tensor_list grads) {
     }
     Grad dks = slot_grad(ks_g, ks_uses[gi], total, by_prefix[gi]),
          du = slot_grad(u_g, u_uses[gi], total, by_prefix[gi]);
+    // Where one joint pass writes all of du (u its source A's or its source B's by segment,
+    // stored), it also makes u's delta for the local passes, in the epilogue that stores du
+    // (Backward::summary_delta): no delta launch reading u and du again. Rows of u it does not
+    // read have du 0 and delta 0.
+    torch::Tensor u_delta;
+    const size_t u_writer = u_uses[gi].size() == 1 ? u_uses[gi][0].first : total;
+    if (!group.local.empty() && u_writer < total && !by_prefix[gi]) {
+      const GradOut out = du.out(u_writer);
+      if (out.kind == GradOut::kStore && !out.addend)
+        u_delta = covers(u_uses[gi][0].second, u_g.size(2)) ? torch::empty_like(lse_u_g)
+                                                            : torch::zeros_like(lse_u_g);
+    }
     for (size_t s = 0; s < total; ++s)
-      if (steps[s].group == int(gi) && !steps[s].local) run_joint(s, ks_g, u_g, dks, du);
+      if (steps[s].group == int(gi) && !steps[s].local)
+        run_joint(s, ks_g, u_g, dks, du, s == u_writer ? u_delta : torch::Tensor());
     if (group.made_here && du.buffer.defined()) {
       ks_g = torch::Tensor();  // read by the joint passes alone
       std::vector<FusedPool> query_side;
@@ -395,7 +424,7 @@ tensor_list FusedFunction::backward(AutogradContext* ctx, tensor_list grads) {
     bool group_pools_done = false;  // the pools' backward ran in the local pass's epilogue
     if (!group.local.empty() && du.buffer.defined()) {
       const auto d_o_u = kernel_ready(du.buffer, dtype);
-      const auto delta_u = row_delta(u_g, d_o_u, lse_u_g);
+      const auto delta_u = u_delta.defined() ? u_delta : row_delta(u_g, d_o_u, lse_u_g);
       u_g = torch::Tensor();  // (a group's own: its last read)
       if (dqs_over_du[gi]) {
         dqs.buffer = d_o_u;

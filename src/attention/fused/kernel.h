@@ -152,6 +152,23 @@ struct Backward {
   // each segment.
   GradOut pools_dq;
   Operand d_pooled_keys;
+  // Where this pass is the one writer of u's gradient (u its source B's values by segment, or
+  // `summary_delta_of_a`, source A's; that gradient kStore with no addend and no slabs: every row
+  // of u it reads has its whole gradient here), the Delta of u's rows that the local passes,
+  // whose d_o is that gradient, need; made in the epilogue that stores it (null: not here):
+  // summary_delta[b, h, r] = sum_d du[b, h, r, d] * u[b, h, r, d] over du as stored (Acc,
+  // contiguous [B, H, summary_delta_rows]), for each row r of u the pass reads, in the delta
+  // kernel's order. No delta launch, and u and du are not read again for it.
+  void* summary_delta = nullptr;
+  int64_t summary_delta_rows = 0;
+  bool summary_delta_of_a = false;
+  // Where the pass reads no summaries, runs one CTA per segment (segment_backward) and its
+  // queries are every row of the call's output o ([B, H, query.limit, D], the rows of d_o), each
+  // once: it makes delta itself, each query tile's from its d_o rows and o's as they land (the
+  // delta kernel's value, in its order), and writes it to made_delta for the passes after it
+  // (null: delta is read as given). `delta` is then made_delta; no delta launch.
+  void* made_delta = nullptr;
+  Operand o;
 };
 
 // ---- index rules (CPU model and CUDA kernels) ----

@@ -423,6 +423,13 @@ void backward_dkv_tile(
       write_grad<S>(bw.dks, p, b, h, k_row, &dk[c * D]);
       write_grad<S>(bw.du, p, b, h, v_row, &dv[c * D]);
     }
+    if (bw.summary_delta && bw.summary_delta_of_a == a &&
+        !prefix) {  // u . du as stored: delta_all's dot
+      const GradOut& du = a ? bw.dv : bw.du;
+      const Operand stored{du.data, du.stride[0], du.stride[1], du.stride[2]};
+      static_cast<T*>(bw.summary_delta)[(b * p.heads + h) * bw.summary_delta_rows + v_row] =
+          dot(&kt.v[c * D], row_of_head<S, T>(stored, b, h, v_row, D).data(), D);
+    }
   }
 }
 
@@ -445,6 +452,21 @@ void delta_all(const Delta& d) {
                 d.dim);
 }
 
+// Backward::made_delta: the delta of query CTA `cta`'s rows, delta_all's.
+template <typename S, typename T>
+void make_delta_tile(const Backward& bw, int64_t b, int64_t h, int64_t cta) {
+  const Pass& p = bw.pass;
+  for (int64_t r = 0; r < kQueryTile; ++r) {
+    const TileIndex q = tile_query(p, cta, r);
+    if (!q.valid) continue;
+    const int64_t row = row_of(p.query, q.g, q.i);
+    static_cast<T*>(bw.made_delta)[(b * p.heads + h) * p.query.limit + row] =
+        dot(row_of_head<S, T>(bw.o, b, h, row, p.dim).data(),
+            row_of_head<S, T>(bw.d_o, b, h, row, p.dim).data(),
+            p.dim);
+  }
+}
+
 template <typename S, typename T>
 void backward_all(const Backward& bw) {
   const Pass& p = bw.pass;
@@ -455,6 +477,7 @@ void backward_all(const Backward& bw) {
         // A, then of source B, then its queries' dq, which may overwrite d_o rows that only
         // this segment reads.
         for (int64_t cta = 0; cta < query_ctas(p); ++cta) {
+          if (bw.made_delta) make_delta_tile<S, T>(bw, b, h, cta);
           backward_dkv_tile<S, T>(bw, b, h, Keys::kSourceA, cta, 0);
           if (p.summaries) backward_dkv_tile<S, T>(bw, b, h, Keys::kSegmentSummaries, cta, 0);
           backward_dq_tile<S, T>(bw, b, h, cta);

@@ -157,4 +157,55 @@ __device__ __forceinline__ void write_gradient(float* tile,
       tile, static_cast<T*>(out.data), static_cast<const T*>(out.addend), nullptr, offset);
 }
 
+// write_gradient's kStore path with no addend that also takes the dot product of each row, as
+// stored, with tile row r's row of `with` (T in shared memory, pitch<T, D>() apart: the values
+// whose gradient this is), into dots[dot_at(r)] (skipped where negative; kernel.h
+// Backward::summary_delta). A row's pieces are consecutive threads' (whole rows in one warp):
+// each sums its products in turn, then they are summed across by shuffles, as the delta kernel
+// (kernel_forward.cu) sums a row of o and d_o.
+template <typename T, int D, typename OffsetFn, typename DotFn>
+__device__ __forceinline__ void write_gradient_dot(float* tile,
+                                                   const GradOut& out,
+                                                   const float (&acc)[D / 8][4],
+                                                   bool active,
+                                                   OffsetFn offset,
+                                                   const T* with,
+                                                   float* dots,
+                                                   DotFn dot_at) {
+  constexpr int E = 16 / int(sizeof(T)), kPieces = D / E;
+  constexpr int kPerThread = kStagedRows * kPieces / kThreads;
+  static_assert(kStagedRows * kPieces % kThreads == 0 && 32 % kPieces == 0,
+                "whole pieces per thread, a row's pieces in one warp");
+  constexpr int P = stage_pitch<D>(), WP = pitch<T, D>();
+  __syncthreads();  // the tile's shared memory is free (and an earlier write_rows has read it)
+  if (active) stage_rows<D>(tile, threadIdx.x / 32, acc, {1.f, 1.f});
+  __syncthreads();
+  T* data = static_cast<T*>(out.data);
+#pragma unroll
+  for (int i = 0; i < kPerThread; ++i) {
+    const int piece = threadIdx.x + i * kThreads, r = piece / kPieces, c = piece % kPieces * E;
+    const int64_t row = offset(r);
+    float x[E], stored[E], w[E];
+    const float* src = tile + r * P + c;
+#pragma unroll
+    for (int e = 0; e < E; e += 4) {
+      const float4 v = *reinterpret_cast<const float4*>(src + e);
+      x[e] = v.x;
+      x[e + 1] = v.y;
+      x[e + 2] = v.z;
+      x[e + 3] = v.w;
+    }
+    const uint4 bits = from_floats(x);
+    if (row >= 0) *reinterpret_cast<uint4*>(data + row + c) = bits;
+    to_floats(bits, stored);
+    to_floats(*reinterpret_cast<const uint4*>(with + r * WP + c), w);
+    float sum = 0.f;
+#pragma unroll
+    for (int e = 0; e < E; ++e) sum += w[e] * stored[e];
+#pragma unroll
+    for (int off = kPieces / 2; off > 0; off /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, off);
+    if (c == 0 && row >= 0) dots[dot_at(r)] = sum;
+  }
+}
+
 }  // namespace combiner::attention::fused::cuda_detail

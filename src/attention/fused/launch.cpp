@@ -65,7 +65,8 @@ std::string describe(const fused::Backward& b) {
   return (launches == 1   ? "backward (one CTA per segment): "
           : launches == 3 ? "backward (dk dv, d summaries, dq): "
                           : "backward (dk dv, dq): ") +
-         shape(b.pass) + (b.pools_dq.kind != fused::GradOut::kNone ? ", and their backward" : "");
+         shape(b.pass) + (b.pools_dq.kind != fused::GradOut::kNone ? ", and their backward" : "") +
+         (b.summary_delta ? ", and u's delta" : "") + (b.made_delta ? ", making delta" : "");
 }
 std::string part(const fused::RunningMax& r) {
   return n(fused::running_max_lines(r)) + " lines of " + n(r.n) + (r.reverse ? ", reversed" : "");

@@ -117,7 +117,7 @@ void read_query(Ledger& l, const Backward& bw, const TileIndex& q, Load scalars)
   read_row(l, p.q, query_source_row(p, q.g, q.i), p.dim, es, Load::kTile);
   read_row(l, bw.d_o, row, p.dim, es, Load::kTile);
   l.read(bw.lse, row, acc, 1, scalars);
-  l.read(bw.delta, row, acc, 1, scalars);
+  if (!bw.made_delta) l.read(bw.delta, row, acc, 1, scalars);
 }
 
 // The dk/dv walk of one CTA (backward_dkv_tile in kernel_cpu.cpp, dkv_tile in
@@ -146,6 +146,8 @@ void dkv_walk(Ledger& l, const Backward& bw, Keys keys, int64_t cta, int64_t par
       write_grad(l, bw.dks, k, p);
       write_grad(l, bw.du, v, p);
     }
+    if (bw.summary_delta && bw.summary_delta_of_a == a && keys != Keys::kPrefixSummaries)
+      l.write(bw.summary_delta, v, acc_bytes(p.dtype), 1);  // u's delta
   }
 }
 
@@ -210,6 +212,13 @@ Traffic traffic(const Backward& bw) {
     // One CTA per segment: each source's walk loads its query tile itself; dq comes from the
     // walks' dS and keys, so it loads nothing more.
     for (int64_t cta = 0; cta < query_ctas(p); ++cta) {
+      if (bw.made_delta) {  // its queries' delta: o's rows read, delta written
+        const int64_t es = element_bytes(p.dtype);
+        for (const int64_t row : query_rows(p, cta)) {
+          read_row(l, bw.o, row, p.dim, es, Load::kPlain);
+          l.write(bw.made_delta, row, acc_bytes(p.dtype), 1);
+        }
+      }
       dkv_walk(l, bw, Keys::kSourceA, cta, 0);
       if (p.summaries) dkv_walk(l, bw, Keys::kSegmentSummaries, cta, 0);
       if (bw.pools_dq.kind == GradOut::kNone) {

@@ -1,0 +1,167 @@
+// The backward's deltas made inside the passes rather than by the delta kernel, held to the delta
+// kernel run on the same rows: u's delta in the epilogue that stores u's gradient (fused/kernel.h
+// Backward::summary_delta; vertical's row pass, u its spans' values by segment, or horizontal's
+// suffix pass, u its source A), and o's delta made by the first pass as its query tiles land
+// (Backward::made_delta; vertical's column pass, horizontal's row pass). Each pass's backward runs
+// with and without it. Shared by tests/attention (the CPU model) and tests/emulated (the CUDA
+// source).
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <torch/torch.h>
+
+#include "attention/fused/function.h"
+#include "attention/fused/fused.h"
+#include "attention/fused/kernel.h"
+
+namespace combiner::attention::delta_cases {
+
+struct Case {
+  bool horizontal;
+  int64_t L, W, D;
+  torch::ScalarType dtype;
+};
+
+inline std::string name(const Case& c) {
+  return std::string(c.horizontal ? "horizontal" : "vertical") + " L " + std::to_string(c.L) +
+         " W " + std::to_string(c.W) + " D " + std::to_string(c.D) + " " + c10::toString(c.dtype);
+}
+
+struct Kernels {
+  void (*forward)(const fused::Forward&);
+  void (*backward)(const fused::Backward&);
+  void (*delta)(const fused::Delta&);
+};
+
+struct Result {
+  std::vector<torch::Tensor> without, with;  // dq, dk, dv, dks, du
+  torch::Tensor folded;                      // the pass's delta (NaN where not written)
+  torch::Tensor kernel;                      // the delta kernel's over the same rows
+  int64_t rows = 0;                          // the rows the pass makes delta for (each once)
+};
+
+// One pass of the case's variant over random q, k, v, ks, u, with o and lse from its own forward:
+// its backward without and with a delta of its own (`make`: the made_delta one or u's).
+class PassRun {
+ public:
+  PassRun(const Case& c, const Kernels& kernels, bool made)
+      : c_(c), kernels_(kernels), made_(made) {
+    const auto passes =
+        c.horizontal ? horizontal_joint_passes(c.L, c.W) : vertical_joint_passes(c.L, c.W);
+    for (const auto& p : passes) {
+      const bool plain = !p.summaries && !p.a_from_summaries;
+      const bool reads_u = c.horizontal ? p.a_from_summaries : p.summaries && p.by_segment;
+      if (made ? plain : reads_u) fp_ = p;
+    }
+    of_a_ = c.horizontal && !made;
+    const fused::Geometry u_rows = of_a_ ? fp_.value : fp_.summary_value;
+    rows_ = made ? c.L : u_rows.limit;
+    torch::manual_seed(c.L + c.D);
+    q_ = randn(c.L), k_ = randn(c.L), v_ = randn(c.L), ks_ = randn(rows_), u_ = randn(rows_);
+    d_o_ = randn(c.L);
+    acc_ = torch::TensorOptions().dtype(fused_glue::acc_type(c.dtype));
+    pass_ = fused_glue::make_pass(fp_, q_, k_, v_, ks_, u_, 1.0 / std::sqrt(double(c.D)));
+    fused::Forward f;
+    f.pass = pass_;
+    o_ = torch::zeros_like(q_);
+    lse_ = torch::full({1, 2, c.L}, -INFINITY, acc_);
+    f.o = o_.data_ptr();
+    for (int d = 0; d < 3; ++d) f.o_stride[d] = o_.stride(d);
+    f.lse = lse_.data_ptr();
+    kernels.forward(f);
+    delta_ = delta_of(o_, d_o_);
+    if (made) {
+      rows_read_ = c.L;
+    } else {
+      for (int64_t s = 0; s < u_rows.segments; ++s) rows_read_ += fused::valid_count(u_rows, s);
+    }
+  }
+
+  Result run() {
+    Result r;
+    for (const bool fold : {false, true}) {
+      std::vector<torch::Tensor> g = {torch::zeros_like(q_),
+                                      of_a_ ? torch::zeros_like(ks_) : torch::zeros_like(k_),
+                                      of_a_ ? torch::zeros_like(u_) : torch::zeros_like(v_),
+                                      torch::zeros_like(ks_),
+                                      torch::zeros_like(u_)};
+      fused::Backward bw;
+      bw.pass = pass_;
+      bw.d_o = fused_glue::operand(d_o_);
+      bw.lse = lse_.data_ptr();
+      bw.delta = delta_.data_ptr();
+      bw.dq = fused_glue::grad_out(g[0], fused::GradOut::kStore);
+      bw.dk = fused_glue::grad_out(g[1], fused::GradOut::kStore);
+      bw.dv = fused_glue::grad_out(g[2], fused::GradOut::kStore);
+      if (pass_.summaries) {
+        bw.dks = fused_glue::grad_out(g[3], fused::GradOut::kStore);
+        bw.du = fused_glue::grad_out(g[4], fused::GradOut::kStore);
+      }
+      if (fold) {
+        r.folded = torch::full({1, 2, rows_}, NAN, acc_);
+        if (made_) {
+          bw.delta = bw.made_delta = r.folded.data_ptr();
+          bw.o = fused_glue::operand(o_);
+        } else {
+          bw.summary_delta = r.folded.data_ptr();
+          bw.summary_delta_rows = rows_;
+          bw.summary_delta_of_a = of_a_;
+        }
+      }
+      kernels_.backward(bw);
+      (fold ? r.with : r.without) = g;
+    }
+    r.kernel = made_ ? delta_ : delta_of(u_, of_a_ ? r.with[2] : r.with[4]);
+    r.rows = rows_read_;
+    return r;
+  }
+
+ private:
+  torch::Tensor randn(int64_t n) const { return torch::randn({1, 2, n, c_.D}).to(c_.dtype); }
+  torch::Tensor delta_of(const torch::Tensor& x, const torch::Tensor& dx) const {
+    auto out = torch::full({1, 2, x.size(2)}, NAN, acc_);
+    fused::Delta d;
+    d.batch = 1;
+    d.heads = 2;
+    d.rows = x.size(2);
+    d.dim = c_.D;
+    d.dtype = pass_.dtype;
+    d.o = fused_glue::operand(x);
+    d.d_o = fused_glue::operand(dx);
+    d.delta = out.data_ptr();
+    kernels_.delta(d);
+    return out;
+  }
+
+  Case c_;
+  Kernels kernels_;
+  bool made_, of_a_ = false;
+  FusedPass fp_;
+  fused::Pass pass_;
+  int64_t rows_ = 0, rows_read_ = 0;
+  torch::TensorOptions acc_;
+  torch::Tensor q_, k_, v_, ks_, u_, d_o_, o_, lse_, delta_;
+};
+
+// The checks both test files make: the gradients as without the fold, each row written once and
+// no other, the delta kernel's value to the bit. Returns what failed ("" if nothing).
+inline std::string check(const Case& c, const Kernels& kernels, bool made) {
+  const auto r = PassRun(c, kernels, made).run();
+  std::string failed;
+  for (size_t i = 0; i < r.with.size(); ++i)
+    if (!torch::equal(r.with[i], r.without[i])) failed += " gradient " + std::to_string(i) + ";";
+  const auto written = r.folded.isnan().logical_not();
+  if (written.sum().item<int64_t>() != 2 * r.rows)  // B x H = 2
+    failed += " rows written " + std::to_string(written.sum().item<int64_t>()) + " of " +
+              std::to_string(2 * r.rows) + ";";
+  if (!torch::equal(r.folded.masked_select(written), r.kernel.masked_select(written)))
+    failed += " not the delta kernel's;";
+  if (r.folded.masked_select(written).abs().sum().item<double>() == 0) failed += " all zero;";
+  return failed;
+}
+
+}  // namespace combiner::attention::delta_cases

@@ -1,0 +1,76 @@
+// The backward's deltas made inside the passes (fused/kernel.h Backward::summary_delta, u's, and
+// Backward::made_delta, o's), on the CPU model: the delta kernel's to the bit, each row written
+// once, the passes' gradients as without them; then the delta launches the fused call no longer
+// makes.
+#include <gtest/gtest.h>
+
+#include <vector>
+
+#include "attention/fused/launch.h"
+#include "attention/span_ops.h"
+#include "delta_cases.h"
+#include "pooled_plans.h"
+
+namespace combiner::attention::deltas_test {
+namespace {
+
+using delta_cases::Case;
+
+const delta_cases::Kernels kCpu = {&fused::forward_cpu, &fused::backward_cpu, &fused::delta_cpu};
+
+TEST(PassDeltas, UsIsTheDeltaKernelsBitForBit) {
+  const std::vector<Case> cases = {
+      {false, 72, 8, 32, torch::kFloat},        // rows of 8, packed eight to a tile
+      {false, 200, 40, 64, torch::kBFloat16},   // one CTA per row
+      {false, 200, 40, 128, torch::kBFloat16},  // D 128: the dk/dv walk apart from dq
+      {false, 216, 72, 64, torch::kBFloat16},   // 72 spans a row: two tiles of them
+      {false, 90, 9, 16, torch::kDouble},
+      {true, 200, 40, 64, torch::kBFloat16},  // u as source A
+      {true, 96, 12, 32, torch::kFloat},      // packed
+      {true, 200, 40, 128, torch::kBFloat16}};
+  for (const auto& c : cases)
+    EXPECT_EQ(delta_cases::check(c, kCpu, false), "") << delta_cases::name(c);
+}
+
+TEST(PassDeltas, OsIsTheDeltaKernelsBitForBit) {
+  const std::vector<Case> cases = {
+      {false, 200, 40, 64, torch::kBFloat16},  // columns of 5: packed
+      {false, 1280, 20, 32, torch::kFloat},    // columns of 64: one tile each
+      {true, 200, 40, 64, torch::kBFloat16},   // rows of 40
+      {true, 200, 40, 128, torch::kBFloat16},  // D 128: two walk tiles a row
+      {true, 96, 12, 16, torch::kDouble}};     // packed
+  for (const auto& c : cases)
+    EXPECT_EQ(delta_cases::check(c, kCpu, true), "") << delta_cases::name(c);
+}
+
+// In the call: o's delta made by its first backward pass (vertical's column pass, horizontal's
+// row pass: one CTA per segment, every row once), u's by the passes that store u's gradient
+// (vertical's row pass, horizontal's suffix pass and column pass; horizontal's prefix half, whose
+// spans skip each row's last column, zero-fills its delta first): no delta launch.
+TEST(PassDeltas, TheAxialCallsLaunchNoDelta) {
+  const int64_t L = 392, W = 48, D = 32;
+  for (const bool horizontal : {false, true}) {
+    torch::manual_seed(3);
+    const auto plan =
+        horizontal ? pooled_plans::horizontal(L, W, true) : pooled_plans::vertical(L, W, true);
+    auto q = torch::randn({1, 2, L, D}).requires_grad_(), k = torch::randn({1, 2, L, D}),
+         v = torch::randn({1, 2, L, D});
+    fused_launch::LaunchTimes timer;
+    const auto o = fused_attention_with_local(
+        q, k, v, {}, {}, plan.local, plan.joint, score_scale(D), plan.pools);
+    o.sum().backward();
+    int deltas = 0, made = 0, of_u = 0;
+    for (const auto& t : timer.times()) {
+      deltas += t.what.rfind("delta", 0) == 0;
+      made += t.what.find(", making delta") != std::string::npos;
+      of_u += t.what.find(", and u's delta") != std::string::npos;
+    }
+    const std::string name = horizontal ? "horizontal" : "vertical";
+    EXPECT_EQ(deltas, 0) << name;
+    EXPECT_EQ(made, 1) << name;
+    EXPECT_EQ(of_u, horizontal ? 2 : 1) << name;
+  }
+}
+
+}  // namespace
+}  // namespace combiner::attention::deltas_test

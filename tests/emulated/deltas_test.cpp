@@ -1,0 +1,53 @@
+// The backward's deltas made inside the passes (fused/kernel.h Backward::summary_delta, u's, and
+// Backward::made_delta, o's), on the CUDA kernels' source: the emulated delta kernel's to the bit
+// (the same pieces and shuffles), each row written once, and the passes' gradients as without
+// them, under both schedules of the emulator's threads.
+#include <gtest/gtest.h>
+
+#include <vector>
+
+#include "attention/delta_cases.h"
+#include "simt/emulator.h"
+
+namespace combiner::attention::emulated_deltas_test {
+namespace {
+
+using delta_cases::Case;
+
+const delta_cases::Kernels kCuda = {
+    [](const fused::Forward& f) { fused::forward_cuda(f, nullptr); },
+    [](const fused::Backward& b) { fused::backward_cuda(b, nullptr); },
+    [](const fused::Delta& d) { fused::delta_cuda(d, nullptr); }};
+
+void check_both_schedules(const std::vector<Case>& cases, bool made) {
+  for (const auto& c : cases)
+    for (const auto schedule : {simt::Schedule::kForward, simt::Schedule::kReverse}) {
+      const simt::ScheduleScope scope(schedule);
+      const int64_t before = simt::launches();
+      EXPECT_EQ(delta_cases::check(c, kCuda, made), "") << delta_cases::name(c);
+      EXPECT_GT(simt::launches(), before) << delta_cases::name(c) << ": no kernel was emulated";
+    }
+}
+
+TEST(SimtPassDeltas, UsIsTheDeltaKernelsBitForBit) {
+  check_both_schedules({{false, 72, 8, 32, torch::kFloat},
+                        {false, 200, 40, 64, torch::kBFloat16},
+                        {false, 200, 40, 128, torch::kBFloat16},
+                        {false, 216, 72, 64, torch::kBFloat16},
+                        {true, 200, 40, 64, torch::kBFloat16},
+                        {true, 96, 12, 32, torch::kFloat},
+                        {true, 200, 40, 128, torch::kBFloat16}},
+                       false);
+}
+
+TEST(SimtPassDeltas, OsIsTheDeltaKernelsBitForBit) {
+  check_both_schedules({{false, 200, 40, 64, torch::kBFloat16},
+                        {false, 1280, 20, 32, torch::kFloat},
+                        {true, 200, 40, 64, torch::kBFloat16},
+                        {true, 200, 40, 128, torch::kBFloat16},
+                        {true, 96, 12, 32, torch::kFloat}},
+                       true);
+}
+
+}  // namespace
+}  // namespace combiner::attention::emulated_deltas_test
