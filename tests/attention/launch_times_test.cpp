@@ -43,11 +43,11 @@ TEST(LaunchTimes, RecordsEveryCallInOrder) {
   EXPECT_EQ(kernels, fused_kernel_launches() - before);
   // Forward: the local pass that makes u, and with it the pools (ks from k, written; qs from q,
   // in its tiles alone: each column is one tile), the joint passes. Backward: the column pass,
-  // which reads no summary and makes delta from o and d_o as its tiles land; then the summary slots, which were not kept: u and ks made again by
-  // the local pass, the row pass with its spans, the local pass (its queries pooled again in
-  // its tiles, the pools' backward in its epilogue), whose delta the row pass makes as it stores
-  // u's gradient. Each pass's segments fit one tile: its backward is one launch (kernel.h
-  // segment_backward).
+  // which reads no summary and makes delta from o and d_o as its tiles land; then the summary
+  // slots, which were not kept: u and ks made again by the local pass, the row pass with its
+  // spans, the local pass (its queries pooled again in its tiles, the pools' backward in its
+  // epilogue), whose delta the row pass makes as it stores u's gradient. Each pass's segments
+  // fit one tile: its backward is one launch (kernel.h segment_backward).
   const std::string local = "queries 8 x 7, keys 8 x 7, causal, running max pools in its tiles";
   const std::string row = "queries 8 x 8, keys 8 x 8, causal, + summaries 8 x 8, others";
   const std::string column = "queries 8 x 8, keys 8 x 8, strict";

@@ -14,7 +14,6 @@
 
 namespace combiner::attention::fused::cuda_detail {
 
-
 // Q and dO (two stages), K and V, lse, delta and the per-query rows and (by prefix) summary
 // counts (two stages of each), the fp32 path's scratch; packed, each key's segment, index and
 // its segment's query count.
