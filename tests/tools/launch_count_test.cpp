@@ -78,7 +78,10 @@ TEST(LaunchCount, FusedKernelsCountAsTheGpuLaunchesThem) {
 // bytes allocated twice, instead of kept between forward and backward; and made there a summary
 // group at a time, qs made a third time after the joint passes, which lowered their backward's
 // peak from five tensors of ks's size (vertical) and ten of half its size (horizontal, whose
-// groups are its two halves) beside o and the gradients of q, k and v, to four of a group's.)
+// groups are its two halves) beside o and the gradients of q, k and v, to four of a group's.
+// Rowmajor's peak also takes u's delta, a float per row of u, since the joint pass that stores
+// u's gradient makes it, which is allocated before that pass where a delta launch allocated it
+// after: one launch and a read of u and its gradient fewer.)
 TEST(LaunchCount, FusedVariantsStayWithinTheirBounds) {
   struct Bound {
     int64_t launches;
@@ -86,9 +89,9 @@ TEST(LaunchCount, FusedVariantsStayWithinTheirBounds) {
   };
   const std::map<std::string, Bound> bounds = {
       {"combiner-fixed", {14, 0.1457, 0.1456}},
-      {"combiner-axial-rowmajor", {16, 0.2649, 0.2612}},
-      {"combiner-axial-vertical", {13, 0.3981, 0.2498}},
-      {"combiner-axial-horizontal", {26, 0.6673, 0.2498}},
+      {"combiner-axial-rowmajor", {15, 0.2649, 0.2631}},
+      {"combiner-axial-vertical", {7, 0.3102, 0.2498}},
+      {"combiner-axial-horizontal", {18, 0.4915, 0.2498}},
   };
   for (const auto& [variant, bound] : bounds) {
     attention::BenchCase c;

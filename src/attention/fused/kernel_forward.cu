@@ -10,8 +10,8 @@
 // Cost at combiner-bench attention's GPU shape (B = 8, H = 8, L = 12288, D = 64, bf16; s = W =
 // 96, n = 128), the floor each variant is measured against. The bytes are counted per launch
 // from the plans (fused/traffic.h: --count's kernel_mib, --profile's table; docs/PERFORMANCE.md,
-// "Bytes each launch moves"): fixed 2,430 MiB, rowmajor 4,154, vertical 6,823, horizontal 11,598,
-// floors of 0.53, 0.91, 1.49 and 2.53 ms at an H200's 4.8 TB/s. The estimates by hand:
+// "Bytes each launch moves"): fixed 2,430 MiB, rowmajor 3,962, vertical 6,632, horizontal 11,217,
+// floors of 0.53, 0.87, 1.45 and 2.45 ms at an H200's 4.8 TB/s. The estimates by hand:
 // combiner-fixed, per query: its block prefix (48 keys on average) + g summaries (63.5 on
 // average) = ~112 terms x 64 x 2 products x 2 FLOP = 28.7 kFLOP; x 786k queries = 23 GFLOP.
 // Bytes: q, k, v read and o written once = 4 x 101 MB, plus K/V read again by the second (32-row)
@@ -33,7 +33,8 @@
 // 8): ~9.4 GB, ~2.0 ms at an H200's ~4.8 TB/s; measured 8.77 ms there with the earlier plan
 // (three joint passes, summaries kept), 4.5x this floor, against flash's 9.84 ms. At L 3072
 // (columns of 63 rows, one tile each) its local pass makes the pools in its tiles (Pass::pooled)
-// and its backward takes their backward: 1,366.8 MiB per call at B 8 x 8, a floor of 0.30 ms.
+// and its backward takes their backward, and the backward's deltas are made in its passes
+// (Backward::made_delta, summary_delta): 1,294.8 MiB per call at B 8 x 8, a floor of 0.28 ms.
 
 #include <stdexcept>
 #include <string>
