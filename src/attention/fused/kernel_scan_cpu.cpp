@@ -4,6 +4,7 @@
 // kernel_cpu.cpp.
 #include "attention/fused/cpu_dispatch.h"
 #include "attention/fused/kernel.h"
+#include "attention/fused/kernel_cpu.h"
 
 #include <cstdint>
 
@@ -42,27 +43,23 @@ void running_max_backward_all(const RunningMax& r) {
     const int64_t x0 = running_max_start(r, r.x_at, line);
     const int64_t y0 = running_max_start(r, r.y_at, line);
     const int64_t d0 = running_max_start(r, r.dx_at, line);
-    // Step t's gradient: `sum` stored, or added to what dx holds.
-    const auto put = [&](int64_t t, T sum) {
-      S& out = dx[d0 + t * r.dx_at.step_stride];
+    // Scan step k's gradient: `sum` stored, or added to what dx holds.
+    const auto put = [&](int64_t k, T sum) {
+      S& out = dx[d0 + running_max_step(r, k) * r.dx_at.step_stride];
       out = to_storage<S, T>(r.accumulate ? to_math<S, T>(out) + sum : sum);
     };
-    T best = 0, sum = 0;
-    int64_t at = 0;  // the step holding the running max
-    for (int64_t k = 0; k < r.n; ++k) {
-      const int64_t t = running_max_step(r, k);
-      const T v = to_math<S, T>(x[x0 + t * r.x_at.step_stride]);
-      if (running_max_takes(k, v, best)) {
-        if (k > 0) put(at, sum);
-        best = v;
-        at = t;
-        sum = 0;
-      } else if (!r.accumulate) {
-        put(t, T(0));
-      }
-      sum += to_math<S, T>(dy[y0 + t * r.y_at.step_stride]);
-    }
-    if (r.n > 0) put(at, sum);
+    running_max_backward_line<T>(
+        r.n,
+        [&](int64_t k) {
+          return to_math<S, T>(x[x0 + running_max_step(r, k) * r.x_at.step_stride]);
+        },
+        [&](int64_t k) {
+          return to_math<S, T>(dy[y0 + running_max_step(r, k) * r.y_at.step_stride]);
+        },
+        put,
+        [&](int64_t k) {
+          if (!r.accumulate) put(k, T(0));
+        });
   }
 }
 
