@@ -28,16 +28,15 @@ __host__ __device__ constexpr size_t dkv_smem() {
 constexpr int kDsPitch = kKeyTile + 4;
 
 // Backward::made_delta: delta = d_o . o for each of a walk tile's ROWS queries (row(i): its row
-// of o and d_o, or -1), d_o as the tile holds it, o's row read here, in the delta kernel's pieces,
-// products and shuffles (kernel_forward.cu); into the tile's deltas (0 where no row) and
-// made[row] for the passes after this one.
+// of o and d_o, or -1), d_o as the tile holds it, o's row read here, summed as the delta kernel
+// sums it (piece_dot); into the tile's deltas (0 where no row) and made[row] for the passes after
+// this one.
 template <typename T, int D, int ROWS, typename RowFn>
 __device__ __forceinline__ void make_deltas(
     const T* d_o_tile, const T* o0, int64_t o_row, RowFn row, float* deltas, float* made) {
   constexpr int E = 16 / int(sizeof(T)), kPieces = D / E, P = pitch<T, D>();
   constexpr int kPerThread = ROWS * kPieces / kThreads;
-  static_assert(ROWS * kPieces % kThreads == 0 && 32 % kPieces == 0,
-                "whole pieces per thread, a row's pieces in one warp");
+  static_assert(ROWS * kPieces % kThreads == 0, "whole pieces per thread");
   int64_t at[kPerThread];
   uint4 bits[kPerThread];
 #pragma unroll
@@ -53,11 +52,7 @@ __device__ __forceinline__ void make_deltas(
     float o[E], d_o[E];
     to_floats(bits[i], o);
     to_floats(*reinterpret_cast<const uint4*>(d_o_tile + r * P + c), d_o);
-    float sum = 0.f;
-#pragma unroll
-    for (int e = 0; e < E; ++e) sum += o[e] * d_o[e];
-#pragma unroll
-    for (int off = kPieces / 2; off > 0; off /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, off);
+    const float sum = piece_dot<kPieces>(o, d_o);
     if (c == 0) {
       deltas[r] = at[i] >= 0 ? sum : 0.f;
       if (at[i] >= 0) made[at[i]] = sum;

@@ -77,6 +77,33 @@ __device__ __forceinline__ uint4 from_floats(const float (&x)[4]) {
       __float_as_uint(x[0]), __float_as_uint(x[1]), __float_as_uint(x[2]), __float_as_uint(x[3]));
 }
 
+// The E floats of a staged tile row's piece at `src` (16-byte aligned).
+template <int E>
+__device__ __forceinline__ void load_staged(const float* src, float (&x)[E]) {
+#pragma unroll
+  for (int e = 0; e < E; e += 4) {
+    const float4 v = *reinterpret_cast<const float4*>(src + e);
+    x[e] = v.x;
+    x[e + 1] = v.y;
+    x[e + 2] = v.z;
+    x[e + 3] = v.w;
+  }
+}
+
+// A row's dot product a . b in 16-byte pieces, LANES consecutive threads a row, as the delta
+// kernel (kernel_forward.cu) sums one: each thread's products of its piece in turn, then across
+// the row's threads by shuffles. Every thread of the warp calls it; each gets its row's sum.
+template <int LANES, int E>
+__device__ __forceinline__ float piece_dot(const float (&a)[E], const float (&b)[E]) {
+  static_assert(32 % LANES == 0, "a row's pieces in one warp");
+  float sum = 0.f;
+#pragma unroll
+  for (int e = 0; e < E; ++e) sum += a[e] * b[e];
+#pragma unroll
+  for (int off = LANES / 2; off > 0; off /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, off);
+  return sum;
+}
+
 // Writes tile row r to data + offset(r) (elements; skipped where negative) as
 // tile[r] + weight[r] x earlier[r], earlier read at the same offset of `earlier` (T; none where
 // null). Every piece's earlier value is loaded before any piece is stored, so `earlier` may be
@@ -105,15 +132,7 @@ __device__ __forceinline__ void write_rows(
     float x[E], prev[E];
     to_floats(before[i], prev);
     const float w = weight ? weight[r] : 1.f;
-    const float* src = tile + r * P + c;
-#pragma unroll
-    for (int e = 0; e < E; e += 4) {
-      const float4 v = *reinterpret_cast<const float4*>(src + e);
-      x[e] = v.x;
-      x[e + 1] = v.y;
-      x[e + 2] = v.z;
-      x[e + 3] = v.w;
-    }
+    load_staged(tile + r * P + c, x);
     if (earlier) {
 #pragma unroll
       for (int e = 0; e < E; ++e) x[e] += w * prev[e];
@@ -160,9 +179,7 @@ __device__ __forceinline__ void write_gradient(float* tile,
 // write_gradient's kStore path with no addend that also takes the dot product of each row, as
 // stored, with tile row r's row of `with` (T in shared memory, pitch<T, D>() apart: the values
 // whose gradient this is), into dots[dot_at(r)] (skipped where negative; kernel.h
-// Backward::summary_delta). A row's pieces are consecutive threads' (whole rows in one warp):
-// each sums its products in turn, then they are summed across by shuffles, as the delta kernel
-// (kernel_forward.cu) sums a row of o and d_o.
+// Backward::summary_delta), summed as the delta kernel sums a row of o and d_o (piece_dot).
 template <typename T, int D, typename OffsetFn, typename DotFn>
 __device__ __forceinline__ void write_gradient_dot(float* tile,
                                                    const GradOut& out,
@@ -174,8 +191,7 @@ __device__ __forceinline__ void write_gradient_dot(float* tile,
                                                    DotFn dot_at) {
   constexpr int E = 16 / int(sizeof(T)), kPieces = D / E;
   constexpr int kPerThread = kStagedRows * kPieces / kThreads;
-  static_assert(kStagedRows * kPieces % kThreads == 0 && 32 % kPieces == 0,
-                "whole pieces per thread, a row's pieces in one warp");
+  static_assert(kStagedRows * kPieces % kThreads == 0, "whole pieces per thread");
   constexpr int P = stage_pitch<D>(), WP = pitch<T, D>();
   __syncthreads();  // the tile's shared memory is free (and an earlier write_rows has read it)
   if (active) stage_rows<D>(tile, threadIdx.x / 32, acc, {1.f, 1.f});
@@ -186,24 +202,12 @@ __device__ __forceinline__ void write_gradient_dot(float* tile,
     const int piece = threadIdx.x + i * kThreads, r = piece / kPieces, c = piece % kPieces * E;
     const int64_t row = offset(r);
     float x[E], stored[E], w[E];
-    const float* src = tile + r * P + c;
-#pragma unroll
-    for (int e = 0; e < E; e += 4) {
-      const float4 v = *reinterpret_cast<const float4*>(src + e);
-      x[e] = v.x;
-      x[e + 1] = v.y;
-      x[e + 2] = v.z;
-      x[e + 3] = v.w;
-    }
+    load_staged(tile + r * P + c, x);
     const uint4 bits = from_floats(x);
     if (row >= 0) *reinterpret_cast<uint4*>(data + row + c) = bits;
     to_floats(bits, stored);
     to_floats(*reinterpret_cast<const uint4*>(with + r * WP + c), w);
-    float sum = 0.f;
-#pragma unroll
-    for (int e = 0; e < E; ++e) sum += w[e] * stored[e];
-#pragma unroll
-    for (int off = kPieces / 2; off > 0; off /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, off);
+    const float sum = piece_dot<kPieces>(w, stored);
     if (c == 0 && row >= 0) dots[dot_at(r)] = sum;
   }
 }

@@ -347,11 +347,7 @@ __global__ void __launch_bounds__(kThreads) delta_kernel(const Delta d) {
     float o[kVec], d_o[kVec];
     to_floats(x[i], o);
     to_floats(y[i], d_o);
-    float sum = 0.f;
-#pragma unroll
-    for (int e = 0; e < kVec; ++e) sum += o[e] * d_o[e];
-#pragma unroll
-    for (int off = kLanes / 2; off > 0; off /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, off);
+    const float sum = piece_dot<kLanes>(o, d_o);
     const int64_t r = r0 + i * kApart;
     if (piece == 0 && r < d.rows) delta[r] = sum;
   }
