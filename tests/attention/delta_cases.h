@@ -45,7 +45,7 @@ struct Result {
 };
 
 // One pass of the case's variant over random q, k, v, ks, u, with o and lse from its own forward:
-// its backward without and with a delta of its own (`make`: the made_delta one or u's).
+// its backward without and with a delta of its own (`made`: o's, Backward::made_delta; else u's).
 class PassRun {
  public:
   PassRun(const Case& c, const Kernels& kernels, bool made)

@@ -276,8 +276,7 @@ tensor_list FusedFunction::backward(AutogradContext* ctx, tensor_list grads) {
   // Where the first step reads no slot and its queries, one CTA per segment, are every row of o
   // once, it makes delta itself as its query tiles land (Backward::made_delta): no delta launch.
   const bool first_makes_delta =
-      total > 0 && steps[0].group < 0 && !steps[0].plan.summaries &&
-      covers(steps[0].plan.query, o.size(2)) &&
+      total > 0 && steps[0].group < 0 && covers(steps[0].plan.query, o.size(2)) &&
       fused::segment_backward(make_pass(steps[0].plan, q, k, v, {}, {}, scale));
   const auto delta = first_makes_delta ? torch::empty_like(lse) : row_delta(o, d_o, lse);
   // The local passes read q itself (no query-side pool, no qs given); else qs, or q pooled in

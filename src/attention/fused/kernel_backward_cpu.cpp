@@ -155,12 +155,11 @@ void backward_dkv_tile(
       write_grad<S>(bw.dks, p, b, h, k_row, &dk[c * D]);
       write_grad<S>(bw.du, p, b, h, v_row, &dv[c * D]);
     }
-    if (bw.summary_delta && bw.summary_delta_of_a == a &&
-        !prefix) {  // u . du as stored: delta_all's dot
+    if (bw.summary_delta && bw.summary_delta_of_a == a && !prefix) {  // u . du as stored
       const GradOut& du = a ? bw.dv : bw.du;
       const Operand stored{du.data, du.stride[0], du.stride[1], du.stride[2]};
       static_cast<T*>(bw.summary_delta)[(b * p.heads + h) * bw.summary_delta_rows + v_row] =
-          dot(&kt.v[c * D], row_of_head<S, T>(stored, b, h, v_row, D).data(), D);
+          row_delta<S, T>(a ? p.v : p.u, stored, b, h, v_row, D);
     }
   }
 }
@@ -174,9 +173,7 @@ void make_delta_tile(const Backward& bw, int64_t b, int64_t h, int64_t cta) {
     if (!q.valid) continue;
     const int64_t row = row_of(p.query, q.g, q.i);
     static_cast<T*>(bw.made_delta)[(b * p.heads + h) * p.query.limit + row] =
-        dot(row_of_head<S, T>(bw.o, b, h, row, p.dim).data(),
-            row_of_head<S, T>(bw.d_o, b, h, row, p.dim).data(),
-            p.dim);
+        row_delta<S, T>(bw.o, bw.d_o, b, h, row, p.dim);
   }
 }
 

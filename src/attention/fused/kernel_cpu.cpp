@@ -106,9 +106,7 @@ void delta_all(const Delta& d) {
     for (int64_t h = 0; h < d.heads; ++h)
       for (int64_t r = 0; r < d.rows; ++r)
         static_cast<T*>(d.delta)[(b * d.heads + h) * d.rows + r] =
-            dot(row_of_head<S, T>(d.o, b, h, r, d.dim).data(),
-                row_of_head<S, T>(d.d_o, b, h, r, d.dim).data(),
-                d.dim);
+            row_delta<S, T>(d.o, d.d_o, b, h, r, d.dim);
 }
 
 }  // namespace cpu_model

@@ -183,6 +183,14 @@ inline bool query_rows(const Pass& p, int64_t cta, std::vector<TileIndex>& rows)
   return any;
 }
 
+// Delta of row `row` of head (b, h): sum_d x[d] * dx[d] (the delta kernel's value; the passes
+// that make delta themselves take the same).
+template <typename S, typename T>
+T row_delta(const Operand& x, const Operand& dx, int64_t b, int64_t h, int64_t row, int64_t D) {
+  return dot(
+      row_of_head<S, T>(x, b, h, row, D).data(), row_of_head<S, T>(dx, b, h, row, D).data(), D);
+}
+
 // The running max's backward down one line of n steps k (RunningMax's rule, ties and NaN
 // included): x(k) the line's values in scan order, dy(k) its output gradient. The sum of dy
 // over the steps whose max is x(k) goes to taken(k, sum) at each step k that takes the running
