@@ -9,8 +9,10 @@ attention::fused_launch::HostKernels attention_kernels() {
   namespace f = attention::fused;
   attention::fused_launch::HostKernels k;
   k.forward = &f::forward_cuda;
+  k.forward_pair = &f::forward_pair_cuda;
   k.delta = &f::delta_cuda;
   k.backward = &f::backward_cuda;
+  k.backward_pair = &f::backward_pair_cuda;
   k.running_max_forward = &f::running_max_forward_cuda;
   k.running_max_backward = &f::running_max_backward_cuda;
   k.segment_max_forward = &f::segment_max_forward_cuda;

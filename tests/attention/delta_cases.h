@@ -2,7 +2,8 @@
 // kernel run on the same rows: u's delta in the epilogue that stores u's gradient (fused/kernel.h
 // Backward::summary_delta; vertical's row pass, u its spans' values by segment, or horizontal's
 // suffix pass, u its source A), and o's delta made by the first pass as its query tiles land
-// (Backward::made_delta; vertical's column pass, horizontal's row pass). Each pass's backward runs
+// (Backward::made_delta; vertical's row pass and horizontal's column pass, whose second source's
+// walk reads it back, or a pass of one source). Each pass's backward runs
 // with and without it. Shared by tests/attention (the CPU model) and tests/emulated (the CUDA
 // source).
 #pragma once
@@ -24,11 +25,13 @@ struct Case {
   bool horizontal;
   int64_t L, W, D;
   torch::ScalarType dtype;
+  bool spans = false;  // o's delta made by the pass that reads the spans by segment
 };
 
 inline std::string name(const Case& c) {
   return std::string(c.horizontal ? "horizontal" : "vertical") + " L " + std::to_string(c.L) +
-         " W " + std::to_string(c.W) + " D " + std::to_string(c.D) + " " + c10::toString(c.dtype);
+         " W " + std::to_string(c.W) + " D " + std::to_string(c.D) + " " + c10::toString(c.dtype) +
+         (c.spans ? ", the spans' pass" : "");
 }
 
 struct Kernels {
@@ -55,7 +58,8 @@ class PassRun {
     for (const auto& p : passes) {
       const bool plain = !p.summaries && !p.a_from_summaries;
       const bool reads_u = c.horizontal ? p.a_from_summaries : p.summaries && p.by_segment;
-      if (made ? plain : reads_u) fp_ = p;
+      const bool by_segment = p.summaries && p.by_segment;
+      if (made ? (c.spans ? by_segment : plain) : reads_u) fp_ = p;
     }
     of_a_ = c.horizontal && !made;
     const fused::Geometry u_rows = of_a_ ? fp_.value : fp_.summary_value;

@@ -38,13 +38,17 @@ TEST(PassDeltas, OsIsTheDeltaKernelsBitForBit) {
       {false, 1280, 20, 32, torch::kFloat},    // columns of 64: one tile each
       {true, 200, 40, 64, torch::kBFloat16},   // rows of 40
       {true, 200, 40, 128, torch::kBFloat16},  // D 128: two walk tiles a row
-      {true, 96, 12, 16, torch::kDouble}};     // packed
+      {true, 96, 12, 16, torch::kDouble},      // packed
+      // Made by the pass that reads the spans, which its second walk reads back:
+      {false, 200, 40, 64, torch::kBFloat16, true},  // vertical's rows of 40
+      {false, 72, 8, 32, torch::kFloat, true},       // rows of 8: packed
+      {true, 200, 40, 64, torch::kBFloat16, true}};  // horizontal's columns of 5: packed
   for (const auto& c : cases)
     EXPECT_EQ(delta_cases::check(c, kCpu, true), "") << delta_cases::name(c);
 }
 
-// In the call: o's delta made by its first backward pass (vertical's column pass, horizontal's
-// row pass: one CTA per segment, every row once), u's by the passes that store u's gradient
+// In the call: o's delta made by its first backward pass (vertical's row pass, horizontal's
+// column pass: one CTA per segment, every row once), u's by the passes that store u's gradient
 // (vertical's row pass, horizontal's suffix pass and column pass; horizontal's prefix half, whose
 // spans skip each row's last column, zero-fills its delta first): no delta launch.
 TEST(PassDeltas, TheAxialCallsLaunchNoDelta) {

@@ -115,8 +115,11 @@ TEST(PooledPass, MovesFourteenSlotsFewer) {
   const double slot = 2.0 * 2 * spans * W * D * 4;  // B x H x rows x D floats
   EXPECT_DOUBLE_EQ(bytes(vertical, false) - bytes(vertical, true), 14 * slot);
   // Horizontal: the same for each of its prefix and suffix summaries, its forward's pool launch
-  // making both at once.
-  EXPECT_DOUBLE_EQ(bytes(horizontal, false) - bytes(horizontal, true), 28 * slot);
+  // making both at once; and four more where its row pass and its prefix pass run in one launch
+  // each way (fused::ForwardPair, BackwardPair): the pooled prefix pass reads q's rows that the
+  // row pass has just read (forward and backward) and adds into the dq rows it has just read and
+  // written (backward), where the scans' plan reads qs and stores qs's gradient.
+  EXPECT_DOUBLE_EQ(bytes(horizontal, false) - bytes(horizontal, true), 32 * slot);
 }
 
 // The variants take pooled passes where each column (vertical) or row (horizontal) is one tile,

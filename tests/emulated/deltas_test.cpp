@@ -45,7 +45,10 @@ TEST(SimtPassDeltas, OsIsTheDeltaKernelsBitForBit) {
                         {false, 1280, 20, 32, torch::kFloat},
                         {true, 200, 40, 64, torch::kBFloat16},
                         {true, 200, 40, 128, torch::kBFloat16},
-                        {true, 96, 12, 32, torch::kFloat}},
+                        {true, 96, 12, 32, torch::kFloat},
+                        {false, 200, 40, 64, torch::kBFloat16, true},
+                        {false, 72, 8, 32, torch::kFloat, true},
+                        {true, 200, 40, 64, torch::kBFloat16, true}},
                        true);
 }
 

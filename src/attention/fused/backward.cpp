@@ -221,7 +221,39 @@ struct Step {
   size_t index = 0;
   int group = -1;
   FusedPass plan;
+  bool paired = false;  // a joint pass run in the launch of the local step after it
 };
+
+// Whether joint step `a`, reading no slot, and local step `b` may run in one launch
+// (fused::pairable), judged from their plans: b's pools' backward in its epilogue where it pools
+// on chip (the glue may still decide otherwise; the launch checks again).
+bool may_pair(const Step& a, const Step& b, const torch::Tensor& q, double scale) {
+  fused::Backward first, second;
+  first.pass = make_pass(a.plan, q, q, q, {}, {}, scale);
+  second.pass = make_pass(b.plan, q, q, q, {}, {}, scale);
+  if (b.plan.pooled) second.pools_dq.kind = GradOut::kStore;
+  return fused::pairable(first, second);
+}
+
+// Joint passes reading no slot that pair with a local pass (vertical's column pass with its
+// local pass, one CTA per column each) move to just before it, to run in its launch: after the
+// group's joint passes, since the local pass's d_o is u's gradient, which they make.
+void pair_steps(std::vector<Step>& steps, const torch::Tensor& q, double scale) {
+  for (size_t l = 0; l < steps.size(); ++l) {
+    if (!steps[l].local || (l > 0 && steps[l - 1].paired)) continue;
+    for (size_t a = 0; a < l; ++a) {
+      if (steps[a].local || steps[a].group >= 0 || steps[a].paired ||
+          !may_pair(steps[a], steps[l], q, scale))
+        continue;
+      Step moved = steps[a];
+      moved.paired = true;
+      moved.group = steps[l].group;
+      steps.erase(steps.begin() + std::ptrdiff_t(a));
+      steps.insert(steps.begin() + std::ptrdiff_t(l - 1), moved);
+      break;
+    }
+  }
+}
 
 // The backward's readers of one gradient: (step, the geometry it writes through).
 using Readers = std::vector<std::pair<size_t, fused::Geometry>>;
@@ -272,12 +304,14 @@ tensor_list FusedFunction::backward(AutogradContext* ctx, tensor_list grads) {
     for (size_t j = 0; !g.joint.empty() && j < g.local.size(); ++j)
       steps.push_back({true, j, int(gi), g.local[j]});
   }
+  pair_steps(steps, q, scale);
   const size_t total = steps.size();
-  // Where the first step reads no slot and its queries, one CTA per segment, are every row of o
+  // Where the first step is a joint pass whose queries, one CTA per segment, are every row of o
   // once, it makes delta itself as its query tiles land (Backward::made_delta): no delta launch.
+  // (Its slots stand in for the check: only their geometry counts.)
   const bool first_makes_delta =
-      total > 0 && steps[0].group < 0 && covers(steps[0].plan.query, o.size(2)) &&
-      fused::segment_backward(make_pass(steps[0].plan, q, k, v, {}, {}, scale));
+      total > 0 && !steps[0].local && !steps[0].paired && covers(steps[0].plan.query, o.size(2)) &&
+      fused::segment_backward(make_pass(steps[0].plan, q, k, v, k, v, scale));
   const auto delta = first_makes_delta ? torch::empty_like(lse) : row_delta(o, d_o, lse);
   // The local passes read q itself (no query-side pool, no qs given); else qs, or q pooled in
   // their tiles (FusedPass::pooled), whose gradient is qs's all the same.
@@ -329,13 +363,15 @@ tensor_list FusedFunction::backward(AutogradContext* ctx, tensor_list grads) {
        dv = slot_grad(v, v_uses, total, false, homes[2]);
 
   // One joint step over the slots ks and u (undefined where it reads none), writing their
-  // gradients through dks and du.
-  const auto run_joint = [&](size_t s,
-                             const torch::Tensor& ks_g,
-                             const torch::Tensor& u_g,
-                             const Grad& dks,
-                             const Grad& du,
-                             const torch::Tensor& u_delta) {
+  // gradients through dks and du; `slabs`, where its segments share key rows, the buffer it
+  // writes dk into, which run_joint sums after it.
+  const auto joint_backward = [&](size_t s,
+                                  const torch::Tensor& ks_g,
+                                  const torch::Tensor& u_g,
+                                  const Grad& dks,
+                                  const Grad& du,
+                                  const torch::Tensor& u_delta,
+                                  torch::Tensor& slabs) {
     const auto& p = steps[s].plan;
     fused::Backward bw;
     bw.pass = make_pass(p, q, k, v, ks_g, u_g, scale);
@@ -350,7 +386,6 @@ tensor_list FusedFunction::backward(AutogradContext* ctx, tensor_list grads) {
     // dk/dv kernel writes every valid key row of a segment, seen by a query or not, so where a
     // segment's keys are all of rows 0..limit-1 every row of its slab is written.
     const auto& key = p.key;
-    torch::Tensor slabs;
     if (bw.dk.kind == GradOut::kAtomic && key.seg_stride == 0 && key.segments > 1) {
       const bool written = key.first == 0 && key.row_stride == 1 && key.seg_len >= key.limit;
       const std::vector<int64_t> shape{B, H, key.segments * key.limit, D};
@@ -374,8 +409,19 @@ tensor_list FusedFunction::backward(AutogradContext* ctx, tensor_list grads) {
       bw.summary_delta_rows = u_delta.size(2);
       bw.summary_delta_of_a = p.a_from_summaries;
     }
-    fused_launch::backward(q, bw);
+    return bw;
+  };
+  const auto run_joint = [&](size_t s,
+                             const torch::Tensor& ks_g,
+                             const torch::Tensor& u_g,
+                             const Grad& dks,
+                             const Grad& du,
+                             const torch::Tensor& u_delta) {
+    torch::Tensor slabs;
+    fused_launch::backward(q, joint_backward(s, ks_g, u_g, dks, du, u_delta, slabs));
     if (slabs.defined()) {
+      const auto& key = steps[s].plan.key;
+      const Grad& key_grad = steps[s].plan.a_from_summaries ? dks : dk;
       key_grad.buffer.narrow(2, 0, key.limit)
           .add_(slabs.view({B, H, key.segments, key.limit, D}).sum(2));
     }
@@ -410,8 +456,13 @@ tensor_list FusedFunction::backward(AutogradContext* ctx, tensor_list grads) {
                                                             : torch::zeros_like(lse_u_g);
     }
     for (size_t s = 0; s < total; ++s)
-      if (steps[s].group == int(gi) && !steps[s].local)
+      if (steps[s].group == int(gi) && !steps[s].local && !steps[s].paired)
         run_joint(s, ks_g, u_g, dks, du, s == u_writer ? u_delta : torch::Tensor());
+    // A joint step paired with a local one runs alone where the local passes do not run.
+    const auto run_paired_alone = [&] {
+      for (size_t s = 0; s < total; ++s)
+        if (steps[s].group == int(gi) && steps[s].paired) run_joint(s, {}, {}, {}, {}, {});
+    };
     if (group.made_here && du.buffer.defined()) {
       ks_g = torch::Tensor();  // read by the joint passes alone
       std::vector<FusedPool> query_side;
@@ -461,11 +512,23 @@ tensor_list FusedFunction::backward(AutogradContext* ctx, tensor_list grads) {
           bw.pools_dq.addend_in_storage = true;
           bw.d_pooled_keys = operand(d_ks_pooled);
         }
+        // The joint step before it, paired: one launch where the two pair, else one each.
+        fused::BackwardPair pair;
+        torch::Tensor slabs;
+        if (s > 0 && steps[s - 1].paired) {
+          pair = {joint_backward(s - 1, {}, {}, {}, {}, {}, slabs), bw};
+          if (!slabs.defined() && fused::pairable(pair.first, pair.second)) {
+            fused_launch::backward_pair(q, pair);
+            continue;
+          }
+          run_joint(s - 1, {}, {}, {}, {}, {});
+        }
         fused_launch::backward(q, bw);
       }
       if (fold) group_pools_done = true;
-    } else if (du.buffer.defined()) {
-      d_u = du.buffer.to(torch::ScalarType(dtypes[3]));
+    } else {
+      run_paired_alone();
+      if (du.buffer.defined()) d_u = du.buffer.to(torch::ScalarType(dtypes[3]));
     }
     // Pooled slots are no inputs: their gradients go through the pools into k's and q's.
     if (!group.pools.empty() && !group_pools_done) {

@@ -162,9 +162,27 @@ torch::Tensor row_delta(const torch::Tensor& o,
   return delta;
 }
 
-// The forward of one stage: its passes over (queries, k, v, ks, u) into o and lse; with `merge`,
-// every pass after the first merges into the rows it shares (the joint stage), else each pass
-// stores its own rows (a local stage).
+// Pass `fp`'s forward over (queries, k, v, ks, u) into o and lse.
+fused::Forward stage_pass(const FusedPass& fp,
+                          const torch::Tensor& queries,
+                          const torch::Tensor& k,
+                          const torch::Tensor& v,
+                          const torch::Tensor& ks,
+                          const torch::Tensor& u,
+                          double scale,
+                          const torch::Tensor& o,
+                          const torch::Tensor& lse) {
+  fused::Forward f;
+  f.pass = make_pass(fp, queries, k, v, ks, u, scale);
+  f.o = o.data_ptr();
+  for (int d = 0; d < 3; ++d) f.o_stride[d] = o.stride(d);
+  f.lse = lse.data_ptr();
+  return f;
+}
+
+// The forward of the joint stage: its passes over (queries, k, v, ks, u) into o and lse, every
+// pass after the first merging into the rows it shares; pass `done`, where it names one, has run
+// already (in the local stage's launch) and stored its rows, and every other pass merges.
 void forward_stage(const std::vector<FusedPass>& passes,
                    const torch::Tensor& queries,
                    const torch::Tensor& k,
@@ -172,18 +190,33 @@ void forward_stage(const std::vector<FusedPass>& passes,
                    const torch::Tensor& ks,
                    const torch::Tensor& u,
                    double scale,
-                   bool merge,
                    const torch::Tensor& o,
-                   const torch::Tensor& lse) {
+                   const torch::Tensor& lse,
+                   size_t done) {
+  bool stored = done < passes.size();
   for (size_t i = 0; i < passes.size(); ++i) {
-    fused::Forward f;
-    f.pass = make_pass(passes[i], queries, k, v, ks, u, scale);
-    f.o = o.data_ptr();
-    for (int d = 0; d < 3; ++d) f.o_stride[d] = o.stride(d);
-    f.lse = lse.data_ptr();
-    f.merge = merge && i > 0;
+    if (i == done) continue;
+    fused::Forward f = stage_pass(passes[i], queries, k, v, ks, u, scale, o, lse);
+    f.merge = stored;
+    stored = true;
     fused_launch::forward(queries, f);
   }
+}
+
+// A joint pass reading no slot that runs in the launch of a local pass (fused::same_ctas:
+// vertical's column pass and its local pass at L 3072, one CTA per column each; rowmajor's and
+// horizontal's row pass and their prefix pass at rows of 48), or passes.size().
+size_t paired_joint(const std::vector<FusedPass>& passes,
+                    const std::vector<FusedPass>& local,
+                    const torch::Tensor& q,
+                    double scale) {
+  for (size_t i = 0; i < passes.size(); ++i) {
+    if (passes[i].a_from_summaries || passes[i].summaries) continue;
+    const auto joint = make_pass(passes[i], q, q, q, {}, {}, scale);
+    for (const auto& l : local)
+      if (fused::same_ctas(joint, make_pass(l, q, q, q, {}, {}, scale))) return i;
+  }
+  return passes.size();
 }
 
 std::pair<torch::Tensor, torch::Tensor> local_stage(const std::vector<FusedPass>& local,
@@ -193,7 +226,8 @@ std::pair<torch::Tensor, torch::Tensor> local_stage(const std::vector<FusedPass>
                                                     const torch::Tensor& v,
                                                     const torch::Tensor& ks,
                                                     int64_t Lu,
-                                                    double scale) {
+                                                    double scale,
+                                                    const fused::Forward* with) {
   const int64_t B = q.size(0), H = q.size(1), D = q.size(3);
   const auto writes = local_writes(local, Lu);
   const bool every_row = std::find(writes.begin(), writes.end(), 0) == writes.end();
@@ -212,8 +246,18 @@ std::pair<torch::Tensor, torch::Tensor> local_stage(const std::vector<FusedPass>
       f.pooled_keys = ks.data_ptr();
       for (int d = 0; d < 3; ++d) f.pooled_keys_stride[d] = ks.stride(d);
     }
+    if (with && fused::same_ctas(with->pass, f.pass)) {
+      const fused::ForwardPair pair = {*with, f};
+      with = nullptr;
+      if (fused::pairable(pair.first, pair.second)) {
+        fused_launch::forward_pair(q, pair);
+        continue;
+      }
+      fused_launch::forward(q, pair.first);
+    }
     fused_launch::forward(q, f);
   }
+  if (with) fused_launch::forward(q, *with);
   return {u, lse_u};
 }
 
@@ -255,15 +299,29 @@ torch::Tensor FusedFunction::forward(AutogradContext* ctx,
   if (!qs.defined()) qs = qs_pooled;
   const int64_t B = q.size(0), H = q.size(1), Lq = q.size(2), D = q.size(3);
   const auto acc = q.options().dtype(acc_type(dtype));
-  torch::Tensor u = kernel_ready(u_in, dtype), lse_u;
-  if (!local.empty())
-    std::tie(u, lse_u) = local_stage(local, q, qs, k, v, ks, local_rows(q, qs, pools), scale);
   // o [B, H, Lq, D] laid out as [B, Lq, H, D], as SDPA's: the model's merge of the heads,
   // o.transpose(1, 2).reshape({B, Lq, H * D}), is then a view, and the output projection keeps
   // the tensor this call keeps, not a copy of it.
   auto o = torch::empty({B, Lq, H, D}, q.options()).transpose(1, 2);
   auto lse = torch::empty({B, H, Lq}, acc);
-  forward_stage(passes, q, k, v, ks, u, scale, /*merge=*/true, o, lse);
+  // A joint pass over a local pass's CTAs runs in its launch, first of the joint passes.
+  torch::Tensor u = kernel_ready(u_in, dtype), lse_u;
+  const size_t paired = local.empty() ? passes.size() : paired_joint(passes, local, q, scale);
+  if (!local.empty()) {
+    const auto with = paired < passes.size()
+                          ? stage_pass(passes[paired], q, k, v, ks, u, scale, o, lse)
+                          : fused::Forward();
+    std::tie(u, lse_u) = local_stage(local,
+                                     q,
+                                     qs,
+                                     k,
+                                     v,
+                                     ks,
+                                     local_rows(q, qs, pools),
+                                     scale,
+                                     paired < passes.size() ? &with : nullptr);
+  }
+  forward_stage(passes, q, k, v, ks, u, scale, o, lse, paired);
   // Cumulative pools are as large as the k or q they are made from: made again in backward from
   // the saved k and q (the same kernels on the same inputs: the same bits) rather than kept, and
   // with them the local stage's u and lse, which they feed.

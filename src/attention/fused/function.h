@@ -41,7 +41,9 @@ torch::Tensor row_delta(const torch::Tensor& o, const torch::Tensor& d_o, const 
 
 // The local stage: u [B, H, Lu, D] (and its lse) from its passes over their queries
 // (local_queries) and k, v, each pass storing its own rows (rows no local query writes are
-// zeros); a pooled pass (FusedPass::pooled) also writes its keys' running max into ks.
+// zeros); a pooled pass (FusedPass::pooled) also writes its keys' running max into ks. `with`, a
+// joint pass's forward writing neither u nor ks, runs in the launch of the first local pass over
+// its CTAs (fused::same_ctas, and pairable: fused::ForwardPair), else just before it, else last.
 std::pair<torch::Tensor, torch::Tensor> local_stage(const std::vector<FusedPass>& local,
                                                     const torch::Tensor& q,
                                                     const torch::Tensor& qs,
@@ -49,7 +51,8 @@ std::pair<torch::Tensor, torch::Tensor> local_stage(const std::vector<FusedPass>
                                                     const torch::Tensor& v,
                                                     const torch::Tensor& ks,
                                                     int64_t Lu,
-                                                    double scale);
+                                                    double scale,
+                                                    const fused::Forward* with = nullptr);
 // A local pass's queries: q itself where it pools them on chip or no qs is given or made, else
 // qs.
 const torch::Tensor& local_queries(const FusedPass& local,

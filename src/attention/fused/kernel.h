@@ -162,11 +162,12 @@ struct Backward {
   void* summary_delta = nullptr;
   int64_t summary_delta_rows = 0;
   bool summary_delta_of_a = false;
-  // Where the pass reads no summaries, runs one CTA per segment (segment_backward) and its
-  // queries are every row of the call's output o ([B, H, query.limit, D], the rows of d_o), each
-  // once: it makes delta itself, each query tile's from its d_o rows and o's as they land (the
-  // delta kernel's value, in its order), and writes it to made_delta for the passes after it
-  // (null: delta is read as given). `delta` is then made_delta; no delta launch.
+  // Where the pass runs one CTA per segment (segment_backward) and its queries are every row of
+  // the call's output o ([B, H, query.limit, D], the rows of d_o), each once: it makes delta
+  // itself, each query tile's from its d_o rows and o's as they land in its source A walk (the
+  // delta kernel's value, in its order), and writes it to made_delta for its source B walk, which
+  // reads its rows back after the CTA's barrier, and for the passes after it (null: delta is read
+  // as given). `delta` is then made_delta; no delta launch.
   void* made_delta = nullptr;
   Operand o;
 };
@@ -641,10 +642,80 @@ COMBINER_HD int64_t dkv_ctas(const Pass& p) {
   return key_ctas(p, false) + (p.summaries && p.by_segment ? key_ctas(p, true) : 0);
 }
 
+// Two passes in one launch, forward or backward: CTA x runs `first`'s CTA x, then `second`'s
+// (where it has one), so that rows both read cross from DRAM once, and rows the second adds to
+// are the ones the first has just written. Vertical's column pass and its local pass at L 3072:
+// the same columns, q, k and v rows, the local pass's rows the column's first spans.
+struct ForwardPair {
+  Forward first, second;
+};
+struct BackwardPair {
+  Backward first, second;
+};
+// A segment's rows in a geometry whose segments never share a row (each segment's rows lie
+// within one seg_stride, or the segments interleave within one row_stride).
+COMBINER_HD bool disjoint(const Geometry& g) {
+  const int64_t row = g.row_stride < 0 ? -g.row_stride : g.row_stride;
+  const int64_t seg = g.seg_stride < 0 ? -g.seg_stride : g.seg_stride;
+  return row * g.seg_len <= seg || seg * g.segments <= row;
+}
+// Whether every row of b's segment g is a row of a's segment g: the same places, b's segments
+// no more and no longer.
+COMBINER_HD bool within_segments(const Geometry& b, const Geometry& a) {
+  return b.first == a.first && b.seg_stride == a.seg_stride && b.row_stride == a.row_stride &&
+         b.segments <= a.segments && b.seg_len <= a.seg_len;
+}
+// The rows of q a pass reads: its queries', or a pooled pass's pooled_query.
+COMBINER_HD const Geometry& query_source_rows(const Pass& p) {
+  return p.pooled ? p.pooled_query : p.query;
+}
+// Whether b's CTA x covers segments of a's CTA x only, reading q, k and v rows among theirs:
+// the same shape of call, neither reading summaries, the same packing and chunks, and b's
+// segments within a's.
+COMBINER_HD bool same_ctas(const Pass& a, const Pass& b) {
+  if (a.dtype != b.dtype || a.dim != b.dim || a.batch != b.batch || a.heads != b.heads)
+    return false;
+  if (a.summaries || b.summaries || segment_pack(a) != segment_pack(b)) return false;
+  if (query_chunks(a) != query_chunks(b)) return false;
+  return within_segments(b.query, a.query) && within_segments(b.key, a.key) &&
+         within_segments(b.value, a.value) &&
+         within_segments(query_source_rows(b), query_source_rows(a));
+}
+// A forward pair: besides, neither merges and each writes its own o and lse (that neither reads
+// the other's outputs is the caller's to keep).
+COMBINER_HD bool pairable(const Forward& a, const Forward& b) {
+  return same_ctas(a.pass, b.pass) && !a.merge && !b.merge && a.o != b.o && a.lse != b.lse;
+}
+// The rows of the query-side gradient a backward writes: its queries', or, where it runs its
+// pools' backward, q's rows that it pooled.
+COMBINER_HD const Geometry& query_gradient_rows(const Backward& b) {
+  return b.pools_dq.kind != GradOut::kNone ? b.pass.pooled_query : b.pass.query;
+}
+// Not at D 128, nor float32 at D 64, where the two passes' code in one kernel takes more
+// registers than a thread has, and spills.
+COMBINER_HD constexpr bool segment_pair_built(Dtype dtype, int64_t dim) {
+  return segment_backward_built(dtype, dim) && dim <= (dtype == Dtype::kFloat32 ? 32 : 64);
+}
+// A backward pair: besides, both one CTA per segment (segment_backward), neither making a delta,
+// every gradient row the second writes in CTA x one the first writes in CTA x, in segments that
+// share no row: no CTA touches a row another CTA writes. (That the second reads nothing the first
+// writes but its addends is the caller's to keep.)
+COMBINER_HD bool pairable(const Backward& a, const Backward& b) {
+  const Pass &p = a.pass, &r = b.pass;
+  if (!segment_pair_built(p.dtype, p.dim) || !segment_backward(p) || !segment_backward(r) ||
+      !same_ctas(p, r))
+    return false;
+  if (a.made_delta || b.made_delta || a.summary_delta || b.summary_delta) return false;
+  const Geometry &aq = query_gradient_rows(a), &bq = query_gradient_rows(b);
+  return disjoint(aq) && disjoint(p.key) && disjoint(p.value) && within_segments(bq, aq);
+}
+
 // ---- the CPU model (fused/kernel_cpu.cpp): float32, float64, bfloat16 (float32 arithmetic) ----
 void forward_cpu(const Forward& f);
+void forward_pair_cpu(const ForwardPair& f);  // pairable(first, second)
 void delta_cpu(const Delta& d);
 void backward_cpu(const Backward& b);
+void backward_pair_cpu(const BackwardPair& b);  // pairable(first, second)
 void running_max_forward_cpu(const RunningMaxes& r);
 void running_max_backward_cpu(const RunningMaxes& r);
 void segment_max_forward_cpu(const SegmentMaxes& m);
@@ -655,8 +726,10 @@ void segment_max_backward_cpu(const SegmentMaxes& m);
 // std::runtime_error naming the launch.
 bool cuda_supports(Dtype dtype, int64_t dim);
 void forward_cuda(const Forward& f, void* stream);
+void forward_pair_cuda(const ForwardPair& f, void* stream);
 void delta_cuda(const Delta& d, void* stream);
 void backward_cuda(const Backward& b, void* stream);
+void backward_pair_cuda(const BackwardPair& b, void* stream);
 // The scans in float32 or bfloat16, any inner length (one thread per line), all parts in one
 // launch.
 void running_max_forward_cuda(const RunningMaxes& r, void* stream);

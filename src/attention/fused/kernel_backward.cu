@@ -317,11 +317,10 @@ __device__ __forceinline__ void pools_backward(const Backward& bw,
 // into its dq (kept in shared memory while B's walk runs), which it writes last: the queries'
 // d_o rows are read by this CTA alone, so dq may overwrite them. A segment with no key of a
 // source adds nothing for it; its dq is still written (an empty buffer's first writer).
-template <typename T, int D, bool PACKED>
-__global__ void __launch_bounds__(kThreads, 1)
-    segment_backward_kernel(const __grid_constant__ Backward bw) {
+// SOURCE_B: whether it may read summaries by segment (not in a pair: kernel.h same_ctas).
+template <typename T, int D, bool PACKED, bool SOURCE_B = true>
+__device__ __forceinline__ void segment_backward_cta(const Backward& bw, unsigned char* smem) {
   constexpr int QP = D + 4;
-  COMBINER_DYNAMIC_SHARED(unsigned char, smem);
   const T* ks = reinterpret_cast<const T*>(smem);  // the walk's key tile (dkv_tile's layout)
   float* ds = reinterpret_cast<float*>(smem + dkv_smem<T, D>());
   [[maybe_unused]] float* first = ds + kQueryTile * kDsPitch;  // two sources: A's dq [64][QP]
@@ -337,7 +336,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   for (int dt = 0; dt < D / 8; ++dt) dq[dt][0] = dq[dt][1] = dq[dt][2] = dq[dt][3] = 0.f;
   if (dkv_tile<T, D, Keys::kSourceA, PACKED, true>(bw, blockIdx.x, smem) && active)
     add_ds_times_k<T, D>(dq, ds, ks);
-  if constexpr (D <= 64) {
+  if constexpr (D <= 64 && SOURCE_B) {
     if (p.summaries) {
       float* rows = first + warp * 16 * QP;
       if (active) {
@@ -370,6 +369,29 @@ __global__ void __launch_bounds__(kThreads, 1)
         const TileIndex q = tile_query(p, blockIdx.x, r);
         return q.valid ? grad_at(bw.dq, b, h, row_of(p.query, q.g, q.i)) : -1;
       });
+}
+
+template <typename T, int D, bool PACKED>
+__global__ void __launch_bounds__(kThreads, 1)
+    segment_backward_kernel(const __grid_constant__ Backward bw) {
+  COMBINER_DYNAMIC_SHARED(unsigned char, smem);
+  segment_backward_cta<T, D, PACKED>(bw, smem);
+}
+
+// Two segment_backward passes in one launch (kernel.h BackwardPair, pairable): CTA x runs the
+// first's CTA x, then the second's. The barrier between them lets the second's loads reuse the
+// shared memory the first's epilogue staged in, and orders the first's stores of the rows the
+// second adds to (written by this CTA alone) before the second's loads of them. Each part reads
+// its pass from the kernel's parameters at fixed offsets (a pointer chosen at run time costs
+// registers, and spills), without the second source's walk, which neither has.
+template <typename T, int D, bool PACKED>
+__global__ void __launch_bounds__(kThreads, 1)
+    segment_pair_kernel(const __grid_constant__ BackwardPair pair) {
+  COMBINER_DYNAMIC_SHARED(unsigned char, smem);
+  segment_backward_cta<T, D, PACKED, false>(pair.first, smem);
+  if (blockIdx.x >= query_ctas(pair.second.pass)) return;
+  __syncthreads();
+  segment_backward_cta<T, D, PACKED, false>(pair.second, smem);
 }
 
 // The summaries' dk/dv walk (by prefix): CTA (summary tile, part).
@@ -441,6 +463,27 @@ void backward_cuda(const Backward& bw, void* stream) {
              stream,
              "fused backward (dq)",
              bw);
+  });
+}
+
+void backward_pair_cuda(const BackwardPair& pair, void* stream) {
+  using namespace cuda_detail;
+  const Pass& p = pair.first.pass;
+  if (!pairable(pair.first, pair.second))
+    throw std::runtime_error("fused backward (pair): the passes do not pair (kernel.h pairable)");
+  static_assert(sizeof(BackwardPair) <= 4096, "a kernel parameter of at most 4 KB");
+  dispatch(p.dtype, p.dim, "fused backward (pair)", [&](auto type, auto dim) {
+    using T = typename decltype(type)::type;
+    constexpr int D = decltype(dim)::value;
+    constexpr Dtype dtype = sizeof(T) == 4 ? Dtype::kFloat32 : Dtype::kBFloat16;
+    if constexpr (segment_pair_built(dtype, D)) {
+      const dim3 grid(unsigned(query_ctas(p)), unsigned(p.batch * p.heads));
+      const char* what = "fused backward (two passes, one CTA per segment)";
+      if (segment_pack(p) > 1)
+        launch(segment_pair_kernel<T, D, true>, grid, segment_smem<T, D>(), stream, what, pair);
+      else
+        launch(segment_pair_kernel<T, D, false>, grid, segment_smem<T, D>(), stream, what, pair);
+    }
   });
 }
 

@@ -177,21 +177,24 @@ void make_delta_tile(const Backward& bw, int64_t b, int64_t h, int64_t cta) {
   }
 }
 
+// One CTA of a segment_backward pass (kernel_backward.cu segment_backward_cta): its keys of
+// source A, then of source B, then its queries' dq, which may overwrite d_o rows that only this
+// segment reads.
+template <typename S, typename T>
+void segment_cta(const Backward& bw, int64_t b, int64_t h, int64_t cta) {
+  if (bw.made_delta) make_delta_tile<S, T>(bw, b, h, cta);
+  backward_dkv_tile<S, T>(bw, b, h, Keys::kSourceA, cta, 0);
+  if (bw.pass.summaries) backward_dkv_tile<S, T>(bw, b, h, Keys::kSegmentSummaries, cta, 0);
+  backward_dq_tile<S, T>(bw, b, h, cta);
+}
+
 template <typename S, typename T>
 void backward_all(const Backward& bw) {
   const Pass& p = bw.pass;
   for (int64_t b = 0; b < p.batch; ++b)
     for (int64_t h = 0; h < p.heads; ++h) {
       if (segment_backward(p)) {
-        // One CTA per segment (kernel_backward.cu segment_backward_kernel): its keys of source
-        // A, then of source B, then its queries' dq, which may overwrite d_o rows that only
-        // this segment reads.
-        for (int64_t cta = 0; cta < query_ctas(p); ++cta) {
-          if (bw.made_delta) make_delta_tile<S, T>(bw, b, h, cta);
-          backward_dkv_tile<S, T>(bw, b, h, Keys::kSourceA, cta, 0);
-          if (p.summaries) backward_dkv_tile<S, T>(bw, b, h, Keys::kSegmentSummaries, cta, 0);
-          backward_dq_tile<S, T>(bw, b, h, cta);
-        }
+        for (int64_t cta = 0; cta < query_ctas(p); ++cta) segment_cta<S, T>(bw, b, h, cta);
         continue;
       }
       // dk, dv first, as the kernels: dq may overwrite d_o in place (Backward in kernel.h).
@@ -211,11 +214,29 @@ void backward_all(const Backward& bw) {
     }
 }
 
+// Two passes in one launch (BackwardPair): each CTA the first's, then the second's.
+template <typename S, typename T>
+void backward_pair_all(const BackwardPair& pair) {
+  const Pass& p = pair.first.pass;
+  for (int64_t b = 0; b < p.batch; ++b)
+    for (int64_t h = 0; h < p.heads; ++h)
+      for (int64_t cta = 0; cta < query_ctas(p); ++cta) {
+        segment_cta<S, T>(pair.first, b, h, cta);
+        if (cta < query_ctas(pair.second.pass)) segment_cta<S, T>(pair.second, b, h, cta);
+      }
+}
+
 }  // namespace cpu_model
 
 void backward_cpu(const Backward& b) {
   cpu_model::dispatch(
       b.pass.dtype, [&](auto s, auto t) { cpu_model::backward_all<decltype(s), decltype(t)>(b); });
+}
+
+void backward_pair_cpu(const BackwardPair& pair) {
+  cpu_model::dispatch(pair.first.pass.dtype, [&](auto s, auto t) {
+    cpu_model::backward_pair_all<decltype(s), decltype(t)>(pair);
+  });
 }
 
 }  // namespace combiner::attention::fused

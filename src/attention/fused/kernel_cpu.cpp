@@ -116,6 +116,13 @@ void forward_cpu(const Forward& f) {
                       [&](auto s, auto t) { cpu_model::forward_all<decltype(s), decltype(t)>(f); });
 }
 
+// The two passes write different tensors and read neither's outputs (pairable, and the
+// caller): one after the other computes what each CTA running both in turn does.
+void forward_pair_cpu(const ForwardPair& pair) {
+  forward_cpu(pair.first);
+  forward_cpu(pair.second);
+}
+
 void delta_cpu(const Delta& d) {
   cpu_model::dispatch(d.dtype,
                       [&](auto s, auto t) { cpu_model::delta_all<decltype(s), decltype(t)>(d); });

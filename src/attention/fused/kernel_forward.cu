@@ -33,8 +33,9 @@
 // 8): ~9.4 GB, ~2.0 ms at an H200's ~4.8 TB/s; measured 8.77 ms there with the earlier plan
 // (three joint passes, summaries kept), 4.5x this floor, against flash's 9.84 ms. At L 3072
 // (columns of 63 rows, one tile each) its local pass makes the pools in its tiles (Pass::pooled)
-// and its backward takes their backward, and the backward's deltas are made in its passes
-// (Backward::made_delta, summary_delta): 1,294.8 MiB per call at B 8 x 8, a floor of 0.28 ms.
+// and its backward takes their backward, the backward's deltas are made in its passes
+// (Backward::made_delta, summary_delta), and its column pass's backward and its local pass's run
+// in one launch (BackwardPair): 1,082.9 MiB per call at B 8 x 8, a floor of 0.24 ms.
 
 #include <stdexcept>
 #include <string>
@@ -72,12 +73,10 @@ __host__ __device__ constexpr int forward_blocks_per_sm() {
 // key column found through the index tables (kernel_tile.cuh PackedTables); else one chunk of
 // one segment, indexed t0 + r and j0 + c.
 template <typename T, int D, bool PACKED>
-__global__ void __launch_bounds__(kThreads, forward_blocks_per_sm<T, D>())
-    forward_kernel(const Forward f) {
+__device__ __forceinline__ void forward_cta(const Forward& f, unsigned char* smem) {
   constexpr int P = pitch<T, D>(), M = kQueryTile, N = kKeyTile;
   static_assert(M == kStagedRows && staged_bytes<D>() <= forward_tile_bytes<T, D>(),
                 "the epilogue's tile (the index tables after it survive it)");
-  COMBINER_DYNAMIC_SHARED(unsigned char, smem);
   T* qs = reinterpret_cast<T*>(smem);
   T* ks = qs + M * P;      // [2][N][P]
   T* vs = ks + 2 * N * P;  // [2][N][P]
@@ -310,6 +309,27 @@ __global__ void __launch_bounds__(kThreads, forward_blocks_per_sm<T, D>())
   });
 }
 
+template <typename T, int D, bool PACKED>
+__global__ void __launch_bounds__(kThreads, forward_blocks_per_sm<T, D>())
+    forward_kernel(const Forward f) {
+  COMBINER_DYNAMIC_SHARED(unsigned char, smem);
+  forward_cta<T, D, PACKED>(f, smem);
+}
+
+// Two forward passes in one launch (kernel.h ForwardPair, pairable): CTA x runs the first's
+// CTA x, then, after a barrier (the second's loads reuse the shared memory the first's epilogue
+// staged in), the second's, whose q, k and v rows are among those the first has just loaded.
+// Each part reads its pass from the kernel's parameters at fixed offsets (as segment_pair_kernel).
+template <typename T, int D, bool PACKED>
+__global__ void __launch_bounds__(kThreads, forward_blocks_per_sm<T, D>())
+    forward_pair_kernel(const __grid_constant__ ForwardPair pair) {
+  COMBINER_DYNAMIC_SHARED(unsigned char, smem);
+  forward_cta<T, D, PACKED>(pair.first, smem);
+  if (blockIdx.x >= query_ctas(pair.second.pass)) return;
+  __syncthreads();
+  forward_cta<T, D, PACKED>(pair.second, smem);
+}
+
 // delta = sum_d dO * O per row. A row's D values are read by delta_lanes() lanes, one 16-byte
 // piece each (8 bf16 or 4 floats), and summed across them by shuffles; each thread reads
 // kDeltaPasses rows, kThreads / lanes apart, issuing all its loads before its first sum. A CTA's
@@ -378,6 +398,25 @@ void forward_cuda(const Forward& f, void* stream) {
              stream,
              "fused forward",
              f);
+  });
+}
+
+void forward_pair_cuda(const ForwardPair& pair, void* stream) {
+  using namespace cuda_detail;
+  if (!pairable(pair.first, pair.second))
+    throw std::runtime_error("fused forward (pair): the passes do not pair (kernel.h pairable)");
+  static_assert(sizeof(ForwardPair) <= 4096, "a kernel parameter of at most 4 KB");
+  const Pass& p = pair.first.pass;
+  dispatch(p.dtype, p.dim, "fused forward (pair)", [&](auto type, auto dim) {
+    using T = typename decltype(type)::type;
+    constexpr int D = decltype(dim)::value;
+    const dim3 grid(unsigned(query_ctas(p)), unsigned(p.batch * p.heads));
+    const char* what = "fused forward (two passes)";
+    if (segment_pack(p) > 1)
+      launch(forward_pair_kernel<T, D, true>, grid, forward_smem<T, D, true>(), stream, what, pair);
+    else
+      launch(
+          forward_pair_kernel<T, D, false>, grid, forward_smem<T, D, false>(), stream, what, pair);
   });
 }
 

@@ -57,6 +57,9 @@ std::string shape(const fused::Pass& p) {
 std::string describe(const fused::Forward& f) {
   return (f.merge ? "forward (merged): " : "forward: ") + shape(f.pass);
 }
+std::string describe(const fused::ForwardPair& f) {
+  return "forward (two passes): " + shape(f.first.pass) + "; then " + shape(f.second.pass);
+}
 std::string describe(const fused::Delta& d) {
   return "delta: " + n(d.rows) + " rows";
 }
@@ -67,6 +70,11 @@ std::string describe(const fused::Backward& b) {
                           : "backward (dk dv, dq): ") +
          shape(b.pass) + (b.pools_dq.kind != fused::GradOut::kNone ? ", and their backward" : "") +
          (b.summary_delta ? ", and u's delta" : "") + (b.made_delta ? ", making delta" : "");
+}
+std::string describe(const fused::BackwardPair& b) {
+  return "backward (two passes, one CTA per segment): " + shape(b.first.pass) + "; then " +
+         shape(b.second.pass) +
+         (b.second.pools_dq.kind != fused::GradOut::kNone ? ", and their backward" : "");
 }
 std::string part(const fused::RunningMax& r) {
   return n(fused::running_max_lines(r)) + " lines of " + n(r.n) + (r.reverse ? ", reversed" : "");
@@ -178,6 +186,16 @@ void run(const torch::Tensor& on,
 void forward(const torch::Tensor& on, const fused::Forward& f) {
   run(on, f, 1, &fused::forward_cpu, COMBINER_CUDA(forward_cuda), &HostKernels::forward);
 }
+void forward_pair(const torch::Tensor& on, const fused::ForwardPair& f) {
+  TORCH_CHECK(fused::pairable(f.first, f.second),
+              "fused forward: two passes that do not pair in one launch");
+  run(on,
+      f,
+      1,
+      &fused::forward_pair_cpu,
+      COMBINER_CUDA(forward_pair_cuda),
+      &HostKernels::forward_pair);
+}
 void delta(const torch::Tensor& on, const fused::Delta& d) {
   run(on, d, 1, &fused::delta_cpu, COMBINER_CUDA(delta_cuda), &HostKernels::delta);
 }
@@ -188,6 +206,16 @@ void backward(const torch::Tensor& on, const fused::Backward& b) {
       &fused::backward_cpu,
       COMBINER_CUDA(backward_cuda),
       &HostKernels::backward);
+}
+void backward_pair(const torch::Tensor& on, const fused::BackwardPair& b) {
+  TORCH_CHECK(fused::pairable(b.first, b.second),
+              "fused backward: two passes that do not pair in one launch");
+  run(on,
+      b,
+      1,
+      &fused::backward_pair_cpu,
+      COMBINER_CUDA(backward_pair_cuda),
+      &HostKernels::backward_pair);
 }
 void running_max(const torch::Tensor& on, const fused::RunningMaxes& r) {
   run(on,

@@ -51,8 +51,10 @@ class LaunchTimes {
 // the kernels themselves. A null entry leaves that kernel's CPU model.
 struct HostKernels {
   void (*forward)(const fused::Forward&, void* stream) = nullptr;
+  void (*forward_pair)(const fused::ForwardPair&, void* stream) = nullptr;
   void (*delta)(const fused::Delta&, void* stream) = nullptr;
   void (*backward)(const fused::Backward&, void* stream) = nullptr;
+  void (*backward_pair)(const fused::BackwardPair&, void* stream) = nullptr;
   void (*running_max_forward)(const fused::RunningMaxes&, void* stream) = nullptr;
   void (*running_max_backward)(const fused::RunningMaxes&, void* stream) = nullptr;
   void (*segment_max_forward)(const fused::SegmentMaxes&, void* stream) = nullptr;
@@ -64,8 +66,12 @@ struct HostKernels {
 const HostKernels* set_host_kernels(const HostKernels* kernels);
 
 void forward(const torch::Tensor& on, const fused::Forward& f);
+// Two passes in one launch (fused::pairable(f.first, f.second)).
+void forward_pair(const torch::Tensor& on, const fused::ForwardPair& f);
 void delta(const torch::Tensor& on, const fused::Delta& d);
 void backward(const torch::Tensor& on, const fused::Backward& b);
+// Two one-CTA-per-segment backwards in one launch (fused::pairable(b.first, b.second)).
+void backward_pair(const torch::Tensor& on, const fused::BackwardPair& b);
 // The scans: every part in one launch.
 void running_max(const torch::Tensor& on, const fused::RunningMaxes& r);
 void running_max_backward(const torch::Tensor& on, const fused::RunningMaxes& r);

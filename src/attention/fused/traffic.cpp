@@ -110,14 +110,16 @@ void read_key_tiles(Ledger& l, const Pass& p, int64_t cta) {
 
 // Query q's row of q (query_source_row) and its row of d_o (into the CTA's tiles), lse and delta
 // (the dk/dv walk copies them into its tiles too; the dq kernel's threads load their rows' own).
-void read_query(Ledger& l, const Backward& bw, const TileIndex& q, Load scalars) {
+// (A pass making delta reads it back in its second source's walk, from the rows it wrote.)
+void read_query(
+    Ledger& l, const Backward& bw, const TileIndex& q, Load scalars, bool made_here = false) {
   const Pass& p = bw.pass;
   const int64_t es = element_bytes(p.dtype), acc = acc_bytes(p.dtype);
   const int64_t row = row_of(p.query, q.g, q.i);
   read_row(l, p.q, query_source_row(p, q.g, q.i), p.dim, es, Load::kTile);
   read_row(l, bw.d_o, row, p.dim, es, Load::kTile);
   l.read(bw.lse, row, acc, 1, scalars);
-  if (!bw.made_delta) l.read(bw.delta, row, acc, 1, scalars);
+  if (!made_here) l.read(bw.delta, row, acc, 1, scalars);
 }
 
 // The dk/dv walk of one CTA (backward_dkv_tile in kernel_cpu.cpp, dkv_tile in
@@ -134,7 +136,7 @@ void dkv_walk(Ledger& l, const Backward& bw, Keys keys, int64_t cta, int64_t par
     if (key.valid) read_key(l, p, !a, key);
   for (int64_t i = f.begin; i < f.end; ++i) {
     const TileIndex q = dkv_query(p, keys, cta, tile[0], i);
-    if (q.valid) read_query(l, bw, q, Load::kTile);
+    if (q.valid) read_query(l, bw, q, Load::kTile, a && bw.made_delta);
   }
   for (const auto& key : tile) {
     if (!key.valid) continue;
@@ -157,39 +159,59 @@ double heads_of(int64_t batch, int64_t heads) {
 
 }  // namespace
 
-Traffic traffic(const Forward& f) {
+namespace {
+
+// One query CTA of a forward: its queries (a pooled pass's from pooled_query's rows), its key
+// tiles, a pooled pass's keys' running max, and its epilogue.
+void forward_cta(Ledger& l, const Forward& f, int64_t cta) {
   const Pass& p = f.pass;
   const int64_t es = element_bytes(p.dtype), acc = acc_bytes(p.dtype);
-  Ledger l;
-  for (int64_t cta = 0; cta < query_ctas(p); ++cta) {
-    const auto rows = query_rows(p, cta);
-    if (rows.empty()) continue;
-    for (int64_t r = 0; r < kQueryTile; ++r) {  // (a pooled pass's from pooled_query's rows)
-      const TileIndex q = tile_query(p, cta, r);
-      if (q.valid) read_row(l, p.q, query_source_row(p, q.g, q.i), p.dim, es, Load::kTile);
-    }
-    read_key_tiles(l, p, cta);
-    if (f.pooled_keys) {  // a pooled pass: its keys' running max, from its tile of source A
-      const QueryTileKeys n = query_tile_keys(p, cta);
-      for (int64_t tile = 0; tile < n.direct; ++tile)
-        for (int64_t c = 0; c < kKeyTile; ++c) {
-          const TileIndex key = tile_key(p, cta, tile, n.direct, c);
-          if (key.valid)
-            l.write(f.pooled_keys,
-                    row_of(p.pooled_keys, key.g, key.i) * f.pooled_keys_stride[2],
-                    es,
-                    p.dim);
-        }
-    }
-    for (const int64_t row : rows) {  // the epilogue: o and lse (merged: read first)
-      const int64_t at = output_at(f, 0, 0, row);
-      if (f.merge) {
-        l.read(f.o, at, es, p.dim, Load::kPlain);
-        l.read(f.lse, row, acc, 1, Load::kPlain);
+  const auto rows = query_rows(p, cta);
+  if (rows.empty()) return;
+  for (int64_t r = 0; r < kQueryTile; ++r) {
+    const TileIndex q = tile_query(p, cta, r);
+    if (q.valid) read_row(l, p.q, query_source_row(p, q.g, q.i), p.dim, es, Load::kTile);
+  }
+  read_key_tiles(l, p, cta);
+  if (f.pooled_keys) {  // a pooled pass: its keys' running max, from its tile of source A
+    const QueryTileKeys n = query_tile_keys(p, cta);
+    for (int64_t tile = 0; tile < n.direct; ++tile)
+      for (int64_t c = 0; c < kKeyTile; ++c) {
+        const TileIndex key = tile_key(p, cta, tile, n.direct, c);
+        if (key.valid)
+          l.write(f.pooled_keys,
+                  row_of(p.pooled_keys, key.g, key.i) * f.pooled_keys_stride[2],
+                  es,
+                  p.dim);
       }
-      l.write(f.o, at, es, p.dim);
-      l.write(f.lse, row, acc, 1);
+  }
+  for (const int64_t row : rows) {  // the epilogue: o and lse (merged: read first)
+    const int64_t at = output_at(f, 0, 0, row);
+    if (f.merge) {
+      l.read(f.o, at, es, p.dim, Load::kPlain);
+      l.read(f.lse, row, acc, 1, Load::kPlain);
     }
+    l.write(f.o, at, es, p.dim);
+    l.write(f.lse, row, acc, 1);
+  }
+}
+
+}  // namespace
+
+Traffic traffic(const Forward& f) {
+  Ledger l;
+  for (int64_t cta = 0; cta < query_ctas(f.pass); ++cta) forward_cta(l, f, cta);
+  return l.total(heads_of(f.pass.batch, f.pass.heads));
+}
+
+// A pair's CTAs in one ledger: the q, k and v rows the second reads after the first are
+// distinct bytes once.
+Traffic traffic(const ForwardPair& pair) {
+  Ledger l;
+  const Pass& p = pair.first.pass;
+  for (int64_t cta = 0; cta < query_ctas(p); ++cta) {
+    forward_cta(l, pair.first, cta);
+    if (cta < query_ctas(pair.second.pass)) forward_cta(l, pair.second, cta);
   }
   return l.total(heads_of(p.batch, p.heads));
 }
@@ -205,46 +227,53 @@ Traffic traffic(const Delta& d) {
   return l.total(heads_of(d.batch, d.heads));
 }
 
+namespace {
+
+// One CTA of a segment_backward pass: each source's walk loads its query tile itself; dq comes
+// from the walks' dS and keys, so it loads nothing more.
+void segment_cta(Ledger& l, const Backward& bw, int64_t cta) {
+  const Pass& p = bw.pass;
+  if (bw.made_delta) {  // its queries' delta: o's rows read, delta written
+    const int64_t es = element_bytes(p.dtype);
+    for (const int64_t row : query_rows(p, cta)) {
+      read_row(l, bw.o, row, p.dim, es, Load::kPlain);
+      l.write(bw.made_delta, row, acc_bytes(p.dtype), 1);
+    }
+  }
+  dkv_walk(l, bw, Keys::kSourceA, cta, 0);
+  if (p.summaries) dkv_walk(l, bw, Keys::kSegmentSummaries, cta, 0);
+  if (bw.pools_dq.kind == GradOut::kNone) {
+    for (const int64_t row : query_rows(p, cta)) write_grad(l, bw.dq, row, p);
+    return;
+  }
+  // The pools' backward in the epilogue: q's rows and d_pooled_keys' into the tiles, each
+  // query's and key's gradient row added into (an upper bound: it adds at the arg-maxes).
+  const int64_t es = element_bytes(p.dtype);
+  for (int64_t r = 0; r < kQueryTile; ++r) {
+    const TileIndex q = tile_query(p, cta, r);
+    if (!q.valid) continue;
+    const int64_t row = query_source_row(p, q.g, q.i);  // q's, and its gradient's
+    read_row(l, p.q, row, p.dim, es, Load::kTile);
+    write_grad(l, bw.pools_dq, row, p);
+  }
+  for (int64_t c = 0; c < kKeyTile; ++c) {
+    const TileIndex key = dkv_key(p, false, cta, c);
+    if (!key.valid) continue;
+    const int64_t row = row_of(p.key, key.g, key.i);
+    read_row(l, bw.d_pooled_keys, row_of(p.pooled_keys, key.g, key.i), p.dim, es, Load::kTile);
+    const int64_t at = grad_at(bw.dk, 0, 0, row);  // dk's row, read and written again
+    l.read(bw.dk.data, at, es, p.dim, Load::kPlain);
+    l.write(bw.dk.data, at, es, p.dim);
+  }
+}
+
+}  // namespace
+
 Traffic traffic(const Backward& bw) {
   const Pass& p = bw.pass;
   Ledger l;
   if (segment_backward(p)) {
-    // One CTA per segment: each source's walk loads its query tile itself; dq comes from the
-    // walks' dS and keys, so it loads nothing more.
-    for (int64_t cta = 0; cta < query_ctas(p); ++cta) {
-      if (bw.made_delta) {  // its queries' delta: o's rows read, delta written
-        const int64_t es = element_bytes(p.dtype);
-        for (const int64_t row : query_rows(p, cta)) {
-          read_row(l, bw.o, row, p.dim, es, Load::kPlain);
-          l.write(bw.made_delta, row, acc_bytes(p.dtype), 1);
-        }
-      }
-      dkv_walk(l, bw, Keys::kSourceA, cta, 0);
-      if (p.summaries) dkv_walk(l, bw, Keys::kSegmentSummaries, cta, 0);
-      if (bw.pools_dq.kind == GradOut::kNone) {
-        for (const int64_t row : query_rows(p, cta)) write_grad(l, bw.dq, row, p);
-        continue;
-      }
-      // The pools' backward in the epilogue: q's rows and d_pooled_keys' into the tiles, each
-      // query's and key's gradient row added into (an upper bound: it adds at the arg-maxes).
-      const int64_t es = element_bytes(p.dtype);
-      for (int64_t r = 0; r < kQueryTile; ++r) {
-        const TileIndex q = tile_query(p, cta, r);
-        if (!q.valid) continue;
-        const int64_t row = query_source_row(p, q.g, q.i);  // q's, and its gradient's
-        read_row(l, p.q, row, p.dim, es, Load::kTile);
-        write_grad(l, bw.pools_dq, row, p);
-      }
-      for (int64_t c = 0; c < kKeyTile; ++c) {
-        const TileIndex key = dkv_key(p, false, cta, c);
-        if (!key.valid) continue;
-        const int64_t row = row_of(p.key, key.g, key.i);
-        read_row(l, bw.d_pooled_keys, row_of(p.pooled_keys, key.g, key.i), p.dim, es, Load::kTile);
-        const int64_t at = grad_at(bw.dk, 0, 0, row);  // dk's row, read and written again
-        l.read(bw.dk.data, at, es, p.dim, Load::kPlain);
-        l.write(bw.dk.data, at, es, p.dim);
-      }
-    }
+    for (int64_t cta = 0; cta < query_ctas(p); ++cta) segment_cta(l, bw, cta);
     return l.total(heads_of(p.batch, p.heads));
   }
   for (int64_t cta = 0; cta < key_ctas(p, false); ++cta) dkv_walk(l, bw, Keys::kSourceA, cta, 0);
@@ -262,10 +291,22 @@ Traffic traffic(const Backward& bw) {
     if (rows.empty()) continue;
     for (int64_t r = 0; r < kQueryTile; ++r) {
       const TileIndex q = tile_query(p, cta, r);
-      if (q.valid) read_query(l, bw, q, Load::kPlain);
+      if (q.valid) read_query(l, bw, q, Load::kPlain, bw.made_delta != nullptr);
     }
     read_key_tiles(l, p, cta);
     for (const int64_t row : rows) write_grad(l, bw.dq, row, p);
+  }
+  return l.total(heads_of(p.batch, p.heads));
+}
+
+// A pair's CTAs, both passes' in one ledger: the rows the second reads again after the first
+// (q, k, v, and the gradient rows it adds to) are distinct bytes once.
+Traffic traffic(const BackwardPair& pair) {
+  Ledger l;
+  const Pass& p = pair.first.pass;
+  for (int64_t cta = 0; cta < query_ctas(p); ++cta) {
+    segment_cta(l, pair.first, cta);
+    if (cta < query_ctas(pair.second.pass)) segment_cta(l, pair.second, cta);
   }
   return l.total(heads_of(p.batch, p.heads));
 }

@@ -35,8 +35,10 @@ struct Traffic {  // bytes
 };
 
 Traffic traffic(const Forward& f);
+Traffic traffic(const ForwardPair& f);  // both passes' CTAs in one count
 Traffic traffic(const Delta& d);
-Traffic traffic(const Backward& b);  // all of its launches (backward_launches)
+Traffic traffic(const Backward& b);      // all of its launches (backward_launches)
+Traffic traffic(const BackwardPair& b);  // both passes' CTAs in one count
 Traffic traffic(const RunningMaxes& r);
 Traffic traffic(const SegmentMaxes& m);
 

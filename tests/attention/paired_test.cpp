@@ -1,0 +1,129 @@
+// Two passes in one launch (fused/kernel.h ForwardPair, BackwardPair), on the CPU model: which
+// passes pair (same_ctas, pairable), and the fused calls with their pairs launched as one, against
+// the same calls with each pair's passes launched in turn (pair_cases.h).
+#include <gtest/gtest.h>
+
+#include <vector>
+
+#include "attention/fused/function.h"
+#include "pair_cases.h"
+
+namespace combiner::attention::paired_test {
+namespace {
+
+using pair_cases::Case;
+using pair_cases::Variant;
+
+// Joint pass `joint` and local pass `local` of a plan as the backward would run them; the local
+// pass, where it pools on chip, with its pools' backward in its epilogue.
+bool pair(const FusedPass& joint, const FusedPass& local, int64_t L, int64_t D) {
+  const auto x = torch::empty({1, 2, L, D}, torch::kBFloat16);
+  fused::Backward a, b;
+  a.pass = fused_glue::make_pass(joint, x, x, x, x, x, 0.125);
+  b.pass = fused_glue::make_pass(local, x, x, x, x, x, 0.125);
+  if (local.pooled) b.pools_dq.kind = fused::GradOut::kStore;
+  return fused::pairable(a, b);
+}
+
+FusedPass vertical_local(int64_t L, int64_t W) {
+  const int64_t spans = (L + W - 1) / W - 1;
+  FusedPass local;
+  local.query = local.key = local.value = {W, spans, 1, W, spans * W};
+  local.mask = fused::Mask::kCausal;
+  return local.pooling(local.key);
+}
+
+TEST(Pairable, VerticalsColumnPassAndItsLocalPassAtL3072) {
+  for (const int64_t W : {48, 96}) {  // columns of 64 rows and 63 spans; 32 and 31, two a tile
+    const auto joint = vertical_joint_passes(3072, W);
+    EXPECT_TRUE(pair(joint[1], vertical_local(3072, W), 3072, 64)) << "W " << W;
+    // The row pass reads the spans: it does not pair.
+    EXPECT_FALSE(pair(joint[0], vertical_local(3072, W), 3072, 64)) << "W " << W;
+  }
+  // Where the pair kernel is not built (D 128; float32 at D 64: kernel.h segment_pair_built), none.
+  EXPECT_FALSE(pair(vertical_joint_passes(3072, 48)[1], vertical_local(3072, 48), 3072, 128));
+  // Columns of 128 rows are not one tile (L 12288): no pair.
+  EXPECT_FALSE(pair(vertical_joint_passes(12288, 96)[1], vertical_local(12288, 96), 12288, 64));
+  // Columns of 9 and spans of 8 pack seven and eight to a tile: different CTAs, no pair.
+  EXPECT_FALSE(pair(vertical_joint_passes(392, 48)[1], vertical_local(392, 48), 392, 64));
+}
+
+TEST(Pairable, NotOverOtherRowsNorWhereAPassMakesADelta) {
+  const int64_t L = 3072, W = 48, spans = L / W - 1, n = spans * W;
+  const auto row = horizontal_joint_passes(L, W)[0];
+  FusedPass prefix, suffix;
+  prefix.query = {spans, W, W, 1, 2 * n};
+  prefix.key = prefix.value = {spans, W, W, 1, n};
+  suffix.query = {spans, W, W, -1, 2 * n, n + W - 1};
+  suffix.key = suffix.value = {spans, W, W, -1, n, W - 1};
+  prefix.mask = suffix.mask = fused::Mask::kCausal;
+  EXPECT_TRUE(pair(row, prefix, L, 64));
+  EXPECT_FALSE(pair(row, suffix, L, 64));  // each row right to left
+  // A pass that makes o's delta (its second source's walk, or a later pass, reads it): none.
+  const auto x = torch::empty({1, 2, L, 64}, torch::kBFloat16);
+  fused::Backward a, b;
+  a.pass = fused_glue::make_pass(row, x, x, x, x, x, 0.125);
+  b.pass = fused_glue::make_pass(prefix, x, x, x, x, x, 0.125);
+  ASSERT_TRUE(fused::pairable(a, b));
+  a.made_delta = x.data_ptr();
+  EXPECT_FALSE(fused::pairable(a, b));
+  // Segments that are not one tile (rows of 96: two query tiles): none.
+  const auto wide = horizontal_joint_passes(L, 96)[0];
+  FusedPass wide_prefix = prefix;
+  wide_prefix.query = {L / 96 - 1, 96, 96, 1, 2 * (L - 96)};
+  wide_prefix.key = wide_prefix.value = {L / 96 - 1, 96, 96, 1, L - 96};
+  EXPECT_FALSE(pair(wide, wide_prefix, L, 64));
+}
+
+void split_pair(const fused::ForwardPair& pair, void*) {
+  fused::forward_cpu(pair.first);
+  fused::forward_cpu(pair.second);
+}
+void split_pair(const fused::BackwardPair& pair, void*) {
+  fused::backward_cpu(pair.first);
+  fused::backward_cpu(pair.second);
+}
+
+// Forward: the same CTAs, and outputs of their own, neither merging.
+TEST(Pairable, ForwardPassesWriteTheirOwnRowsWithoutMerging) {
+  const int64_t L = 3072, W = 48;
+  const auto x = torch::empty({1, 2, L, 64}, torch::kBFloat16);
+  const auto o = torch::empty({1, 2, L, 64}, torch::kBFloat16), u = torch::empty_like(o);
+  const auto lse = torch::empty({1, 2, L}), lse_u = torch::empty_like(lse);
+  fused::Forward a, b;
+  a.pass = fused_glue::make_pass(vertical_joint_passes(L, W)[1], x, x, x, x, x, 0.125);
+  b.pass = fused_glue::make_pass(vertical_local(L, W), x, x, x, x, x, 0.125);
+  a.o = o.data_ptr(), a.lse = lse.data_ptr(), b.o = u.data_ptr(), b.lse = lse_u.data_ptr();
+  EXPECT_TRUE(fused::pairable(a, b));
+  a.merge = true;  // into o's rows that another pass wrote: not here
+  EXPECT_FALSE(fused::pairable(a, b));
+  a.merge = false;
+  b.lse = a.lse;  // one lse for both
+  EXPECT_FALSE(fused::pairable(a, b));
+  b.lse = lse_u.data_ptr();
+  a.pass = fused_glue::make_pass(vertical_joint_passes(L, W)[0], x, x, x, x, x, 0.125);
+  EXPECT_FALSE(fused::pairable(a, b));  // the row pass: other rows, and it reads the spans
+}
+
+TEST(PairedPasses, AreTheTwoLaunchesBitForBit) {
+  fused_launch::HostKernels split;
+  split.forward_pair = &split_pair;
+  split.backward_pair = &split_pair;
+  const std::vector<Case> cases = {
+      {Variant::kVertical, 640, 10, 32, torch::kFloat},      // columns of 64 and 63 spans
+      {Variant::kVertical, 320, 10, 64, torch::kBFloat16},   // 32 and 31: two to a tile
+      {Variant::kVertical, 640, 10, 128, torch::kBFloat16},  // D 128: a forward pair only
+      {Variant::kVertical, 320, 10, 16, torch::kDouble},
+      // Columns of 130 rows, three query tiles: the forward pairs each tile's CTA, the backward
+      // is not one CTA per column.
+      {Variant::kVertical, 520, 4, 32, torch::kBFloat16, false},
+      {Variant::kRowmajor, 200, 40, 64, torch::kBFloat16},  // rows of 40
+      {Variant::kRowmajor, 96, 12, 32, torch::kFloat},      // rows of 12: packed
+      {Variant::kHorizontal, 392, 48, 32, torch::kFloat},   // with its prefix pass
+      {Variant::kHorizontal, 200, 40, 64, torch::kBFloat16}};
+  for (const auto& c : cases)
+    EXPECT_EQ(pair_cases::check(c, nullptr, &split), "") << pair_cases::name(c);
+}
+
+}  // namespace
+}  // namespace combiner::attention::paired_test

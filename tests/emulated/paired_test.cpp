@@ -1,0 +1,54 @@
+// Two passes in one launch (fused/kernel.h ForwardPair, BackwardPair) on the CUDA kernels'
+// source: the pair kernels, each CTA running the first pass's segment and then the second's (in
+// the backward over the rows the first has just written), against the same fused calls with each
+// pair's passes launched in turn (also emulated), to the bit, under both schedules of the
+// emulator's threads (attention/pair_cases.h).
+#include <gtest/gtest.h>
+
+#include <vector>
+
+#include "attention/pair_cases.h"
+#include "emulated/emulated.h"
+#include "simt/emulator.h"
+
+namespace combiner::attention::emulated_paired_test {
+namespace {
+
+using pair_cases::Case;
+using pair_cases::Variant;
+
+void split_pair(const fused::ForwardPair& pair, void* stream) {
+  fused::forward_cuda(pair.first, stream);
+  fused::forward_cuda(pair.second, stream);
+}
+void split_pair(const fused::BackwardPair& pair, void* stream) {
+  fused::backward_cuda(pair.first, stream);
+  fused::backward_cuda(pair.second, stream);
+}
+
+TEST(SimtPairedPasses, AreTheTwoLaunchesBitForBit) {
+  const emulated::EmulatedKernels emulation;
+  // The emulated kernels, each pair as two launches (the table EmulatedKernels installs, with
+  // its one pair entry changed).
+  const auto* emulated = fused_launch::set_host_kernels(nullptr);
+  fused_launch::set_host_kernels(emulated);
+  fused_launch::HostKernels split = *emulated;
+  split.forward_pair = &split_pair;
+  split.backward_pair = &split_pair;
+  const std::vector<Case> cases = {{Variant::kVertical, 640, 10, 32, torch::kFloat},
+                                   {Variant::kVertical, 320, 10, 64, torch::kBFloat16},
+                                   {Variant::kVertical, 640, 10, 128, torch::kBFloat16},
+                                   {Variant::kVertical, 520, 4, 32, torch::kBFloat16, false},
+                                   {Variant::kRowmajor, 96, 12, 32, torch::kFloat},
+                                   {Variant::kHorizontal, 200, 40, 64, torch::kBFloat16}};
+  for (const auto& c : cases)
+    for (const auto schedule : {simt::Schedule::kForward, simt::Schedule::kReverse}) {
+      const simt::ScheduleScope scope(schedule);
+      const int64_t before = simt::launches();
+      EXPECT_EQ(pair_cases::check(c, emulated, &split), "") << pair_cases::name(c);
+      EXPECT_GT(simt::launches(), before) << pair_cases::name(c) << ": no kernel was emulated";
+    }
+}
+
+}  // namespace
+}  // namespace combiner::attention::emulated_paired_test
