@@ -34,8 +34,9 @@
 // (three joint passes, summaries kept), 4.5x this floor, against flash's 9.84 ms. At L 3072
 // (columns of 63 rows, one tile each) its local pass makes the pools in its tiles (Pass::pooled)
 // and its backward takes their backward, the backward's deltas are made in its passes
-// (Backward::made_delta, summary_delta), and its column pass's backward and its local pass's run
-// in one launch (BackwardPair): 1,082.9 MiB per call at B 8 x 8, a floor of 0.24 ms.
+// (Backward::made_delta, summary_delta), and its column pass and its local pass run in one
+// launch each way (ForwardPair, BackwardPair): 1,012.1 MiB per call at B 8 x 8, a floor of
+// 0.22 ms.
 
 #include <stdexcept>
 #include <string>
