@@ -7,6 +7,7 @@
 
 #include "attention/fused/function.h"
 #include "pair_cases.h"
+#include "pooled_plans.h"
 
 namespace combiner::attention::paired_test {
 namespace {
@@ -26,11 +27,7 @@ bool pair(const FusedPass& joint, const FusedPass& local, int64_t L, int64_t D) 
 }
 
 FusedPass vertical_local(int64_t L, int64_t W) {
-  const int64_t spans = (L + W - 1) / W - 1;
-  FusedPass local;
-  local.query = local.key = local.value = {W, spans, 1, W, spans * W};
-  local.mask = fused::Mask::kCausal;
-  return local.pooling(local.key);
+  return pooled_plans::vertical(L, W, /*on_chip=*/true).local[0];
 }
 
 TEST(Pairable, VerticalsColumnPassAndItsLocalPassAtL3072) {
@@ -49,14 +46,10 @@ TEST(Pairable, VerticalsColumnPassAndItsLocalPassAtL3072) {
 }
 
 TEST(Pairable, NotOverOtherRowsNorWhereAPassMakesADelta) {
-  const int64_t L = 3072, W = 48, spans = L / W - 1, n = spans * W;
+  const int64_t L = 3072, W = 48;
   const auto row = horizontal_joint_passes(L, W)[0];
-  FusedPass prefix, suffix;
-  prefix.query = {spans, W, W, 1, 2 * n};
-  prefix.key = prefix.value = {spans, W, W, 1, n};
-  suffix.query = {spans, W, W, -1, 2 * n, n + W - 1};
-  suffix.key = suffix.value = {spans, W, W, -1, n, W - 1};
-  prefix.mask = suffix.mask = fused::Mask::kCausal;
+  const auto local = pooled_plans::horizontal(L, W, /*on_chip=*/false).local;
+  const auto &prefix = local[0], &suffix = local[1];
   EXPECT_TRUE(pair(row, prefix, L, 64));
   EXPECT_FALSE(pair(row, suffix, L, 64));  // each row right to left
   // A pass that makes o's delta (its second source's walk, or a later pass, reads it): none.
@@ -68,11 +61,10 @@ TEST(Pairable, NotOverOtherRowsNorWhereAPassMakesADelta) {
   a.made_delta = x.data_ptr();
   EXPECT_FALSE(fused::pairable(a, b));
   // Segments that are not one tile (rows of 96: two query tiles): none.
-  const auto wide = horizontal_joint_passes(L, 96)[0];
-  FusedPass wide_prefix = prefix;
-  wide_prefix.query = {L / 96 - 1, 96, 96, 1, 2 * (L - 96)};
-  wide_prefix.key = wide_prefix.value = {L / 96 - 1, 96, 96, 1, L - 96};
-  EXPECT_FALSE(pair(wide, wide_prefix, L, 64));
+  EXPECT_FALSE(pair(horizontal_joint_passes(L, 96)[0],
+                    pooled_plans::horizontal(L, 96, /*on_chip=*/false).local[0],
+                    L,
+                    64));
 }
 
 void split_pair(const fused::ForwardPair& pair, void*) {

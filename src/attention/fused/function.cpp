@@ -235,11 +235,7 @@ std::pair<torch::Tensor, torch::Tensor> local_stage(const std::vector<FusedPass>
   auto u = every_row ? torch::empty({B, H, Lu, D}, options) : torch::zeros({B, H, Lu, D}, options);
   auto lse_u = torch::empty({B, H, Lu}, options.dtype(acc_type(q.scalar_type())));
   for (const auto& pass : local) {
-    fused::Forward f;
-    f.pass = make_pass(pass, local_queries(pass, q, qs), k, v, {}, {}, scale);
-    f.o = u.data_ptr();
-    for (int d = 0; d < 3; ++d) f.o_stride[d] = u.stride(d);
-    f.lse = lse_u.data_ptr();
+    fused::Forward f = stage_pass(pass, local_queries(pass, q, qs), k, v, {}, {}, scale, u, lse_u);
     if (pass.pooled) {
       TORCH_CHECK(ks.defined() && ks.stride(3) == 1,
                   "fused attention: a pooled local pass needs the ks slot to write into");

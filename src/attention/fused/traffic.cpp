@@ -196,6 +196,19 @@ void forward_cta(Ledger& l, const Forward& f, int64_t cta) {
   }
 }
 
+// A pair's CTAs, both passes' in one ledger: the rows the second reads again after the first
+// (q, k, v, and in the backward the gradient rows it adds to) are distinct bytes once.
+template <typename Pair, typename Cta>
+Traffic pair_traffic(const Pair& pair, Cta cta_walk) {
+  Ledger l;
+  const Pass& p = pair.first.pass;
+  for (int64_t cta = 0; cta < query_ctas(p); ++cta) {
+    cta_walk(l, pair.first, cta);
+    if (cta < query_ctas(pair.second.pass)) cta_walk(l, pair.second, cta);
+  }
+  return l.total(heads_of(p.batch, p.heads));
+}
+
 }  // namespace
 
 Traffic traffic(const Forward& f) {
@@ -204,16 +217,8 @@ Traffic traffic(const Forward& f) {
   return l.total(heads_of(f.pass.batch, f.pass.heads));
 }
 
-// A pair's CTAs in one ledger: the q, k and v rows the second reads after the first are
-// distinct bytes once.
 Traffic traffic(const ForwardPair& pair) {
-  Ledger l;
-  const Pass& p = pair.first.pass;
-  for (int64_t cta = 0; cta < query_ctas(p); ++cta) {
-    forward_cta(l, pair.first, cta);
-    if (cta < query_ctas(pair.second.pass)) forward_cta(l, pair.second, cta);
-  }
-  return l.total(heads_of(p.batch, p.heads));
+  return pair_traffic(pair, &forward_cta);
 }
 
 Traffic traffic(const Delta& d) {
@@ -299,16 +304,8 @@ Traffic traffic(const Backward& bw) {
   return l.total(heads_of(p.batch, p.heads));
 }
 
-// A pair's CTAs, both passes' in one ledger: the rows the second reads again after the first
-// (q, k, v, and the gradient rows it adds to) are distinct bytes once.
 Traffic traffic(const BackwardPair& pair) {
-  Ledger l;
-  const Pass& p = pair.first.pass;
-  for (int64_t cta = 0; cta < query_ctas(p); ++cta) {
-    segment_cta(l, pair.first, cta);
-    if (cta < query_ctas(pair.second.pass)) segment_cta(l, pair.second, cta);
-  }
-  return l.total(heads_of(p.batch, p.heads));
+  return pair_traffic(pair, &segment_cta);
 }
 
 // The scans read and write each element of their lines once a tensor, with plain loads: counted
