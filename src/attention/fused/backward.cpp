@@ -5,6 +5,7 @@
 // group's slots are made here just before its passes run and dropped after its pools' backward:
 // at most one group's ks and u and their gradients are alive beside q, k, v, o and theirs
 // (horizontal: its prefix and its suffix summaries, each half of the slots).
+#include "attention/fused/backward_plan.h"
 #include "attention/fused/function.h"
 
 #include "attention/fused/checks.h"
@@ -83,178 +84,6 @@ Grad slot_grad(const torch::Tensor& x,
   return g;
 }
 
-// Rows [lo, hi) of the slots ks, qs and u that one set of pools makes, one set of local passes
-// writes (u) and reads (qs), and one set of joint passes reads (ks, u). Geometries and pools are
-// kept relative to row lo of the group's own slots.
-struct SummaryGroup {
-  int64_t lo = 0, hi = std::numeric_limits<int64_t>::max();
-  std::vector<FusedPool> pools;
-  std::vector<FusedPass> local;
-  std::vector<size_t> joint;  // the joint passes reading its slots
-  std::vector<FusedPass> joint_plan;
-  bool made_here = false;  // its slots are made in backward, for it alone
-};
-
-bool reads_slots(const FusedPass& p) {
-  return p.a_from_summaries || p.summaries;
-}
-
-// The rows [lo, hi) that g's indices name (lo >= hi: none).
-std::pair<int64_t, int64_t> rows_named(const fused::Geometry& g) {
-  int64_t lo = std::numeric_limits<int64_t>::max(), hi = std::numeric_limits<int64_t>::min();
-  for (int64_t s = 0; s < g.segments; ++s) {
-    const int64_t n = fused::valid_count(g, s);
-    if (n == 0) continue;
-    const int64_t a = fused::row_of(g, s, 0), b = fused::row_of(g, s, n - 1);
-    lo = std::min({lo, a, b});
-    hi = std::max({hi, a + 1, b + 1});
-  }
-  return {lo, hi};
-}
-
-// g as it reads a group's slots, whose row 0 is row lo of the whole ones: the same indices name
-// the same rows, less lo (g names no row at or past hi).
-fused::Geometry within(fused::Geometry g, int64_t lo, int64_t hi) {
-  g.first -= lo;
-  g.limit = std::min(g.limit, hi) - lo;
-  return g;
-}
-
-// The pass's slot reads (source A from the summaries, source B by segment) relative to `group`.
-FusedPass within(FusedPass p, const SummaryGroup& group) {
-  if (p.a_from_summaries) {
-    p.key = within(p.key, group.lo, group.hi);
-    p.value = within(p.value, group.lo, group.hi);
-  }
-  if (p.summaries && p.by_segment) {
-    p.summary_key = within(p.summary_key, group.lo, group.hi);
-    p.summary_value = within(p.summary_value, group.lo, group.hi);
-  }
-  return p;
-}
-
-// One group of the whole slots (given, kept, or made in full): every pool, local pass and joint
-// pass that reads a slot.
-SummaryGroup whole_slots(const std::vector<FusedPass>& passes,
-                         const std::vector<FusedPass>& local,
-                         const std::vector<FusedPool>& pools) {
-  SummaryGroup g;
-  g.pools = pools;
-  g.local = local;
-  for (size_t i = 0; i < passes.size(); ++i)
-    if (reads_slots(passes[i])) {
-      g.joint.push_back(i);
-      g.joint_plan.push_back(passes[i]);
-    }
-  return g;
-}
-
-// The call's slots split into groups that can be made and read one at a time: the pools' row
-// ranges, each written by one key-side and one query-side pool, with every local pass's queries
-// and every joint pass's slot reads inside one of them. Empty where the plan does not split so
-// (summaries by prefix, which every later segment reads; a local stage over q itself).
-std::vector<SummaryGroup> split_slots(const std::vector<FusedPass>& passes,
-                                      const std::vector<FusedPass>& local,
-                                      const std::vector<FusedPool>& pools) {
-  std::vector<SummaryGroup> groups;
-  for (const auto& p : pools) {
-    const int64_t lo = p.first, hi = p.first + p.rows();
-    auto at = std::find_if(groups.begin(), groups.end(), [&](const SummaryGroup& g) {
-      return g.lo == lo && g.hi == hi;
-    });
-    if (at == groups.end()) {
-      groups.emplace_back();
-      groups.back().lo = lo;
-      groups.back().hi = hi;
-      at = groups.end() - 1;
-    }
-    FusedPool shifted = p;
-    shifted.first = 0;
-    at->pools.push_back(shifted);
-    at->made_here = true;
-  }
-  std::sort(groups.begin(), groups.end(), [](const SummaryGroup& a, const SummaryGroup& b) {
-    return a.lo < b.lo;
-  });
-  for (size_t i = 0; i < groups.size(); ++i) {
-    const auto& g = groups[i];
-    const bool both_sides = g.pools.size() == 2 && g.pools[0].query_side != g.pools[1].query_side;
-    if (!both_sides || (i > 0 && g.lo < groups[i - 1].hi)) return {};
-  }
-  // The group holding rows [lo, hi), or none.
-  const auto group_of = [&](std::pair<int64_t, int64_t> rows) -> SummaryGroup* {
-    for (auto& g : groups)
-      if (rows.first < rows.second && rows.first >= g.lo && rows.second <= g.hi) return &g;
-    return nullptr;
-  };
-  for (const auto& p : local) {
-    auto* g = group_of(rows_named(p.query));
-    if (g == nullptr) return {};
-    FusedPass shifted = p;
-    shifted.query = within(p.query, g->lo, g->hi);
-    if (p.pooled) shifted.pooled_keys = within(p.pooled_keys, g->lo, g->hi);
-    g->local.push_back(shifted);
-  }
-  for (size_t i = 0; i < passes.size(); ++i) {
-    const auto& p = passes[i];
-    if (!reads_slots(p)) continue;
-    if (p.summaries && !p.by_segment) return {};
-    SummaryGroup* g = nullptr;
-    std::vector<fused::Geometry> reads;
-    if (p.a_from_summaries) reads = {p.key, p.value};
-    if (p.summaries) reads.insert(reads.end(), {p.summary_key, p.summary_value});
-    for (const auto& r : reads) {
-      auto* of = group_of(rows_named(r));
-      if (of == nullptr || (g != nullptr && of != g)) return {};
-      g = of;
-    }
-    g->joint.push_back(i);
-    g->joint_plan.push_back(within(p, *g));
-  }
-  return groups;
-}
-
-// One step of the backward: joint pass `index` or local pass `index` of group `group` (joint
-// passes reading no slot: no group), with the plan it runs.
-struct Step {
-  bool local = false;
-  size_t index = 0;
-  int group = -1;
-  FusedPass plan;
-  bool paired = false;  // a joint pass run in the launch of the local step after it
-};
-
-// Whether joint step `a`, reading no slot, and local step `b` may run in one launch
-// (fused::pairable), judged from their plans: b's pools' backward in its epilogue where it pools
-// on chip (the glue may still decide otherwise; the launch checks again).
-bool may_pair(const Step& a, const Step& b, const torch::Tensor& q, double scale) {
-  fused::Backward first, second;
-  first.pass = make_pass(a.plan, q, q, q, {}, {}, scale);
-  second.pass = make_pass(b.plan, q, q, q, {}, {}, scale);
-  if (b.plan.pooled) second.pools_dq.kind = GradOut::kStore;
-  return fused::pairable(first, second);
-}
-
-// Joint passes reading no slot that pair with a local pass (vertical's column pass with its
-// local pass, one CTA per column each) move to just before it, to run in its launch: after the
-// group's joint passes, since the local pass's d_o is u's gradient, which they make.
-void pair_steps(std::vector<Step>& steps, const torch::Tensor& q, double scale) {
-  for (size_t l = 0; l < steps.size(); ++l) {
-    if (!steps[l].local || (l > 0 && steps[l - 1].paired)) continue;
-    for (size_t a = 0; a < l; ++a) {
-      if (steps[a].local || steps[a].group >= 0 || steps[a].paired ||
-          !may_pair(steps[a], steps[l], q, scale))
-        continue;
-      Step moved = steps[a];
-      moved.paired = true;
-      moved.group = steps[l].group;
-      steps.erase(steps.begin() + std::ptrdiff_t(a));
-      steps.insert(steps.begin() + std::ptrdiff_t(l - 1), moved);
-      break;
-    }
-  }
-}
-
 // The backward's readers of one gradient: (step, the geometry it writes through).
 using Readers = std::vector<std::pair<size_t, fused::Geometry>>;
 
@@ -292,19 +121,7 @@ tensor_list FusedFunction::backward(AutogradContext* ctx, tensor_list grads) {
   const auto d_o = kernel_ready(grads[0], dtype);
   const int64_t B = q.size(0), H = q.size(1), D = q.size(3);
 
-  // The steps in the order they run: the joint passes reading no slot; then per group its joint
-  // passes and, where they read its u, its local passes (their queries are qs, or q itself).
-  std::vector<Step> steps;
-  for (size_t i = 0; i < passes.size(); ++i)
-    if (!reads_slots(passes[i])) steps.push_back({false, i, -1, passes[i]});
-  for (size_t gi = 0; gi < groups.size(); ++gi) {
-    const auto& g = groups[gi];
-    for (size_t j = 0; j < g.joint.size(); ++j)
-      steps.push_back({false, g.joint[j], int(gi), g.joint_plan[j]});
-    for (size_t j = 0; !g.joint.empty() && j < g.local.size(); ++j)
-      steps.push_back({true, j, int(gi), g.local[j]});
-  }
-  pair_steps(steps, q, scale);
+  const auto steps = backward_steps(passes, groups, q, scale);
   const size_t total = steps.size();
   // Where the first step is a joint pass whose queries, one CTA per segment, are every row of o
   // once, it makes delta itself as its query tiles land (Backward::made_delta): no delta launch.
