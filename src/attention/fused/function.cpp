@@ -180,29 +180,6 @@ fused::Forward stage_pass(const FusedPass& fp,
   return f;
 }
 
-// The forward of the joint stage: its passes over (queries, k, v, ks, u) into o and lse, every
-// pass after the first merging into the rows it shares; pass `done`, where it names one, has run
-// already (in the local stage's launch) and stored its rows, and every other pass merges.
-void forward_stage(const std::vector<FusedPass>& passes,
-                   const torch::Tensor& queries,
-                   const torch::Tensor& k,
-                   const torch::Tensor& v,
-                   const torch::Tensor& ks,
-                   const torch::Tensor& u,
-                   double scale,
-                   const torch::Tensor& o,
-                   const torch::Tensor& lse,
-                   size_t done) {
-  bool stored = done < passes.size();
-  for (size_t i = 0; i < passes.size(); ++i) {
-    if (i == done) continue;
-    fused::Forward f = stage_pass(passes[i], queries, k, v, ks, u, scale, o, lse);
-    f.merge = stored;
-    stored = true;
-    fused_launch::forward(queries, f);
-  }
-}
-
 // A joint pass reading no slot that runs in the launch of a local pass (fused::same_ctas:
 // vertical's column pass and its local pass at L 3072, one CTA per column each; rowmajor's and
 // horizontal's row pass and their prefix pass at rows of 48), or passes.size().
@@ -317,7 +294,16 @@ torch::Tensor FusedFunction::forward(AutogradContext* ctx,
                                      scale,
                                      paired < passes.size() ? &with : nullptr);
   }
-  forward_stage(passes, q, k, v, ks, u, scale, o, lse, paired);
+  // The joint stage: every pass after the first to store its rows merges into them (the paired
+  // one, where there is one, stored them in the local stage's launch).
+  bool stored = paired < passes.size();
+  for (size_t i = 0; i < passes.size(); ++i) {
+    if (i == paired) continue;
+    fused::Forward f = stage_pass(passes[i], q, k, v, ks, u, scale, o, lse);
+    f.merge = stored;
+    stored = true;
+    fused_launch::forward(q, f);
+  }
   // Cumulative pools are as large as the k or q they are made from: made again in backward from
   // the saved k and q (the same kernels on the same inputs: the same bits) rather than kept, and
   // with them the local stage's u and lse, which they feed.
