@@ -363,5 +363,44 @@ TEST(FusedTiles, ColumnsOfThirtyTwoQueriesShareTilesTwoByTwo) {
   EXPECT_EQ(fused::segment_pack(pass_of(vertical_joint_passes(3072, 96).front())), 1);
 }
 
+TEST(FusedTiles, IndexArithmeticIsExactUpToTheLargestRows) {
+  // The index rules divide in 32 bits (kernel.h index_div); checks.cpp keeps a head's rows below
+  // 2^31, so quotients of rows, segments and tiles, and their sums with a divisor, stay below 2^32.
+  const int64_t big = (int64_t(1) << 31) - 1;
+  for (int64_t a : {int64_t(0),
+                    int64_t(1),
+                    int64_t(63),
+                    int64_t(64),
+                    int64_t(3071),
+                    big,
+                    big + 1,
+                    (int64_t(1) << 32) - 1})
+    for (int64_t b : {int64_t(1), int64_t(3), int64_t(48), int64_t(64), big}) {
+      EXPECT_EQ(fused::index_div(a, b), a / b) << a << " / " << b;
+      EXPECT_EQ(fused::index_mod(a, b), a % b) << a << " % " << b;
+      if (a + b - 1 < (int64_t(1) << 32))
+        EXPECT_EQ(fused::index_ceil_div(a, b), (a + b - 1) / b) << a << " / " << b;
+    }
+  // A geometry at the largest rows: rows 5, 5 + 2^30, ... below 2^31 - 1.
+  fused::Geometry g;
+  g.seg_len = 4;
+  g.segments = 1;
+  g.row_stride = int64_t(1) << 30;
+  g.seg_stride = 4 * g.row_stride;
+  g.first = 5;
+  g.limit = big;
+  EXPECT_EQ(fused::valid_count(g, 0), 2);
+  g.row_stride = big - 1;  // the numerator's sum near 2^32
+  g.first = 0;
+  EXPECT_EQ(fused::valid_count(g, 0), 2);
+  // segment_pack counts kQueryTile / seg_len without a division.
+  for (int64_t len = 1; len <= 200; ++len) {
+    fused::Pass p;
+    p.query.seg_len = p.key.seg_len = len;
+    EXPECT_EQ(fused::segment_pack(p), len <= fused::kQueryTile ? fused::kQueryTile / len : 1)
+        << len;
+  }
+}
+
 }  // namespace
 }  // namespace combiner::attention

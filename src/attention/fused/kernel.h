@@ -184,6 +184,17 @@ COMBINER_HD int64_t grad_at(const GradOut& out, int64_t b, int64_t h, int64_t r)
   return b * out.stride[0] + h * out.stride[1] + r * out.stride[2];
 }
 
+// Quotient and remainder of the indices the tiles are laid out by (rows, segments, tiles, CTAs:
+// non-negative and below 2^32; checks.cpp keeps every row of a head below 2^31), in 32 bits.
+// On the device a 64-bit division is a called routine, and each call site holds registers
+// across the call.
+COMBINER_HD int64_t index_div(int64_t a, int64_t b) {
+  return int64_t(uint32_t(a) / uint32_t(b));
+}
+COMBINER_HD int64_t index_mod(int64_t a, int64_t b) {
+  return int64_t(uint32_t(a) % uint32_t(b));
+}
+
 COMBINER_HD int64_t row_of(const Geometry& g, int64_t segment, int64_t t) {
   return g.first + segment * g.seg_stride + t * g.row_stride;
 }
@@ -202,7 +213,7 @@ COMBINER_HD int64_t valid_count(const Geometry& g, int64_t segment) {
   const int64_t start = row_of(g, segment, 0);
   if (start < 0 || start >= g.limit) return 0;
   if (g.row_stride <= 0) return g.seg_len;
-  const int64_t fit = (g.limit - start + g.row_stride - 1) / g.row_stride;
+  const int64_t fit = index_div(g.limit - start + g.row_stride - 1, g.row_stride);
   return fit < g.seg_len ? fit : g.seg_len;
 }
 
@@ -266,7 +277,7 @@ COMBINER_HD bool may_skip(Mask mask, int64_t last, int64_t j0) {
 // The first query index (a multiple of MQ) whose tile can see a key at or after j0: under the
 // causal masks no query before j0 does; under kNone and kOthers every query may.
 COMBINER_HD int64_t first_query_tile(Mask mask, int64_t j0, int64_t MQ) {
-  return mask == Mask::kCausal || mask == Mask::kStrict ? j0 / MQ * MQ : 0;
+  return mask == Mask::kCausal || mask == Mask::kStrict ? index_div(j0, MQ) * MQ : 0;
 }
 
 // Source B: its keys for segment g (by segment, j < summary_terms are all its keys; by prefix,
@@ -297,13 +308,17 @@ COMBINER_HD bool summary_allows(const Pass& p, int64_t t, int64_t j) {
 COMBINER_HD int64_t ceil_div(int64_t a, int64_t b) {
   return (a + b - 1) / b;
 }
+// The same of indices (index_div): segments, rows and tiles of one head.
+COMBINER_HD int64_t index_ceil_div(int64_t a, int64_t b) {
+  return index_div(a + b - 1, b);
+}
 
 // Query tiles per segment, and the summary-gradient parts (runs of segments) per summary tile.
 COMBINER_HD int64_t query_chunks(const Pass& p) {
   return ceil_div(p.query.seg_len, kQueryTile);
 }
 COMBINER_HD int64_t segments_per_part(const Pass& p) {
-  const int64_t s = ceil_div(kSummaryPartRows, p.query.seg_len);
+  const int64_t s = index_ceil_div(kSummaryPartRows, p.query.seg_len);
   return s > 0 ? s : 1;
 }
 
@@ -318,7 +333,8 @@ COMBINER_HD int64_t segments_per_part(const Pass& p) {
 // Summaries by prefix, which every segment shares, are not packed.
 COMBINER_HD int64_t segment_pack(const Pass& p) {
   if ((p.summaries && !p.by_segment) || p.query.seg_len < 1) return 1;
-  int64_t pack = kQueryTile / p.query.seg_len;
+  int64_t pack = 1;  // kQueryTile / seg_len, without a division (see index_div)
+  while ((pack + 1) * p.query.seg_len <= kQueryTile) ++pack;
   const int64_t b_len = p.summaries ? p.summary_key.seg_len : 0;
   while (pack > 1 && (pack * p.key.seg_len > kKeyTile || pack * b_len > kKeyTile)) --pack;
   return pack < 1 ? 1 : pack;
@@ -334,7 +350,7 @@ struct TileIndex {
 // group.
 COMBINER_HD int64_t query_ctas(const Pass& p) {
   const int64_t pack = segment_pack(p);
-  return pack > 1 ? ceil_div(p.query.segments, pack) : p.query.segments * query_chunks(p);
+  return pack > 1 ? index_ceil_div(p.query.segments, pack) : p.query.segments * query_chunks(p);
 }
 // Row r of query CTA `cta`'s tile.
 COMBINER_HD TileIndex tile_query(const Pass& p, int64_t cta, int64_t r) {
@@ -342,12 +358,12 @@ COMBINER_HD TileIndex tile_query(const Pass& p, int64_t cta, int64_t r) {
   TileIndex q;
   if (pack > 1) {
     if (r >= pack * len) return q;
-    q.g = cta * pack + r / len;
-    q.i = r % len;
+    q.g = cta * pack + index_div(r, len);
+    q.i = index_mod(r, len);
   } else {
     const int64_t chunks = query_chunks(p);
-    q.g = cta / chunks;
-    q.i = cta % chunks * kQueryTile + r;
+    q.g = index_div(cta, chunks);
+    q.i = index_mod(cta, chunks) * kQueryTile + r;
   }
   q.valid = q.g < p.query.segments && q.i < valid_count(p.query, q.g);
   return q;
@@ -357,8 +373,8 @@ COMBINER_HD TileIndex packed_query(const Pass& p, int64_t group, int64_t f) {
   const int64_t pack = segment_pack(p), len = p.query.seg_len;
   TileIndex q;
   if (f >= pack * len) return q;
-  q.g = group * pack + f / len;
-  q.i = f % len;
+  q.g = group * pack + index_div(f, len);
+  q.i = index_mod(f, len);
   q.valid = q.g < p.query.segments && q.i < valid_count(p.query, q.g);
   return q;
 }
@@ -368,8 +384,8 @@ COMBINER_HD TileIndex packed_key(const Pass& p, bool b, int64_t group, int64_t c
   const int64_t pack = segment_pack(p), len = at.seg_len;
   TileIndex k;
   if (len < 1 || c >= pack * len) return k;
-  k.g = group * pack + c / len;
-  k.i = c % len;
+  k.g = group * pack + index_div(c, len);
+  k.i = index_mod(c, len);
   k.valid = k.g < at.segments && k.i < (b ? summary_terms(p, k.g) : valid_count(p.key, k.g));
   return k;
 }
@@ -386,7 +402,8 @@ COMBINER_HD QueryTileKeys query_tile_keys(const Pass& p, int64_t cta) {
     n.total = n.direct + (p.summaries && p.summary_key.seg_len > 0 ? 1 : 0);
     return n;
   }
-  const int64_t chunks = query_chunks(p), g = cta / chunks, t0 = cta % chunks * kQueryTile;
+  const int64_t chunks = query_chunks(p), g = index_div(cta, chunks);
+  const int64_t t0 = index_mod(cta, chunks) * kQueryTile;
   const int64_t q_count = valid_count(p.query, g);
   if (t0 >= q_count) return n;
   const int64_t last = (t0 + kQueryTile < q_count ? t0 + kQueryTile : q_count) - 1;
@@ -401,7 +418,8 @@ COMBINER_HD TileIndex
 tile_key(const Pass& p, int64_t cta, int64_t tile, int64_t direct, int64_t c) {
   const bool b = tile >= direct;
   if (segment_pack(p) > 1) return packed_key(p, b, cta, c);
-  const int64_t chunks = query_chunks(p), g = cta / chunks, t0 = cta % chunks * kQueryTile;
+  const int64_t chunks = query_chunks(p), g = index_div(cta, chunks);
+  const int64_t t0 = index_mod(cta, chunks) * kQueryTile;
   const int64_t q_count = valid_count(p.query, g);
   const int64_t last = (t0 + kQueryTile < q_count ? t0 + kQueryTile : q_count) - 1;
   TileIndex k;
@@ -416,8 +434,8 @@ COMBINER_HD TileIndex dkv_key(const Pass& p, bool b, int64_t cta, int64_t c) {
   const Geometry& at = b ? p.summary_key : p.key;
   const int64_t tiles = ceil_div(at.seg_len, kKeyTile);
   TileIndex k;
-  k.g = cta / tiles;
-  k.i = cta % tiles * kKeyTile + c;
+  k.g = index_div(cta, tiles);
+  k.i = index_mod(cta, tiles) * kKeyTile + c;
   k.valid = k.i < (b ? summary_terms(p, k.g) : valid_count(p.key, k.g));
   return k;
 }
@@ -463,8 +481,8 @@ dkv_query(const Pass& p, Keys keys, int64_t cta, const TileIndex& first, int64_t
   if (keys != Keys::kPrefixSummaries && segment_pack(p) > 1) return packed_query(p, cta, f);
   const bool prefix = keys == Keys::kPrefixSummaries;
   TileIndex q;
-  q.g = prefix ? f / p.query.seg_len : first.g;
-  q.i = prefix ? f % p.query.seg_len : f;
+  q.g = prefix ? index_div(f, p.query.seg_len) : first.g;
+  q.i = prefix ? index_mod(f, p.query.seg_len) : f;
   q.valid = q.i < valid_count(p.query, q.g);
   return q;
 }
@@ -636,7 +654,7 @@ COMBINER_HD int64_t backward_launches(const Backward& b) {
 COMBINER_HD int64_t key_ctas(const Pass& p, bool b) {
   const Geometry& g = b ? p.summary_key : p.key;
   const int64_t pack = segment_pack(p);
-  return pack > 1 ? ceil_div(g.segments, pack) : g.segments * ceil_div(g.seg_len, kKeyTile);
+  return pack > 1 ? index_ceil_div(g.segments, pack) : g.segments * ceil_div(g.seg_len, kKeyTile);
 }
 COMBINER_HD int64_t dkv_ctas(const Pass& p) {
   return key_ctas(p, false) + (p.summaries && p.by_segment ? key_ctas(p, true) : 0);

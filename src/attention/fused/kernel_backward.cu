@@ -70,11 +70,12 @@ __global__ void __launch_bounds__(kThreads, dq_blocks_per_sm<T, D>()) dq_kernel(
   const PackedTables<M, N> tables(smem + dq_tile_bytes<T, D>());
 
   const Pass& p = bw.pass;
-  const int64_t cta = blockIdx.x, b = blockIdx.y / p.heads, h = blockIdx.y % p.heads;
+  const int64_t cta = blockIdx.x, b = index_div(blockIdx.y, p.heads),
+                h = index_mod(blockIdx.y, p.heads);
   const int64_t chunks = query_chunks(p);
-  const int64_t g = PACKED ? cta * segment_pack(p) : cta / chunks;
+  const int64_t g = PACKED ? cta * segment_pack(p) : index_div(cta, chunks);
   const int q_count = PACKED ? M : int(valid_count(p.query, g));
-  const int t0 = PACKED ? 0 : int(cta % chunks) * M;
+  const int t0 = PACKED ? 0 : int(index_mod(cta, chunks)) * M;
   if (t0 >= q_count) return;
   const int rows = min(M, q_count - t0);
   const int a_count = PACKED ? 0 : int(valid_count(p.key, g));
@@ -239,7 +240,8 @@ __device__ __forceinline__ void pools_backward(const Backward& bw,
   constexpr int P = pitch<T, D>(), N = kKeyTile, MQ = backward_query_tile(D), M = kQueryTile;
   static_assert(2 * MQ >= M, "a query tile's rows fit two walk tiles");
   const Pass& p = bw.pass;
-  const int64_t cta = blockIdx.x, b = blockIdx.y / p.heads, h = blockIdx.y % p.heads;
+  const int64_t cta = blockIdx.x, b = index_div(blockIdx.y, p.heads),
+                h = index_mod(blockIdx.y, p.heads);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, gq = lane / 4, qq = lane % 4;
   T* keys = reinterpret_cast<T*>(smem);  // dkv_tile's layout
   T* d_keys = keys + N * P;
@@ -325,7 +327,7 @@ __device__ __forceinline__ void segment_backward_cta(const Backward& bw, unsigne
   float* ds = reinterpret_cast<float*>(smem + dkv_smem<T, D>());
   [[maybe_unused]] float* first = ds + kQueryTile * kDsPitch;  // two sources: A's dq [64][QP]
   const Pass& p = bw.pass;
-  const int64_t b = blockIdx.y / p.heads, h = blockIdx.y % p.heads;
+  const int64_t b = index_div(blockIdx.y, p.heads), h = index_mod(blockIdx.y, p.heads);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, gq = lane / 4, qq = lane % 4;
   // The walk's query rows: a pack group's, or the segment's (at most kQueryTile).
   const int64_t pack = segment_pack(p);
@@ -381,17 +383,23 @@ __global__ void __launch_bounds__(kThreads, 1)
 // Two segment_backward passes in one launch (kernel.h BackwardPair, pairable): CTA x runs the
 // first's CTA x, then the second's. The barrier between them lets the second's loads reuse the
 // shared memory the first's epilogue staged in, and orders the first's stores of the rows the
-// second adds to (written by this CTA alone) before the second's loads of them. Each part reads
-// its pass from the kernel's parameters at fixed offsets (a pointer chosen at run time costs
-// registers, and spills), without the second source's walk, which neither has.
+// second adds to (written by this CTA alone) before the second's loads of them. One copy of the
+// CTA's code runs both, reading its pass from the kernel's parameters at the part's offset (one
+// inlined copy per part took half the code again, and at D 64 spilled), without the second
+// source's walk, which neither has.
 template <typename T, int D, bool PACKED>
 __global__ void __launch_bounds__(kThreads, 1)
     segment_pair_kernel(const __grid_constant__ BackwardPair pair) {
   COMBINER_DYNAMIC_SHARED(unsigned char, smem);
-  segment_backward_cta<T, D, PACKED, false>(pair.first, smem);
-  if (blockIdx.x >= query_ctas(pair.second.pass)) return;
-  __syncthreads();
-  segment_backward_cta<T, D, PACKED, false>(pair.second, smem);
+#pragma unroll 1
+  for (int part = 0; part < 2; ++part) {
+    const Backward& bw = part == 0 ? pair.first : pair.second;
+    if (part == 1) {
+      if (blockIdx.x >= query_ctas(bw.pass)) return;
+      __syncthreads();
+    }
+    segment_backward_cta<T, D, PACKED, false>(bw, smem);
+  }
 }
 
 // The summaries' dk/dv walk (by prefix): CTA (summary tile, part).

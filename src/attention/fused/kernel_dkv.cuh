@@ -95,13 +95,13 @@ __device__ __forceinline__ bool dkv_tile(const Backward& bw, int64_t cta, unsign
 
   const Pass& p = bw.pass;
   const Mask mask = A ? p.mask : p.summary_mask;
-  const int64_t b = blockIdx.y / p.heads, h = blockIdx.y % p.heads;
+  const int64_t b = index_div(blockIdx.y, p.heads), h = index_mod(blockIdx.y, p.heads);
   int64_t g = 0, f_begin = 0, f_end = 0;
   int j0 = 0, key_count = 0;
   if constexpr (SUMMARY) {
-    const int64_t parts = ceil_div(p.query.segments, segments_per_part(p));
-    const int64_t per = segments_per_part(p), part = cta % parts;
-    j0 = int(cta / parts) * N;
+    const int64_t parts = index_ceil_div(p.query.segments, segments_per_part(p));
+    const int64_t per = segments_per_part(p), part = index_mod(cta, parts);
+    j0 = int(index_div(cta, parts)) * N;
     key_count = int(p.summary_count);
     const int64_t g_lo = max(part * per, int64_t(j0) + 1);
     const int64_t g_hi = min((part + 1) * per, p.query.segments);
@@ -132,8 +132,8 @@ __device__ __forceinline__ bool dkv_tile(const Backward& bw, int64_t cta, unsign
     f_end = pack * p.query.seg_len;
   } else {
     const int64_t tiles = ceil_div(A ? p.key.seg_len : p.summary_key.seg_len, N);
-    g = cta / tiles;
-    j0 = int(cta % tiles) * N;
+    g = index_div(cta, tiles);
+    j0 = int(index_mod(cta, tiles)) * N;
     key_count = int(A ? valid_count(p.key, g) : summary_terms(p, g));
     if (j0 >= key_count) return false;
     f_begin = first_query_tile(mask, j0, MQ);
@@ -213,8 +213,8 @@ __device__ __forceinline__ bool dkv_tile(const Backward& bw, int64_t cta, unsign
       for (int i = threadIdx.x; i < MQ; i += kThreads) {
         const int64_t f = f0 + i;
         TileIndex q;
-        q.g = f / p.query.seg_len;
-        q.i = f % p.query.seg_len;
+        q.g = index_div(f, p.query.seg_len);
+        q.i = index_mod(f, p.query.seg_len);
         q.valid = q.i < valid_count(p.query, q.g);
         const bool valid = f < f_end && q.valid;
         const int64_t row = valid ? row_of(p.query, q.g, q.i) : 0;
@@ -293,7 +293,8 @@ __device__ __forceinline__ bool dkv_tile(const Backward& bw, int64_t cta, unsign
             [&](int i) {
               const int64_t f = f0 + i;
               if constexpr (PACKED)
-                return f < f_end && rows[f] >= 0 ? (f % p.query.seg_len == 0 ? 0 : 1) : -1;
+                return f < f_end && rows[f] >= 0 ? (index_mod(f, p.query.seg_len) == 0 ? 0 : 1)
+                                                 : -1;
               return f < f_end ? (f == 0 ? 0 : 1) : -1;
             },
             [&](int i) -> T* { return qt + i * P; });
