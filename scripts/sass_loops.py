@@ -2,7 +2,8 @@
 """The fused attention kernels' inner loops, counted in SASS without a GPU.
 
 For each kernel of a compiled object (nvcc -c, sm_90) whose name matches the filter, prints its
-instructions in all and, for every loop that issues tensor-core instructions (a backward branch
+instructions in all, its calls (CALL: a called routine, as a 64-bit integer division or the slow
+path of an IEEE reciprocal is, whose call sites hold registers across the call) and, for every loop that issues tensor-core instructions (a backward branch
 whose body holds HMMA: the walk over key or query tiles), the loop body's instructions and how
 many of them are HMMA. A body runs once per tile and warp, so its length is what one tile costs
 the warp scheduler to issue (the loads' own loops inside it run once per tile too); where the
@@ -73,12 +74,13 @@ def main():
         sys.exit("sass_loops: no cuobjdump ($CUDA_HOME/bin, PATH, or triton's in the venv)")
     sass = subprocess.run([tool, "-sass", sys.argv[1]], capture_output=True, text=True, check=True)
     pattern = sys.argv[2] if len(sys.argv) > 2 else ""
-    print(f"{'kernel':48s} {'instructions':>12s}  loops with HMMA: instructions (HMMA)")
+    print(f"{'kernel':48s} {'instructions':>12s} {'calls':>5s}  loops with HMMA: instructions (HMMA)")
     for name, code in kernels(sass.stdout):
         if pattern not in name:
             continue
+        calls = sum(t.startswith("CALL") for _, t in code)
         loops = ", ".join(f"{n} ({h})" for n, h in hmma_loops(code))
-        print(f"{name:48s} {len(code):12d}  {loops}")
+        print(f"{name:48s} {len(code):12d} {calls:5d}  {loops}")
 
 
 if __name__ == "__main__":
