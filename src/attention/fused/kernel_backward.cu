@@ -384,9 +384,9 @@ __global__ void __launch_bounds__(kThreads, 1)
 // first's CTA x, then the second's. The barrier between them lets the second's loads reuse the
 // shared memory the first's epilogue staged in, and orders the first's stores of the rows the
 // second adds to (written by this CTA alone) before the second's loads of them. One copy of the
-// CTA's code runs both, reading its pass from the kernel's parameters at the part's offset (one
-// inlined copy per part took half the code again, and at D 64 spilled), without the second
-// source's walk, which neither has.
+// CTA's code runs both, reading its pass from the kernel's parameters at the part's offset (an
+// inlined copy per part doubled the code, and at D 64 spilled), without the second source's
+// walk, which neither has.
 template <typename T, int D, bool PACKED>
 __global__ void __launch_bounds__(kThreads, 1)
     segment_pair_kernel(const __grid_constant__ BackwardPair pair) {
