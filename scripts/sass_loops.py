@@ -3,11 +3,12 @@
 
 For each kernel of a compiled object (nvcc -c, sm_90) whose name matches the filter, prints its
 instructions in all, its calls (CALL: a called routine, as a 64-bit integer division or the slow
-path of an IEEE reciprocal is, whose call sites hold registers across the call) and, for every loop that issues tensor-core instructions (a backward branch
-whose body holds HMMA: the walk over key or query tiles), the loop body's instructions and how
-many of them are HMMA. A body runs once per tile and warp, so its length is what one tile costs
-the warp scheduler to issue (the loads' own loops inside it run once per tile too); where the
-loads wait on memory less than the issue takes, this is the kernel's time.
+path of an IEEE reciprocal is, whose call sites hold registers across the call) and, for every
+loop that issues tensor-core instructions (a backward branch whose body holds HMMA: the walk
+over key or query tiles), the loop body's instructions and how many of them are HMMA. A body
+runs once per tile and warp, so its length is what one tile costs the warp scheduler to issue
+(the loads' own loops inside it run once per tile too); where the loads wait on memory less than
+the issue takes, this is the kernel's time.
 
 Static counts: a branch not taken still counts, so they bound, not measure, the work per tile.
 
@@ -74,7 +75,8 @@ def main():
         sys.exit("sass_loops: no cuobjdump ($CUDA_HOME/bin, PATH, or triton's in the venv)")
     sass = subprocess.run([tool, "-sass", sys.argv[1]], capture_output=True, text=True, check=True)
     pattern = sys.argv[2] if len(sys.argv) > 2 else ""
-    print(f"{'kernel':48s} {'instructions':>12s} {'calls':>5s}  loops with HMMA: instructions (HMMA)")
+    head = f"{'kernel':48s} {'instructions':>12s} {'calls':>5s}"
+    print(f"{head}  loops with HMMA: instructions (HMMA)")
     for name, code in kernels(sass.stdout):
         if pattern not in name:
             continue

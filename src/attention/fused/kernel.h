@@ -337,7 +337,7 @@ COMBINER_HD int64_t segment_pack(const Pass& p) {
   while ((pack + 1) * p.query.seg_len <= kQueryTile) ++pack;
   const int64_t b_len = p.summaries ? p.summary_key.seg_len : 0;
   while (pack > 1 && (pack * p.key.seg_len > kKeyTile || pack * b_len > kKeyTile)) --pack;
-  return pack < 1 ? 1 : pack;
+  return pack;
 }
 
 // Query i of segment g, or key i of segment g, as a tile holds it (valid: it exists).
