@@ -1,6 +1,7 @@
 // Two passes in one launch (fused/kernel.h ForwardPair, BackwardPair), on the CPU model: which
 // passes pair (same_ctas, pairable), and the fused calls with their pairs launched as one, against
-// the same calls with each pair's passes launched in turn (pair_cases.h).
+// the same calls with each pair's passes launched in turn (pair_cases.h); a backward's walk and dq
+// in one launch against the two.
 #include <gtest/gtest.h>
 
 #include <vector>
@@ -115,6 +116,28 @@ TEST(PairedPasses, AreTheTwoLaunchesBitForBit) {
       {Variant::kHorizontal, 200, 40, 64, torch::kBFloat16}};
   for (const auto& c : cases)
     EXPECT_EQ(pair_cases::check(c, nullptr, &split), "") << pair_cases::name(c);
+}
+
+void split_backward(const fused::Backward& b, void*) {
+  fused::Backward two = b;
+  two.interleave = false;
+  fused::backward_cpu(two);
+}
+
+// A backward's dk/dv walk and dq in one launch (kernel.h interleaved_backward), its CTAs in their
+// order, against the two launches: at D 128, rows of 96 (two query tiles and two key tiles a row),
+// with spans by segment (vertical), packed short columns with theirs (horizontal's columns of 10),
+// summaries by prefix after it (fixed).
+TEST(InterleavedBackward, IsTheTwoLaunchesBitForBit) {
+  fused_launch::HostKernels split;
+  split.backward = &split_backward;
+  const std::vector<Case> cases = {{Variant::kVertical, 960, 96, 128, torch::kBFloat16},
+                                   {Variant::kVertical, 960, 96, 128, torch::kFloat},
+                                   {Variant::kRowmajor, 960, 96, 128, torch::kBFloat16},
+                                   {Variant::kHorizontal, 960, 96, 128, torch::kBFloat16},
+                                   {Variant::kFixed, 960, 96, 128, torch::kFloat}};
+  for (const auto& c : cases)
+    EXPECT_EQ(pair_cases::check_interleaved(c, nullptr, &split), "") << pair_cases::name(c);
 }
 
 }  // namespace

@@ -352,6 +352,91 @@ TEST(FusedTiles, SegmentBackwardTakesThePassesThatFitOneTile) {
   EXPECT_FALSE(fused::segment_backward(bf16(fixed_joint_passes(3072, 48).front())));
 }
 
+// The dk/dv walk and dq in one launch (kernel.h interleaved_backward): its CTAs are the two
+// launches' CTAs, each once, a segment's (or pack group's) together, its key tiles before its
+// query tiles.
+TEST(FusedTiles, AnInterleavedBackwardRunsEachCtaOnceASegmentAtATime) {
+  int64_t interleaved = 0, packed_ones = 0;
+  for (auto c : plan_cases()) {
+    fused::Backward bw;
+    bw.pass = c.pass;
+    bw.pass.dim = 128;
+    bw.pass.dtype = fused::Dtype::kBFloat16;
+    const auto& p = bw.pass;
+    if (!fused::interleaved_backward(bw)) continue;
+    ++interleaved;
+    const bool packed = fused::segment_pack(p) > 1;
+    packed_ones += packed;
+    const int64_t a_tiles = packed ? 1 : (p.key.seg_len + fused::kKeyTile - 1) / fused::kKeyTile;
+    const int64_t b_tiles =
+        packed ? 1 : (p.summary_key.seg_len + fused::kKeyTile - 1) / fused::kKeyTile;
+    const int64_t chunks = packed ? 1 : fused::query_chunks(p);
+    std::set<std::pair<int, int64_t>> seen;  // (kind: A, B, dq; CTA)
+    int64_t last_group = -1;
+    bool queries_begun = false;
+    for (int64_t x = 0; x < fused::interleaved_ctas(p); ++x) {
+      const fused::BackwardCta cta = fused::interleaved_cta(p, x);
+      const int kind = cta.dq ? 2 : cta.keys == fused::Keys::kSourceA ? 0 : 1;
+      ASSERT_TRUE(seen.insert({kind, cta.cta}).second) << c.name << ": CTA " << x << " twice";
+      const int64_t group = cta.cta / (kind == 0 ? a_tiles : kind == 1 ? b_tiles : chunks);
+      ASSERT_GE(group, last_group) << c.name << ": CTA " << x << " goes back a segment";
+      if (group > last_group) queries_begun = false;
+      ASSERT_FALSE(queries_begun && !cta.dq) << c.name << ": a key tile after its queries";
+      queries_begun = queries_begun || cta.dq;
+      last_group = group;
+    }
+    const bool b = p.summaries && p.by_segment;
+    for (int64_t i = 0; i < fused::key_ctas(p, false); ++i)
+      ASSERT_TRUE(seen.count({0, i})) << c.name << ": source A's CTA " << i << " missing";
+    for (int64_t i = 0; b && i < fused::key_ctas(p, true); ++i)
+      ASSERT_TRUE(seen.count({1, i})) << c.name << ": source B's CTA " << i << " missing";
+    for (int64_t i = 0; i < fused::query_ctas(p); ++i)
+      ASSERT_TRUE(seen.count({2, i})) << c.name << ": query CTA " << i << " missing";
+    EXPECT_EQ(int64_t(seen.size()), fused::interleaved_ctas(p)) << c.name;
+  }
+  EXPECT_GE(interleaved, 20);
+  EXPECT_GE(packed_ones, 1);  // short segments with spans by segment, at D 128 not one CTA each
+}
+
+TEST(FusedTiles, TheWalkAndDqShareALaunchAtD128WhereNoCtaWritesWhatAnotherReads) {
+  fused::Backward bw;
+  bw.pass = pass_of(vertical_joint_passes(3072, 96).front());  // rows of 96 with their spans
+  bw.pass.dim = 128;
+  bw.pass.dtype = fused::Dtype::kBFloat16;
+  EXPECT_TRUE(fused::interleaved_backward(bw));
+  EXPECT_EQ(fused::backward_launches(bw), 1);
+  int64_t rows[2];
+  bw.d_o.data = rows;
+  bw.dq.data = rows + 1;
+  EXPECT_TRUE(fused::interleaved_backward(bw));
+  bw.dq.data = rows;  // dq over d_o (the local passes' qs gradient over u's): two launches
+  EXPECT_FALSE(fused::interleaved_backward(bw));
+  EXPECT_EQ(fused::backward_launches(bw), 2);
+  bw.dq.data = rows + 1;
+  bw.interleave = false;
+  EXPECT_FALSE(fused::interleaved_backward(bw));
+  bw.interleave = true;
+  bw.pass.dtype = fused::Dtype::kFloat32;
+  EXPECT_TRUE(fused::interleaved_backward(bw));
+  bw.pass.dim = 64;  // the dq kernel holds three CTAs per SM there, the walk two: two launches
+  bw.pass.dtype = fused::Dtype::kBFloat16;
+  EXPECT_FALSE(fused::interleaved_backward(bw));
+  // Summaries by prefix keep their own launch: fixed's blocks of 96 at D 128 take two.
+  fused::Backward fixed;
+  fixed.pass = pass_of(fixed_joint_passes(3072, 96).front());
+  fixed.pass.dim = 128;
+  fixed.pass.dtype = fused::Dtype::kBFloat16;
+  EXPECT_TRUE(fused::interleaved_backward(fixed));
+  EXPECT_EQ(fused::backward_launches(fixed), 2);
+  // A pass of one CTA per segment is one launch as it was.
+  fused::Backward columns;
+  columns.pass = pass_of(vertical_joint_passes(3072, 96).back());
+  columns.pass.dim = 128;
+  columns.pass.dtype = fused::Dtype::kBFloat16;
+  EXPECT_FALSE(fused::interleaved_backward(columns));
+  EXPECT_EQ(fused::backward_launches(columns), 1);
+}
+
 TEST(FusedTiles, ColumnsOfThirtyTwoQueriesShareTilesTwoByTwo) {
   // CIFAR-10's rows of 96: vertical's column pass has 96 columns of 32 queries and 32 keys.
   const auto p = pass_of(vertical_joint_passes(3072, 96).back());
@@ -378,8 +463,9 @@ TEST(FusedTiles, IndexArithmeticIsExactUpToTheLargestRows) {
     for (int64_t b : {int64_t(1), int64_t(3), int64_t(48), int64_t(64), big}) {
       EXPECT_EQ(fused::index_div(a, b), a / b) << a << " / " << b;
       EXPECT_EQ(fused::index_mod(a, b), a % b) << a << " % " << b;
-      if (a + b - 1 < (int64_t(1) << 32))
+      if (a + b - 1 < (int64_t(1) << 32)) {
         EXPECT_EQ(fused::index_ceil_div(a, b), (a + b - 1) / b) << a << " / " << b;
+      }
     }
   // A geometry at the largest rows: rows 5, 5 + 2^30, ... below 2^31 - 1.
   fused::Geometry g;

@@ -2,7 +2,8 @@
 // source: the pair kernels, each CTA running the first pass's segment and then the second's (in
 // the backward over the rows the first has just written), against the same fused calls with each
 // pair's passes launched in turn (also emulated), to the bit, under both schedules of the
-// emulator's threads (attention/pair_cases.h).
+// emulator's threads (attention/pair_cases.h). The same for a backward's walk and dq in one
+// launch.
 #include <gtest/gtest.h>
 
 #include <vector>
@@ -47,6 +48,38 @@ TEST(SimtPairedPasses, AreTheTwoLaunchesBitForBit) {
       const int64_t before = simt::launches();
       EXPECT_EQ(pair_cases::check(c, emulated, &split), "") << pair_cases::name(c);
       EXPECT_GT(simt::launches(), before) << pair_cases::name(c) << ": no kernel was emulated";
+    }
+}
+
+void split_backward(const fused::Backward& b, void* stream) {
+  fused::Backward two = b;
+  two.interleave = false;
+  fused::backward_cuda(two, stream);
+}
+
+// The interleaved kernel (kernel.h interleaved_backward) against the dk/dv and dq kernels it
+// replaces, each launched alone, to the bit under both schedules: rows of 96 at D 128 with their
+// spans, packed short columns with theirs, and summaries by prefix in a launch after it.
+TEST(SimtInterleavedBackward, IsTheTwoLaunchesBitForBit) {
+  const emulated::EmulatedKernels emulation;
+  const auto* emulated = fused_launch::set_host_kernels(nullptr);
+  fused_launch::set_host_kernels(emulated);
+  fused_launch::HostKernels split = *emulated;
+  split.backward = &split_backward;
+  const std::vector<Case> cases = {{Variant::kVertical, 480, 96, 128, torch::kBFloat16},
+                                   {Variant::kVertical, 480, 96, 128, torch::kFloat},
+                                   {Variant::kHorizontal, 480, 96, 128, torch::kBFloat16},
+                                   {Variant::kFixed, 480, 96, 128, torch::kBFloat16}};
+  for (const auto& c : cases)
+    for (const auto schedule : {simt::Schedule::kForward, simt::Schedule::kReverse}) {
+      const simt::ScheduleScope scope(schedule);
+      const int64_t before = simt::launches();
+      const auto as_is = pair_cases::run(c, emulated);
+      const int64_t one = simt::launches() - before;
+      const auto two_launches = pair_cases::run(c, &split);
+      const int64_t two = simt::launches() - before - one;
+      EXPECT_LT(one, two) << pair_cases::name(c) << ": as many kernels emulated either way";
+      EXPECT_EQ(pair_cases::compare_interleaved(as_is, two_launches), "") << pair_cases::name(c);
     }
 }
 

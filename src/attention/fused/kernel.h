@@ -170,6 +170,9 @@ struct Backward {
   // as given). `delta` is then made_delta; no delta launch.
   void* made_delta = nullptr;
   Operand o;
+  // Where interleaved_backward allows it, the dk/dv walk and dq in one launch (false: in two,
+  // as the tests compare them).
+  bool interleave = true;
 };
 
 // ---- index rules (CPU model and CUDA kernels) ----
@@ -601,9 +604,10 @@ COMBINER_HD int scan_part(const ScanParts<Scan>& s, bool backward, int64_t& line
 
 // Kernels one call launches on a GPU (kernel_*.cu): the forward and the delta one each; the
 // backward its dk/dv walk (source A's keys, and source B's by segment, in one launch), the
-// summary-gradient walk where the pass reads summaries by prefix, and dq; or, for a pass whose
-// segments each fit one tile (segment_backward), one launch. The glue counts these for the CPU
-// model too, so that combiner-bench --count says a GPU's launches.
+// summary-gradient walk where the pass reads summaries by prefix, and dq (the walk and dq in one
+// launch where interleaved_backward allows); or, for a pass whose segments each fit one tile
+// (segment_backward), one launch. The glue counts these for the CPU model too, so that
+// combiner-bench --count says a GPU's launches (backward_launches).
 COMBINER_HD bool prefix_summaries(const Pass& p) {
   return p.summaries && !p.by_segment && p.summary_count > 0;
 }
@@ -646,9 +650,6 @@ COMBINER_HD bool pools_on_chip(const Pass& p) {
          p.query.seg_len == p.key.seg_len && p.query.seg_stride == p.key.seg_stride &&
          p.query.row_stride == p.key.row_stride && segment_backward(p);
 }
-COMBINER_HD int64_t backward_launches(const Backward& b) {
-  return segment_backward(b.pass) ? 1 : prefix_summaries(b.pass) ? 3 : 2;
-}
 // The dk/dv walk's CTAs: one per key tile of source A's segments (a pack group's: one), then
 // (by segment) of B's.
 COMBINER_HD int64_t key_ctas(const Pass& p, bool b) {
@@ -658,6 +659,65 @@ COMBINER_HD int64_t key_ctas(const Pass& p, bool b) {
 }
 COMBINER_HD int64_t dkv_ctas(const Pass& p) {
   return key_ctas(p, false) + (p.summaries && p.by_segment ? key_ctas(p, true) : 0);
+}
+
+// The dk/dv walk and dq in one launch (a pass that is not segment_backward; its summaries by
+// prefix, if any, keep their launch): the CTAs of each segment, or pack group, in turn, its
+// source A key tiles, then its source B key tiles by segment, then its query tiles. A segment's
+// dq CTAs read the rows of q, d_o, k and v (and the spans) that its dk/dv CTAs have just read,
+// while L2 still holds them; two launches read them a whole pass apart, from DRAM each time
+// (the row pass of vertical at W 96: two query tiles and two key tiles of each source per row).
+// Where:
+//  - D is 128, where the dq kernel and the dk/dv kernel hold as many CTAs per SM (two at
+//    bfloat16, one at float32) and the one kernel takes the larger of their registers and shared
+//    memory, so neither loses a CTA (at D 64 the dq kernel holds three, the walk two);
+//  - no CTA writes a row that another reads: dq is not written over d_o (Backward: the local
+//    passes' qs gradient over u's), and the walk reads no gradient dq writes;
+//  - every source has the queries' segments, so that each segment owns its CTAs of each kind.
+COMBINER_HD constexpr bool interleaved_backward_built(int64_t dim) {
+  return dim == 128;
+}
+COMBINER_HD bool interleaved_backward(const Backward& b) {
+  const Pass& p = b.pass;
+  if (!b.interleave || !interleaved_backward_built(p.dim) || segment_backward(p)) return false;
+  if (b.dq.data != nullptr && b.dq.data == b.d_o.data) return false;
+  const bool b_walk = p.summaries && p.by_segment;
+  return p.key.segments == p.query.segments &&
+         (!b_walk || p.summary_key.segments == p.query.segments);
+}
+// CTA x of the one launch: a dk/dv CTA of `keys` (kSourceA or kSegmentSummaries), or (`dq`) a
+// query CTA, numbered as in its own launch.
+struct BackwardCta {
+  Keys keys = Keys::kSourceA;
+  bool dq = false;
+  int64_t cta = 0;
+};
+COMBINER_HD int64_t interleaved_ctas(const Pass& p) {
+  return dkv_ctas(p) + query_ctas(p);
+}
+COMBINER_HD BackwardCta interleaved_cta(const Pass& p, int64_t x) {
+  const bool packed = segment_pack(p) > 1;
+  const int64_t a = packed ? 1 : index_ceil_div(p.key.seg_len, kKeyTile);
+  const bool b_walk = p.summaries && p.by_segment;
+  const int64_t s = !b_walk ? 0 : packed ? 1 : index_ceil_div(p.summary_key.seg_len, kKeyTile);
+  const int64_t q = packed ? 1 : index_ceil_div(p.query.seg_len, kQueryTile);
+  const int64_t per = a + s + q, g = index_div(x, per), r = x - g * per;
+  BackwardCta c;
+  if (r < a) {
+    c.cta = g * a + r;
+  } else if (r < a + s) {
+    c.keys = Keys::kSegmentSummaries;
+    c.cta = g * s + r - a;
+  } else {
+    c.dq = true;
+    c.cta = g * q + r - a - s;
+  }
+  return c;
+}
+
+COMBINER_HD int64_t backward_launches(const Backward& b) {
+  if (segment_backward(b.pass)) return 1;
+  return (interleaved_backward(b) ? 1 : 2) + (prefix_summaries(b.pass) ? 1 : 0);
 }
 
 // Two passes in one launch, forward or backward: CTA x runs `first`'s CTA x, then `second`'s

@@ -10,9 +10,11 @@
 //   source B keys, and from the same dS^T, stored transposed, adds dS K into its dq: one launch,
 //   q, dO, k and v read once, the scores computed once. The CPU model runs that CTA's dk/dv tiles
 //   and its dq tile in turn.
+//   interleaved kernel (kernel.h interleaved_backward, D 128): the dk/dv kernel's CTAs and the dq
+//   kernel's in one launch, a segment's in turn, so that the dq CTAs read its rows from L2.
 // Shared memory (D = 32 / 64 / 128): dq bf16 30 / 54 / 102 KB, fp32 71 / 119 / 215 KB (packed:
 // 2 KB more); dkv bf16 33 / 57 / 70 KB, fp32 74 / 122 / 143 KB (D = 128 walks 32-query
-// tiles).
+// tiles); interleaved, the larger of the two.
 
 #include "attention/fused/kernel.h"
 #include "attention/fused/kernel_dkv.cuh"
@@ -54,13 +56,13 @@ __host__ __device__ constexpr int dq_blocks_per_sm() {
   return sizeof(T) == 2 && D <= 64 ? 3 : 2;
 }
 
-// As the forward: PACKED, a pack group's tile through the index tables.
+// Query CTA `cta` of the dq kernel, as the forward's: PACKED, a pack group's tile through the
+// index tables.
 template <typename T, int D, bool PACKED>
-__global__ void __launch_bounds__(kThreads, dq_blocks_per_sm<T, D>()) dq_kernel(const Backward bw) {
+__device__ __forceinline__ void dq_cta(const Backward& bw, int64_t cta, unsigned char* smem) {
   constexpr int P = pitch<T, D>(), M = kQueryTile, N = kKeyTile;
   static_assert(M == kStagedRows && staged_bytes<D>() <= dq_tile_bytes<T, D>(),
                 "the epilogue's tile (the index tables after it survive it)");
-  COMBINER_DYNAMIC_SHARED(unsigned char, smem);
   T* qs = reinterpret_cast<T*>(smem);
   T* dos = qs + M * P;
   T* ks = dos + M * P;     // [2][N][P]
@@ -70,8 +72,7 @@ __global__ void __launch_bounds__(kThreads, dq_blocks_per_sm<T, D>()) dq_kernel(
   const PackedTables<M, N> tables(smem + dq_tile_bytes<T, D>());
 
   const Pass& p = bw.pass;
-  const int64_t cta = blockIdx.x, b = index_div(blockIdx.y, p.heads),
-                h = index_mod(blockIdx.y, p.heads);
+  const int64_t b = index_div(blockIdx.y, p.heads), h = index_mod(blockIdx.y, p.heads);
   const int64_t chunks = query_chunks(p);
   const int64_t g = PACKED ? cta * segment_pack(p) : index_div(cta, chunks);
   const int q_count = PACKED ? M : int(valid_count(p.query, g));
@@ -198,6 +199,12 @@ __global__ void __launch_bounds__(kThreads, dq_blocks_per_sm<T, D>()) dq_kernel(
                        });
 }
 
+template <typename T, int D, bool PACKED>
+__global__ void __launch_bounds__(kThreads, dq_blocks_per_sm<T, D>()) dq_kernel(const Backward bw) {
+  COMBINER_DYNAMIC_SHARED(unsigned char, smem);
+  dq_cta<T, D, PACKED>(bw, blockIdx.x, smem);
+}
+
 // The dk/dv walk of a pass in one launch: source A's key tiles, then source B's by segment.
 template <typename T, int D, bool PACKED>
 __global__ void __launch_bounds__(kThreads, 1) dkv_kernel(const __grid_constant__ Backward bw) {
@@ -207,6 +214,25 @@ __global__ void __launch_bounds__(kThreads, 1) dkv_kernel(const __grid_constant_
     dkv_tile<T, D, Keys::kSourceA, PACKED>(bw, blockIdx.x, smem);
   else
     dkv_tile<T, D, Keys::kSegmentSummaries, PACKED>(bw, blockIdx.x - a_ctas, smem);
+}
+
+// The dk/dv walk and dq in one launch (kernel.h interleaved_backward): each segment's CTAs of
+// source A's keys, of source B's, then of its queries, so that its dq CTAs find its rows in L2.
+template <typename T, int D, bool PACKED>
+__host__ __device__ constexpr size_t interleaved_smem() {
+  return dkv_smem<T, D>() > dq_smem<T, D, PACKED>() ? dkv_smem<T, D>() : dq_smem<T, D, PACKED>();
+}
+template <typename T, int D, bool PACKED>
+__global__ void __launch_bounds__(kThreads, 1)
+    interleaved_kernel(const __grid_constant__ Backward bw) {
+  COMBINER_DYNAMIC_SHARED(unsigned char, smem);
+  const BackwardCta c = interleaved_cta(bw.pass, blockIdx.x);
+  if (c.dq)
+    dq_cta<T, D, PACKED>(bw, c.cta, smem);
+  else if (c.keys == Keys::kSourceA)
+    dkv_tile<T, D, Keys::kSourceA, PACKED>(bw, c.cta, smem);
+  else
+    dkv_tile<T, D, Keys::kSegmentSummaries, PACKED>(bw, c.cta, smem);
 }
 
 // One warp's 16 rows (16 warp + ...) of dS K: dS as the walk stored it, K the key tile the walk
@@ -410,6 +436,20 @@ __global__ void __launch_bounds__(kThreads, 1)
   dkv_tile<T, D, Keys::kPrefixSummaries, false>(bw, blockIdx.x, smem);
 }
 
+// Its launch: a CTA per (summary tile, part).
+template <typename T, int D>
+void launch_summary_walk(const Backward& bw, void* stream) {
+  const Pass& p = bw.pass;
+  launch(dkv_summary_kernel<T, D>,
+         dim3(unsigned(ceil_div(p.summary_count, kKeyTile) *
+                       ceil_div(p.query.segments, segments_per_part(p))),
+              unsigned(p.batch * p.heads)),
+         dkv_smem<T, D>(),
+         stream,
+         "fused backward (d summaries)",
+         bw);
+}
+
 }  // namespace combiner::attention::fused::cuda_detail
 
 namespace combiner::attention::fused {
@@ -435,6 +475,28 @@ void backward_cuda(const Backward& bw, void* stream) {
         return;
       }
     }
+    if constexpr (interleaved_backward_built(D)) {
+      if (interleaved_backward(bw)) {
+        const dim3 grid(unsigned(interleaved_ctas(p)), heads);
+        const char* what = "fused backward (dk, dv and dq)";
+        if (packed)
+          launch(interleaved_kernel<T, D, true>,
+                 grid,
+                 interleaved_smem<T, D, true>(),
+                 stream,
+                 what,
+                 bw);
+        else
+          launch(interleaved_kernel<T, D, false>,
+                 grid,
+                 interleaved_smem<T, D, false>(),
+                 stream,
+                 what,
+                 bw);
+        if (prefix_summaries(p)) launch_summary_walk<T, D>(bw, stream);
+        return;
+      }
+    }
     // dk, dv first: they read d_o, which dq may overwrite in place (Backward in kernel.h).
     const dim3 dkv_grid(unsigned(dkv_ctas(p)), heads);
     if (packed)
@@ -451,15 +513,7 @@ void backward_cuda(const Backward& bw, void* stream) {
              stream,
              "fused backward (dk, dv)",
              bw);
-    if (backward_launches(bw) == 3)
-      launch(dkv_summary_kernel<T, D>,
-             dim3(unsigned(ceil_div(p.summary_count, kKeyTile) *
-                           ceil_div(p.query.segments, segments_per_part(p))),
-                  heads),
-             dkv_smem<T, D>(),
-             stream,
-             "fused backward (d summaries)",
-             bw);
+    if (prefix_summaries(p)) launch_summary_walk<T, D>(bw, stream);
     const dim3 dq_grid(unsigned(query_ctas(p)), heads);
     if (packed)
       launch(

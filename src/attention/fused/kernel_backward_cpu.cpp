@@ -188,6 +188,16 @@ void segment_cta(const Backward& bw, int64_t b, int64_t h, int64_t cta) {
   backward_dq_tile<S, T>(bw, b, h, cta);
 }
 
+// The summaries' dk/dv walk by prefix: a CTA per (summary tile, part).
+template <typename S, typename T>
+void summary_walk(const Backward& bw, int64_t b, int64_t h) {
+  const Pass& p = bw.pass;
+  const int64_t parts = ceil_div(p.query.segments, segments_per_part(p));
+  for (int64_t st = 0; st < ceil_div(p.summary_count, kKeyTile); ++st)
+    for (int64_t part = 0; part < parts; ++part)
+      backward_dkv_tile<S, T>(bw, b, h, Keys::kPrefixSummaries, st, part);
+}
+
 template <typename S, typename T>
 void backward_all(const Backward& bw) {
   const Pass& p = bw.pass;
@@ -195,6 +205,17 @@ void backward_all(const Backward& bw) {
     for (int64_t h = 0; h < p.heads; ++h) {
       if (segment_backward(p)) {
         for (int64_t cta = 0; cta < query_ctas(p); ++cta) segment_cta<S, T>(bw, b, h, cta);
+        continue;
+      }
+      if (interleaved_backward(bw)) {  // one launch on a GPU, its CTAs in that order
+        for (int64_t x = 0; x < interleaved_ctas(p); ++x) {
+          const BackwardCta c = interleaved_cta(p, x);
+          if (c.dq)
+            backward_dq_tile<S, T>(bw, b, h, c.cta);
+          else
+            backward_dkv_tile<S, T>(bw, b, h, c.keys, c.cta, 0);
+        }
+        if (prefix_summaries(p)) summary_walk<S, T>(bw, b, h);
         continue;
       }
       // dk, dv first, as the kernels: dq may overwrite d_o in place (Backward in kernel.h).
@@ -205,10 +226,7 @@ void backward_all(const Backward& bw) {
         for (int64_t cta = 0; cta < key_ctas(p, true); ++cta)
           backward_dkv_tile<S, T>(bw, b, h, Keys::kSegmentSummaries, cta, 0);
       } else if (p.summaries) {
-        const int64_t parts = ceil_div(p.query.segments, segments_per_part(p));
-        for (int64_t st = 0; st < ceil_div(p.summary_count, kKeyTile); ++st)
-          for (int64_t part = 0; part < parts; ++part)
-            backward_dkv_tile<S, T>(bw, b, h, Keys::kPrefixSummaries, st, part);
+        summary_walk<S, T>(bw, b, h);
       }
       for (int64_t cta = 0; cta < query_ctas(p); ++cta) backward_dq_tile<S, T>(bw, b, h, cta);
     }

@@ -64,10 +64,12 @@ std::string describe(const fused::Delta& d) {
   return "delta: " + n(d.rows) + " rows";
 }
 std::string describe(const fused::Backward& b) {
-  const int64_t launches = fused::backward_launches(b);
-  return (launches == 1   ? "backward (one CTA per segment): "
-          : launches == 3 ? "backward (dk dv, d summaries, dq): "
-                          : "backward (dk dv, dq): ") +
+  const bool one = fused::interleaved_backward(b), by_prefix = fused::prefix_summaries(b.pass);
+  return (fused::segment_backward(b.pass) ? "backward (one CTA per segment): "
+          : one && by_prefix              ? "backward (dk dv and dq in one launch, d summaries): "
+          : one                           ? "backward (dk dv and dq in one launch): "
+          : by_prefix                     ? "backward (dk dv, d summaries, dq): "
+                                          : "backward (dk dv, dq): ") +
          shape(b.pass) + (b.pools_dq.kind != fused::GradOut::kNone ? ", and their backward" : "") +
          (b.summary_delta ? ", and u's delta" : "") + (b.made_delta ? ", making delta" : "");
 }
