@@ -120,6 +120,34 @@ TEST(LaunchCount, FusedVariantsStayWithinTheirBounds) {
   }
 }
 
+// The 128-layer preset's attention (configs/cifar_axial.yaml: vertical, W 96, D 128) at B 1: its
+// row pass's dk/dv walk and dq share a launch there (fused::interleaved_backward), and its
+// column pass and local pass share one each way. The same rule as above: lower, never raise.
+TEST(LaunchCount, ThePresetsVerticalStaysWithinItsBound) {
+  attention::BenchCase c;
+  c.variant = "combiner-axial-vertical";
+  c.length = 3072;
+  c.row_len = 96;
+  c.batch = 1;
+  c.heads = 2;
+  c.dim = 128;
+  c.dtype = "bfloat16";
+  c.backward = true;
+  c.repeats = 1;
+  c.threads = 1;
+  c.path = "fused";
+  c.count = true;
+  const auto r = attention::time_case(c);
+  ASSERT_EQ(r.status, "ok") << r.detail;
+  std::printf("preset vertical: %lld launches, %.4f MiB allocated, %.4f MiB by the kernels\n",
+              static_cast<long long>(r.launches),
+              r.allocated_mib,
+              r.kernel_mib);
+  EXPECT_LE(r.launches, 6);
+  EXPECT_LE(r.allocated_mib, 14.834);
+  EXPECT_LE(r.kernel_mib, 75.653);
+}
+
 // A block's linear layers under bf16 autocast (the trainer's) on the fused path (model::Linear):
 // per block one launch fewer than LibTorch's linear and gelu (the MLP's GELU backward, its bias's
 // column sum and that sum's cast become the two bias-gradient kernels; each other linear's sum
