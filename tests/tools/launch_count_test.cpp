@@ -69,6 +69,28 @@ TEST(LaunchCount, FusedKernelsCountAsTheGpuLaunchesThem) {
   EXPECT_GT(counter.launches(), counter.fused()) << "the pools and casts of the glue count too";
 }
 
+// One counted forward + backward at B 1 x 2 heads, bfloat16, on the fused path; `segment` is
+// the block and the row length.
+attention::BenchCase counted_case(const std::string& variant,
+                                  int64_t length,
+                                  int64_t segment,
+                                  int64_t dim) {
+  attention::BenchCase c;
+  c.variant = variant;
+  c.length = length;
+  c.block = c.row_len = segment;
+  c.batch = 1;
+  c.heads = 2;
+  c.dim = dim;
+  c.dtype = "bfloat16";
+  c.backward = true;
+  c.repeats = 1;
+  c.threads = 1;
+  c.path = "fused";
+  c.count = true;
+  return c;
+}
+
 // One forward + backward per fused variant at B 1 x 2 heads, L 256, s = W = 16, D 32, bfloat16
 // (the GPU's dtype), through the kernels' CPU model: launches, MiB allocated and the peak MiB of
 // live tensors. The bounds are this tree's counts: lower them when the glue shrinks, and never
@@ -94,20 +116,7 @@ TEST(LaunchCount, FusedVariantsStayWithinTheirBounds) {
       {"combiner-axial-horizontal", {16, 0.4915, 0.2498}},
   };
   for (const auto& [variant, bound] : bounds) {
-    attention::BenchCase c;
-    c.variant = variant;
-    c.length = 256;
-    c.block = c.row_len = 16;
-    c.batch = 1;
-    c.heads = 2;
-    c.dim = 32;
-    c.dtype = "bfloat16";
-    c.backward = true;
-    c.repeats = 1;
-    c.threads = 1;
-    c.path = "fused";
-    c.count = true;
-    const auto r = attention::time_case(c);
+    const auto r = attention::time_case(counted_case(variant, 256, 16, 32));
     ASSERT_EQ(r.status, "ok") << variant << ": " << r.detail;
     std::printf("%s: %lld launches, %.6f MiB allocated, peak %.6f MiB\n",
                 variant.c_str(),
@@ -124,20 +133,7 @@ TEST(LaunchCount, FusedVariantsStayWithinTheirBounds) {
 // row pass's dk/dv walk and dq share a launch there (fused::interleaved_backward), and its
 // column pass and local pass share one each way. The same rule as above: lower, never raise.
 TEST(LaunchCount, ThePresetsVerticalStaysWithinItsBound) {
-  attention::BenchCase c;
-  c.variant = "combiner-axial-vertical";
-  c.length = 3072;
-  c.row_len = 96;
-  c.batch = 1;
-  c.heads = 2;
-  c.dim = 128;
-  c.dtype = "bfloat16";
-  c.backward = true;
-  c.repeats = 1;
-  c.threads = 1;
-  c.path = "fused";
-  c.count = true;
-  const auto r = attention::time_case(c);
+  const auto r = attention::time_case(counted_case("combiner-axial-vertical", 3072, 96, 128));
   ASSERT_EQ(r.status, "ok") << r.detail;
   std::printf("preset vertical: %lld launches, %.4f MiB allocated, %.4f MiB by the kernels\n",
               static_cast<long long>(r.launches),
