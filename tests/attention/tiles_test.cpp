@@ -399,10 +399,14 @@ TEST(FusedTiles, AnInterleavedBackwardRunsEachCtaOnceASegmentAtATime) {
 }
 
 TEST(FusedTiles, TheWalkAndDqShareALaunchAtD128WhereNoCtaWritesWhatAnotherReads) {
-  fused::Backward bw;
-  bw.pass = pass_of(vertical_joint_passes(3072, 96).front());  // rows of 96 with their spans
-  bw.pass.dim = 128;
-  bw.pass.dtype = fused::Dtype::kBFloat16;
+  const auto at_d128 = [](const fused::Pass& p) {
+    fused::Backward b;
+    b.pass = p;
+    b.pass.dim = 128;
+    b.pass.dtype = fused::Dtype::kBFloat16;
+    return b;
+  };
+  fused::Backward bw = at_d128(pass_of(vertical_joint_passes(3072, 96).front()));  // rows of 96
   EXPECT_TRUE(fused::interleaved_backward(bw));
   EXPECT_EQ(fused::backward_launches(bw), 1);
   int64_t rows[2];
@@ -422,17 +426,11 @@ TEST(FusedTiles, TheWalkAndDqShareALaunchAtD128WhereNoCtaWritesWhatAnotherReads)
   bw.pass.dtype = fused::Dtype::kBFloat16;
   EXPECT_FALSE(fused::interleaved_backward(bw));
   // Summaries by prefix keep their own launch: fixed's blocks of 96 at D 128 take two.
-  fused::Backward fixed;
-  fixed.pass = pass_of(fixed_joint_passes(3072, 96).front());
-  fixed.pass.dim = 128;
-  fixed.pass.dtype = fused::Dtype::kBFloat16;
+  const fused::Backward fixed = at_d128(pass_of(fixed_joint_passes(3072, 96).front()));
   EXPECT_TRUE(fused::interleaved_backward(fixed));
   EXPECT_EQ(fused::backward_launches(fixed), 2);
   // A pass of one CTA per segment is one launch as it was.
-  fused::Backward columns;
-  columns.pass = pass_of(vertical_joint_passes(3072, 96).back());
-  columns.pass.dim = 128;
-  columns.pass.dtype = fused::Dtype::kBFloat16;
+  const fused::Backward columns = at_d128(pass_of(vertical_joint_passes(3072, 96).back()));
   EXPECT_FALSE(fused::interleaved_backward(columns));
   EXPECT_EQ(fused::backward_launches(columns), 1);
 }
