@@ -27,12 +27,17 @@ void split_pair(const fused::BackwardPair& pair, void* stream) {
   fused::backward_cuda(pair.second, stream);
 }
 
+// The table EmulatedKernels has installed (left installed), for a copy with an entry changed.
+const fused_launch::HostKernels* installed_kernels() {
+  const auto* table = fused_launch::set_host_kernels(nullptr);
+  fused_launch::set_host_kernels(table);
+  return table;
+}
+
 TEST(SimtPairedPasses, AreTheTwoLaunchesBitForBit) {
   const emulated::EmulatedKernels emulation;
-  // The emulated kernels, each pair as two launches (the table EmulatedKernels installs, with
-  // its one pair entry changed).
-  const auto* emulated = fused_launch::set_host_kernels(nullptr);
-  fused_launch::set_host_kernels(emulated);
+  // The emulated kernels, each pair as two launches.
+  const auto* emulated = installed_kernels();
   fused_launch::HostKernels split = *emulated;
   split.forward_pair = &split_pair;
   split.backward_pair = &split_pair;
@@ -62,8 +67,7 @@ void split_backward(const fused::Backward& b, void* stream) {
 // spans, packed short columns with theirs, and summaries by prefix in a launch after it.
 TEST(SimtInterleavedBackward, IsTheTwoLaunchesBitForBit) {
   const emulated::EmulatedKernels emulation;
-  const auto* emulated = fused_launch::set_host_kernels(nullptr);
-  fused_launch::set_host_kernels(emulated);
+  const auto* emulated = installed_kernels();
   fused_launch::HostKernels split = *emulated;
   split.backward = &split_backward;
   const std::vector<Case> cases = {{Variant::kVertical, 480, 96, 128, torch::kBFloat16},

@@ -477,22 +477,12 @@ void backward_cuda(const Backward& bw, void* stream) {
     }
     if constexpr (interleaved_backward_built(D)) {
       if (interleaved_backward(bw)) {
-        const dim3 grid(unsigned(interleaved_ctas(p)), heads);
-        const char* what = "fused backward (dk, dv and dq)";
-        if (packed)
-          launch(interleaved_kernel<T, D, true>,
-                 grid,
-                 interleaved_smem<T, D, true>(),
-                 stream,
-                 what,
-                 bw);
-        else
-          launch(interleaved_kernel<T, D, false>,
-                 grid,
-                 interleaved_smem<T, D, false>(),
-                 stream,
-                 what,
-                 bw);
+        launch(packed ? interleaved_kernel<T, D, true> : interleaved_kernel<T, D, false>,
+               dim3(unsigned(interleaved_ctas(p)), heads),
+               packed ? interleaved_smem<T, D, true>() : interleaved_smem<T, D, false>(),
+               stream,
+               "fused backward (dk, dv and dq)",
+               bw);
         if (prefix_summaries(p)) launch_summary_walk<T, D>(bw, stream);
         return;
       }
