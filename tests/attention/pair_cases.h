@@ -100,8 +100,9 @@ inline std::string check(const Case& c,
 // The dk/dv walk and dq of a backward in one launch (kernel.h interleaved_backward): `as_is`, the
 // kernels as they are, against `split`, the same with each backward's walk and dq in two
 // launches (Backward::interleave cleared). The output and q's, k's and v's gradients to the bit,
-// and at least one backward in one launch. Returns what failed ("" if nothing); compare_ takes
-// the two runs.
+// and at least one backward in one launch. Returns what failed ("" if nothing).
+// compare_interleaved takes two runs already made (the emulated test counts their launches);
+// check_interleaved makes them.
 inline std::string compare_interleaved(const Run& a, const Run& b) {
   std::string failed;
   const char* names[] = {"o", "dq", "dk", "dv"};
