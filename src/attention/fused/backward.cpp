@@ -38,13 +38,16 @@ namespace {
 //    place (addend = the buffer itself). Each pass's part is rounded to the kernel dtype before
 //    it is added: bfloat16 sums a few partial gradients (two or three passes) in bfloat16.
 //  - otherwise (summaries read by every later segment, key rows shared by segments): a zeroed
-//    Acc buffer every reader adds into, converted when returned.
+//    Acc buffer every reader adds into, converted when returned; or, where its one reader's
+//    segments all read the same rows and those are all of its rows (writes_slabs: rowmajor's
+//    columns over the row summaries), an empty one that the sum of that reader's slabs fills.
 // `home`, when defined, is where the gradient is returned: a part of the packed gradient of q, k
 // and v when they were the parts of one packed tensor (attention/heads.h). The kernel-dtype
 // buffer is then `home` itself; an Acc one is copied into it at the end.
 struct Grad {
   torch::Tensor buffer;          // the slot's gradient: kernel dtype or Acc
   std::vector<GradOut> by_pass;  // how step i writes it (kind kNone: not a reader)
+  bool slabs_fill = false;       // the sum of its one reader's slabs is the whole buffer
 
   GradOut out(size_t step) const { return by_pass.empty() ? GradOut{} : by_pass[step]; }
   // As source B by prefix (summaries): the zeroed Acc buffer, added into.
@@ -52,6 +55,13 @@ struct Grad {
     return buffer.defined() ? grad_out(buffer, GradOut::kAtomic) : GradOut{};
   }
 };
+
+// Segments that all read the same key rows (seg_stride 0: rowmajor's columns over the row
+// summaries): where their dk is added (kAtomic), each writes a slab of its own instead of W CTAs
+// adding into the same rows, and the slabs are summed after the pass.
+bool writes_slabs(const fused::Geometry& key) {
+  return key.seg_stride == 0 && key.segments > 1;
+}
 
 Grad slot_grad(const torch::Tensor& x,
                const std::vector<std::pair<size_t, fused::Geometry>>& readers,
@@ -71,7 +81,10 @@ Grad slot_grad(const torch::Tensor& x,
                    ? torch::empty_like(x, torch::MemoryFormat::Contiguous)
                    : torch::zeros_like(x, torch::MemoryFormat::Contiguous);
   } else {
-    g.buffer = torch::zeros(x.sizes(), x.options().dtype(acc_type(x.scalar_type())));
+    const auto acc = x.options().dtype(acc_type(x.scalar_type()));
+    g.slabs_fill = !shared && readers.size() == 1 && writes_slabs(readers[0].second) &&
+                   readers[0].second.limit == rows;
+    g.buffer = g.slabs_fill ? torch::empty(x.sizes(), acc) : torch::zeros(x.sizes(), acc);
   }
   for (size_t i = 0; i < readers.size(); ++i) {
     GradOut& o = g.by_pass[readers[i].first];
@@ -113,7 +126,7 @@ tensor_list FusedFunction::backward(AutogradContext* ctx, tensor_list grads) {
       if (!ks.defined()) ks = ks_pooled;
       if (!qs.defined()) qs = qs_pooled;
       if (!local.empty() && !u.defined())
-        std::tie(u, lse_u) = local_stage(local, q, qs, k, v, ks, local_rows(q, qs, pools), scale);
+        std::tie(u, lse_u) = local_stage(local, q, qs, k, v, ks, local_rows(local, qs, pools), scale);
     }
   }
   const bool split = groups[0].made_here;  // else the one group of the whole slots
@@ -203,7 +216,7 @@ tensor_list FusedFunction::backward(AutogradContext* ctx, tensor_list grads) {
     // dk/dv kernel writes every valid key row of a segment, seen by a query or not, so where a
     // segment's keys are all of rows 0..limit-1 every row of its slab is written.
     const auto& key = p.key;
-    if (bw.dk.kind == GradOut::kAtomic && key.seg_stride == 0 && key.segments > 1) {
+    if (bw.dk.kind == GradOut::kAtomic && writes_slabs(key)) {
       const bool written = key.first == 0 && key.row_stride == 1 && key.seg_len >= key.limit;
       const std::vector<int64_t> shape{B, H, key.segments * key.limit, D};
       slabs = written ? torch::empty(shape, lse.options()) : torch::zeros(shape, lse.options());
@@ -239,8 +252,12 @@ tensor_list FusedFunction::backward(AutogradContext* ctx, tensor_list grads) {
     if (slabs.defined()) {
       const auto& key = steps[s].plan.key;
       const Grad& key_grad = steps[s].plan.a_from_summaries ? dks : dk;
-      key_grad.buffer.narrow(2, 0, key.limit)
-          .add_(slabs.view({B, H, key.segments, key.limit, D}).sum(2));
+      const auto per_segment = slabs.view({B, H, key.segments, key.limit, D});
+      auto rows = key_grad.buffer.narrow(2, 0, key.limit);
+      if (key_grad.slabs_fill)
+        at::sum_out(rows, per_segment, {2});
+      else
+        rows.add_(per_segment.sum(2));
     }
   };
   for (size_t s = 0; s < total && steps[s].group < 0; ++s) run_joint(s, {}, {}, {}, {}, {});

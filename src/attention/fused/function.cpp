@@ -240,12 +240,12 @@ const torch::Tensor& local_queries(const FusedPass& local,
   return local.pooled || !qs.defined() ? q : qs;
 }
 
-int64_t local_rows(const torch::Tensor& q,
+int64_t local_rows(const std::vector<FusedPass>& local,
                    const torch::Tensor& qs,
                    const std::vector<FusedPool>& pools) {
   if (qs.defined()) return qs.size(2);
   const int64_t pooled = fused_pools::slot_rows(pools, /*query_side=*/true);
-  return pooled > 0 ? pooled : q.size(2);
+  return pooled > 0 ? pooled : local.front().query.limit;
 }
 
 torch::Tensor FusedFunction::forward(AutogradContext* ctx,
@@ -290,7 +290,7 @@ torch::Tensor FusedFunction::forward(AutogradContext* ctx,
                                      k,
                                      v,
                                      ks,
-                                     local_rows(q, qs, pools),
+                                     local_rows(local, qs, pools),
                                      scale,
                                      paired < passes.size() ? &with : nullptr);
   }
@@ -375,8 +375,10 @@ torch::Tensor fused_attention_with_local(const torch::Tensor& q,
   if (qs.defined()) fused_glue::check_frame(q, qs, "qs");
   const int64_t ks_rows = fused_glue::check_pools(k, ks, pools, /*query_side=*/false);
   const int64_t qs_rows = fused_glue::check_pools(q, qs, pools, /*query_side=*/true);
-  // The local stage's queries: qs (given or pooled), or q itself.
-  const int64_t query_rows = qs_rows > 0 ? qs_rows : q.size(2);
+  // The local stage's queries: qs (given or pooled), or q itself up to where they end.
+  const int64_t query_rows = qs_rows > 0 ? qs_rows : local.front().query.limit;
+  if (qs_rows == 0)
+    for (const auto& p : local) fused_glue::fits(p.query, q.size(2), "local query of q");
   fused_glue::check_local(query_rows, k, v, local);
   fused_glue::check_pooled(q, local, pools, query_rows);
   fused_glue::check_operands(q, k, v, ks_rows, query_rows, passes);

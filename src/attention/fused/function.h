@@ -58,8 +58,10 @@ std::pair<torch::Tensor, torch::Tensor> local_stage(const std::vector<FusedPass>
 const torch::Tensor& local_queries(const FusedPass& local,
                                    const torch::Tensor& q,
                                    const torch::Tensor& qs);
-// The local stage's rows, u's: qs's, or the query-side pools' (made on chip: no qs), or q's.
-int64_t local_rows(const torch::Tensor& q,
+// The local stage's rows, u's: qs's, or the query-side pools' (made on chip: no qs), or, where
+// the local passes read q itself, the rows up to where their queries end (rowmajor: every row
+// but the last row of the sequence, the rows a span summarises).
+int64_t local_rows(const std::vector<FusedPass>& local,
                    const torch::Tensor& qs,
                    const std::vector<FusedPool>& pools);
 

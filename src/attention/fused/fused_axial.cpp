@@ -132,9 +132,9 @@ torch::Tensor fused_combiner_rowmajor(const torch::Tensor& q,
   std::vector<FusedPool> pools;
   const auto ks = span_pool_in_call(k, summary, /*query_side=*/false, spans, W, pools);
   // u[(r, c)]: q_(r, c)'s unmasked softmax over row r, for the rows before the last (read from
-  // q itself: u has L rows, the last row's zeros unread).
+  // q itself: u has their spans * W rows, each written once).
   FusedPass local;
-  local.query = {spans, W, W, 1, L};
+  local.query = {spans, W, W, 1, spans * W};
   local.key = local.value = {spans, W, W, 1, spans * W};
   local.mask = fused::Mask::kNone;
   return fused_attention_with_local(q, k, v, ks, {}, {local}, passes, scale, pools);
