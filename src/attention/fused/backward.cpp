@@ -13,6 +13,8 @@
 #include "attention/fused/pool_stage.h"
 #include "attention/heads.h"
 
+#include <c10/util/accumulate.h>
+
 #include <algorithm>
 #include <array>
 #include <limits>
@@ -56,6 +58,9 @@ struct Grad {
   }
 };
 
+// The backward's readers of one gradient: (step, the geometry it writes through).
+using Readers = std::vector<std::pair<size_t, fused::Geometry>>;
+
 // Segments that all read the same key rows (seg_stride 0: rowmajor's columns over the row
 // summaries): where their dk is added (kAtomic), each writes a slab of its own instead of W CTAs
 // adding into the same rows, and the slabs are summed after the pass.
@@ -63,42 +68,96 @@ bool writes_slabs(const fused::Geometry& key) {
   return key.seg_stride == 0 && key.segments > 1;
 }
 
-Grad slot_grad(const torch::Tensor& x,
-               const std::vector<std::pair<size_t, fused::Geometry>>& readers,
-               size_t steps,
-               bool shared,
-               const torch::Tensor& home = {}) {
-  Grad g;
+// A contiguous buffer to make: its sizes and options, and whether it starts as zeros.
+struct BufferSpec {
+  std::vector<int64_t> sizes;  // empty: none
+  torch::TensorOptions options;
+  bool zeroed = false;
+};
+
+int64_t bytes_of(const BufferSpec& s) {
+  return c10::multiply_integers(s.sizes) * int64_t(s.options.dtype().itemsize());
+}
+
+// The buffers of `specs`, the zeroed ones views into one zero-filled allocation (each from a
+// 256-byte boundary): one fill for all of them where each zeros() would launch its own.
+std::vector<torch::Tensor> make_buffers(const std::vector<BufferSpec>& specs) {
+  constexpr int64_t kAlign = 256;
+  std::vector<int64_t> offsets(specs.size(), 0);
+  int64_t end = 0;  // of the zeroed bytes so far
+  torch::TensorOptions zeroed_options;
+  for (size_t i = 0; i < specs.size(); ++i) {
+    if (specs[i].sizes.empty() || !specs[i].zeroed) continue;
+    offsets[i] = (end + kAlign - 1) / kAlign * kAlign;
+    end = offsets[i] + bytes_of(specs[i]);
+    zeroed_options = specs[i].options;
+  }
+  const auto zeros =
+      end > 0 ? torch::zeros({end}, zeroed_options.dtype(torch::kByte)) : torch::Tensor();
+  std::vector<torch::Tensor> made(specs.size());
+  for (size_t i = 0; i < specs.size(); ++i) {
+    const auto& s = specs[i];
+    if (s.sizes.empty()) continue;
+    made[i] = s.zeroed ? zeros.narrow(0, offsets[i], bytes_of(s))
+                             .view(s.options.dtype().toScalarType())
+                             .view(s.sizes)
+                       : torch::empty(s.sizes, s.options);
+  }
+  return made;
+}
+
+// How a slot's gradient is written, decided before its buffer is made (so that the zeroed
+// buffers of a summary group are made in one fill): see Grad.
+struct GradPlan {
+  bool in_place = false;    // kernel dtype, each reader storing or adding its own rows
+  bool slabs_fill = false;  // Grad::slabs_fill
+  BufferSpec buffer;        // no sizes: no gradient
+};
+
+GradPlan plan_grad(const torch::Tensor& x, const Readers& readers, bool shared) {
+  GradPlan g;
   if (!x.defined() || (readers.empty() && !shared)) return g;
-  g.by_pass.assign(steps, GradOut{});
   const int64_t rows = x.size(2);
-  bool in_place = !shared && !readers.empty();
-  for (const auto& r : readers) in_place = in_place && injective(r.second, rows);
-  if (in_place && home.defined()) {
-    g.buffer = covers(readers[0].second, rows) ? home : home.zero_();
-  } else if (in_place) {
-    g.buffer = covers(readers[0].second, rows)
-                   ? torch::empty_like(x, torch::MemoryFormat::Contiguous)
-                   : torch::zeros_like(x, torch::MemoryFormat::Contiguous);
-  } else {
-    const auto acc = x.options().dtype(acc_type(x.scalar_type()));
-    g.slabs_fill = !shared && readers.size() == 1 && writes_slabs(readers[0].second) &&
-                   readers[0].second.limit == rows;
-    g.buffer = g.slabs_fill ? torch::empty(x.sizes(), acc) : torch::zeros(x.sizes(), acc);
-  }
-  for (size_t i = 0; i < readers.size(); ++i) {
-    GradOut& o = g.by_pass[readers[i].first];
-    o = grad_out(g.buffer, in_place ? GradOut::kStore : GradOut::kAtomic);
-    if (in_place && i > 0) {
-      o.addend = g.buffer.data_ptr();
-      o.addend_in_storage = true;
-    }
-  }
+  g.in_place = !shared && !readers.empty();
+  for (const auto& r : readers) g.in_place = g.in_place && injective(r.second, rows);
+  g.slabs_fill = !g.in_place && !shared && readers.size() == 1 &&
+                 writes_slabs(readers[0].second) && readers[0].second.limit == rows;
+  g.buffer.sizes = x.sizes().vec();
+  g.buffer.options = g.in_place ? x.options() : x.options().dtype(acc_type(x.scalar_type()));
+  g.buffer.zeroed = g.in_place ? !covers(readers[0].second, rows) : !g.slabs_fill;
   return g;
 }
 
-// The backward's readers of one gradient: (step, the geometry it writes through).
-using Readers = std::vector<std::pair<size_t, fused::Geometry>>;
+// The gradient of plan `g` in `buffer` (made from g.buffer, or the slot's home).
+Grad bind_grad(const GradPlan& g, const torch::Tensor& buffer, const Readers& readers, size_t steps) {
+  Grad grad;
+  if (!buffer.defined()) return grad;
+  grad.buffer = buffer;
+  grad.slabs_fill = g.slabs_fill;
+  grad.by_pass.assign(steps, GradOut{});
+  for (size_t i = 0; i < readers.size(); ++i) {
+    GradOut& o = grad.by_pass[readers[i].first];
+    o = grad_out(buffer, g.in_place ? GradOut::kStore : GradOut::kAtomic);
+    if (g.in_place && i > 0) {
+      o.addend = buffer.data_ptr();
+      o.addend_in_storage = true;
+    }
+  }
+  return grad;
+}
+
+Grad slot_grad(const torch::Tensor& x,
+               const Readers& readers,
+               size_t steps,
+               bool shared,
+               const torch::Tensor& home = {}) {
+  const GradPlan g = plan_grad(x, readers, shared);
+  if (g.buffer.sizes.empty()) return {};
+  const auto buffer = g.in_place && home.defined() ? (g.buffer.zeroed ? home.zero_() : home)
+                                                   : make_buffers({g.buffer})[0];
+  return bind_grad(g, buffer, readers, steps);
+}
+
 
 }  // namespace
 
@@ -275,20 +334,23 @@ tensor_list FusedFunction::backward(AutogradContext* ctx, tensor_list grads) {
           local_stage(group.local, q, qs_g, k, v, ks_g, group.hi - group.lo, scale);
       qs_g = torch::Tensor();
     }
-    Grad dks = slot_grad(ks_g, ks_uses[gi], total, by_prefix[gi]),
-         du = slot_grad(u_g, u_uses[gi], total, by_prefix[gi]);
+    const GradPlan dks_plan = plan_grad(ks_g, ks_uses[gi], by_prefix[gi]),
+                   du_plan = plan_grad(u_g, u_uses[gi], by_prefix[gi]);
     // Where one joint pass writes all of du (u its source A's or its source B's by segment,
-    // stored), it also makes u's delta for the local passes, in the epilogue that stores du
-    // (Backward::summary_delta): no delta launch reading u and du again. Rows of u it does not
-    // read have du 0 and delta 0.
-    torch::Tensor u_delta;
+    // stored: its one reader, in place), it also makes u's delta for the local passes, in the
+    // epilogue that stores du (Backward::summary_delta): no delta launch reading u and du again.
+    // Rows of u it does not read have du 0 and delta 0.
     const size_t u_writer = u_uses[gi].size() == 1 ? u_uses[gi][0].first : total;
-    if (!group.local.empty() && u_writer < total && !by_prefix[gi]) {
-      const GradOut out = du.out(u_writer);
-      if (out.kind == GradOut::kStore && !out.addend)
-        u_delta = covers(u_uses[gi][0].second, u_g.size(2)) ? torch::empty_like(lse_u_g)
-                                                            : torch::zeros_like(lse_u_g);
-    }
+    BufferSpec u_delta_spec;
+    if (!group.local.empty() && u_writer < total && !by_prefix[gi] && du_plan.in_place)
+      u_delta_spec = {lse_u_g.sizes().vec(),
+                      lse_u_g.options(),
+                      !covers(u_uses[gi][0].second, u_g.size(2))};
+    // The group's buffers, the zeroed ones in one fill.
+    const auto made = make_buffers({dks_plan.buffer, du_plan.buffer, u_delta_spec});
+    Grad dks = bind_grad(dks_plan, made[0], ks_uses[gi], total),
+         du = bind_grad(du_plan, made[1], u_uses[gi], total);
+    const torch::Tensor u_delta = made[2];
     for (size_t s = 0; s < total; ++s)
       if (steps[s].group == int(gi) && !steps[s].local && !steps[s].paired)
         run_joint(s, ks_g, u_g, dks, du, s == u_writer ? u_delta : torch::Tensor());
