@@ -418,6 +418,18 @@ TEST(FusedJointTest, BadLocalStagesGiveOneLineErrors) {
   short_limit.query.limit = 6;
   expect_error({short_limit}, "a local pass's queries end at 6, u has 8 rows");
   expect_error({}, "a local stage needs at least one pass");
+  // Local queries read from q itself (no qs): u has their rows, which must be rows of q.
+  FusedPass past_q = local;
+  past_q.query = {3, 4, 4, 1, 12};
+  try {
+    fused_attention_with_local(q, q, q, {}, {}, {past_q}, fixed_joint_passes(8, 8), 0.5);
+    FAIL() << "local queries past q's rows accepted";
+  } catch (const c10::Error& e) {
+    EXPECT_NE(std::string(e.what_without_backtrace())
+                  .find("local query of q rows end at 12 but the tensor has 8"),
+              std::string::npos)
+        << e.what_without_backtrace();
+  }
 }
 
 TEST(FusedJointTest, BadInputsGiveOneLineErrors) {
