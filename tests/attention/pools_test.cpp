@@ -13,6 +13,8 @@
 #include <cmath>
 
 #include "attention/fused/fused.h"
+#include "attention/fused/kernel.h"
+#include "attention/fused/launch.h"
 #include "attention/summary.h"
 #include "util/device.h"
 
@@ -172,6 +174,45 @@ TEST(SegmentMaxEdges, OneLaunchEachWayAndBadSegmentsRefused) {
   y.sum().backward();
   EXPECT_EQ(fused_kernel_launches() - before, 2);
   EXPECT_THROW(fused_segment_max(x, 4, 4), c10::Error);  // 16 rows of 12
+}
+
+// A bfloat16 call's float32 summary gradient is added into dx as it is (SegmentMax::dy_acc, as
+// fused calls pass it): each arg-max's element becomes round(dx + dy), rounded once, where a cast
+// of dy to bfloat16 first would round twice; every other element is left as it was.
+TEST(SegmentMaxEdges, AFloatGradientIsAddedAsItIs) {
+  torch::manual_seed(4);
+  const int64_t segments = 3, len = 4;
+  const auto x = torch::randn({1, 2, 12, 8}).to(torch::kBFloat16);
+  const auto dx_before = torch::randn({1, 2, 12, 8}).to(torch::kBFloat16);
+  const auto dy = torch::randn({1, 2, segments, 8}) / 3;  // float32, most not bfloat16 values
+  auto dx = dx_before.clone();
+  fused::SegmentMaxes parts;
+  parts.count = 1;
+  fused::SegmentMax& m = parts.part[0];
+  m.batch = 1;
+  m.heads = 2;
+  m.rows = 12;
+  m.dim = 8;
+  m.segments = segments;
+  m.len = len;
+  for (int d = 0; d < 3; ++d) m.stride[d] = m.dx_stride[d] = x.stride(d);
+  m.dtype = fused::Dtype::kBFloat16;
+  m.x = x.data_ptr();
+  m.dy = dy.data_ptr();
+  m.dx = dx.data_ptr();
+  m.accumulate = true;
+  m.dy_acc = true;
+  fused_launch::segment_max_backward(x, parts);
+  // LibTorch: the arg-max of each segment (ties to the first), dy added there in float32.
+  const auto at = std::get<1>(x.view({1, 2, segments, len, 8}).max(3, /*keepdim=*/true));
+  const auto onto = [&](const torch::Tensor& added) {
+    auto sum = dx_before.to(torch::kFloat).view({1, 2, segments, len, 8});
+    sum.scatter_add_(3, at, added.view({1, 2, segments, 1, 8}));
+    return sum.view({1, 2, 12, 8}).to(torch::kBFloat16);
+  };
+  const auto once = onto(dy), twice = onto(dy.to(torch::kBFloat16).to(torch::kFloat));
+  EXPECT_TRUE(torch::equal(dx, once));
+  EXPECT_FALSE(torch::equal(dx, twice));  // the data tells one rounding from two
 }
 
 }  // namespace

@@ -183,6 +183,9 @@ TEST(FusedTraffic, ScansTouchEachElementOnceATensor) {
   EXPECT_DOUBLE_EQ(fused::traffic(m).unique, 2 * (48 + 6 + 50) * 4 * 4.0);  // every dx row
   g.accumulate = true;
   EXPECT_DOUBLE_EQ(fused::traffic(m).unique, 2 * (48 + 3 * 6) * 4 * 4.0);
+  g.dtype = fused::Dtype::kBFloat16;  // dy in float32: its 6 rows at 4 bytes, the rest at 2
+  g.dy_acc = true;
+  EXPECT_DOUBLE_EQ(fused::traffic(m).unique, 2 * ((48 + 2 * 6) * 4 * 2.0 + 6 * 4 * 4.0));
 }
 
 // Each launch of a real call carries its bytes: a delta launch its o and dO rows and the deltas,

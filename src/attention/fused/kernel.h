@@ -546,7 +546,9 @@ COMBINER_HD bool running_max_takes(int64_t k, T v, T best) {
 // `dx_stride`, D contiguous), every row written: dy[g] at segment g's arg-max, zero elsewhere, rows
 // past segments * len included (no zero-filled gradient and copy into a slice of it, as the pool of
 // a narrowed view needs). With `accumulate`, dy[g] is added at the arg-max and nothing else is
-// written.
+// written. With `dy_acc`, dy is in the accumulation type (float; double for float64), as a fused
+// call's float32 summary gradient is summed: read as it is, with no cast to x's dtype first (and
+// so rounded once, where it is added).
 struct SegmentMax {
   int64_t batch = 0, heads = 0, rows = 0, dim = 0, segments = 0, len = 1;
   int64_t stride[3] = {0, 0, 0};     // x's batch, head and row strides
@@ -557,6 +559,7 @@ struct SegmentMax {
   const void* dy = nullptr;  // backward
   void* dx = nullptr;        // backward
   bool accumulate = false;   // backward: dx[arg-max] += dy, other rows untouched
+  bool dy_acc = false;       // backward: dy in Acc, not x's dtype
 };
 // Lines of the forward (b, h, g < segments, d) and of the backward (g < ceil(rows / len)).
 COMBINER_HD int64_t segment_max_lines(const SegmentMax& m, bool backward) {

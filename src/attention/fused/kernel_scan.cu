@@ -158,15 +158,17 @@ __global__ void __launch_bounds__(128)
       g < m.segments ? segment_arg_max(
                            x + b * m.stride[0] + h * m.stride[1] + first * m.stride[2] + d, m, best)
                      : -1;
-  const T zero = scalar_as<T>(0.f);
-  const T grad = at >= 0 ? static_cast<const T*>(m.dy)[(bh * m.segments + g) * m.dim + d] : zero;
+  // dy[g] as float: stored in float (dy_acc), or in x's dtype.
+  const int64_t i = (bh * m.segments + g) * m.dim + d;
+  const float grad = at < 0      ? 0.f
+                     : m.dy_acc ? static_cast<const float*>(m.dy)[i]
+                                : scalar_float(static_cast<const T*>(m.dy)[i]);
   if (m.accumulate) {
     if (at >= 0)
-      out[at * m.dx_stride[2]] =
-          scalar_as<T>(scalar_float(out[at * m.dx_stride[2]]) + scalar_float(grad));
+      out[at * m.dx_stride[2]] = scalar_as<T>(scalar_float(out[at * m.dx_stride[2]]) + grad);
     return;
   }
-  for (int64_t t = 0; t < count; ++t) out[t * m.dx_stride[2]] = t == at ? grad : zero;
+  for (int64_t t = 0; t < count; ++t) out[t * m.dx_stride[2]] = scalar_as<T>(t == at ? grad : 0.f);
 }
 
 template <typename Fn>

@@ -83,7 +83,6 @@ void segment_max_forward_all(const SegmentMax& m) {
 template <typename S, typename T>
 void segment_max_backward_all(const SegmentMax& m) {
   const S* x = static_cast<const S*>(m.x);
-  const S* dy = static_cast<const S*>(m.dy);
   S* dx = static_cast<S*>(m.dx);
   const int64_t groups = (m.rows + m.len - 1) / m.len;
   for (int64_t line = 0; line < segment_max_lines(m, true); ++line) {
@@ -103,15 +102,19 @@ void segment_max_backward_all(const SegmentMax& m) {
         }
       }
     }
-    const S grad = at >= 0 ? dy[(bh * m.segments + g) * m.dim + d] : to_storage<S, T>(T(0));
+    // dy[g] in the math type: as stored in Acc (T is Acc: float for bfloat16), or x's dtype.
+    const int64_t i = (bh * m.segments + g) * m.dim + d;
+    const T grad = at < 0      ? T(0)
+                   : m.dy_acc ? static_cast<const T*>(m.dy)[i]
+                              : to_math<S, T>(static_cast<const S*>(m.dy)[i]);
     if (m.accumulate) {
       if (at >= 0)
         out[at * m.dx_stride[2]] =
-            to_storage<S, T>(to_math<S, T>(out[at * m.dx_stride[2]]) + to_math<S, T>(grad));
+            to_storage<S, T>(to_math<S, T>(out[at * m.dx_stride[2]]) + grad);
       continue;
     }
     for (int64_t t = 0; t < count; ++t)
-      out[t * m.dx_stride[2]] = t == at ? grad : to_storage<S, T>(T(0));
+      out[t * m.dx_stride[2]] = to_storage<S, T>(t == at ? grad : T(0));
   }
 }
 

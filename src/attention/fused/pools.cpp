@@ -263,6 +263,7 @@ void add_pool(const FusedPool& p,
     const auto d = dy.contiguous();
     launches.keep.push_back(d);
     m.dy = d.data_ptr();
+    m.dy_acc = d.scalar_type() != x_in.scalar_type();  // (add_backward: then float for bfloat16)
     set_dx(m, dx);
     m.accumulate = true;
     launches.segment.add(m, side, true);
@@ -398,13 +399,20 @@ void add_backward(const std::vector<FusedPool>& pools,
                   torch::Tensor& dq) {
   pools_detail::PoolLaunches launches;
   launches.backward = true;
-  torch::Tensor dy[2];  // the slots' gradients in k's and q's dtype
+  torch::Tensor dy[2];  // the slots' gradients in k's and q's dtype, or float for segment maxes
   for (const bool query_side : {false, true}) {
     const auto& d_slot = query_side ? d_qs : d_ks;
     const auto& x = query_side ? q : k;
     if (!d_slot.defined()) continue;
     ready_dx(x, query_side ? dq : dk);
-    dy[query_side] = d_slot.to(x.scalar_type());
+    // A bfloat16 call's float32 summary gradient goes to segment maxes as it is (SegmentMax::
+    // dy_acc): no cast launch, one rounding. The running max reads x's dtype.
+    const bool segment_maxes = std::all_of(pools.begin(), pools.end(), [&](const FusedPool& p) {
+      return p.query_side != query_side || p.kind == FusedPool::Kind::kSegmentMax;
+    });
+    const bool as_it_is = segment_maxes && x.scalar_type() == torch::kBFloat16 &&
+                          d_slot.scalar_type() == torch::kFloat;
+    dy[query_side] = as_it_is ? d_slot : d_slot.to(x.scalar_type());
     for (const auto& p : pools)
       if (p.query_side == query_side)
         pools_detail::add_pool(p, x, {}, dy[query_side], query_side ? dq : dk, launches);

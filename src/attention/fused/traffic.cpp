@@ -334,14 +334,15 @@ Traffic traffic(const SegmentMaxes& m) {
     const double es = double(element_bytes(s.dtype)), heads = heads_of(s.batch, s.heads);
     const double pooled = heads * es * double(s.segments * s.len * s.dim);
     const double summaries = heads * es * double(s.segments * s.dim);
+    const double dy = s.dy_acc ? summaries / es * double(acc_bytes(s.dtype)) : summaries;
     if (!s.dy) {  // x read, y written
       t.read += pooled;
       t.written += summaries;
     } else if (s.accumulate) {  // x and dy read; dx at each arg-max read and written
-      t.read += pooled + 2 * summaries;
+      t.read += pooled + summaries + dy;
       t.written += summaries;
     } else {  // x and dy read; every row of dx written
-      t.read += pooled + summaries;
+      t.read += pooled + dy;
       t.written += heads * es * double(s.rows * s.dim);
     }
   }
