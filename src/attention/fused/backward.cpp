@@ -120,8 +120,8 @@ GradPlan plan_grad(const torch::Tensor& x, const Readers& readers, bool shared) 
   const int64_t rows = x.size(2);
   g.in_place = !shared && !readers.empty();
   for (const auto& r : readers) g.in_place = g.in_place && injective(r.second, rows);
-  g.slabs_fill = !g.in_place && !shared && readers.size() == 1 &&
-                 writes_slabs(readers[0].second) && readers[0].second.limit == rows;
+  g.slabs_fill = !g.in_place && !shared && readers.size() == 1 && writes_slabs(readers[0].second) &&
+                 readers[0].second.limit == rows;
   g.buffer.sizes = x.sizes().vec();
   g.buffer.options = g.in_place ? x.options() : x.options().dtype(acc_type(x.scalar_type()));
   g.buffer.zeroed = g.in_place ? !covers(readers[0].second, rows) : !g.slabs_fill;
@@ -129,17 +129,17 @@ GradPlan plan_grad(const torch::Tensor& x, const Readers& readers, bool shared) 
 }
 
 // The gradient of plan `g` in `buffer` (made from g.buffer, or the slot's home).
-Grad bind_grad(const GradPlan& g, const torch::Tensor& buffer, const Readers& readers, size_t steps) {
+Grad bind_grad(const GradPlan& g, torch::Tensor buffer, const Readers& readers, size_t steps) {
   Grad grad;
   if (!buffer.defined()) return grad;
-  grad.buffer = buffer;
+  grad.buffer = std::move(buffer);
   grad.slabs_fill = g.slabs_fill;
   grad.by_pass.assign(steps, GradOut{});
   for (size_t i = 0; i < readers.size(); ++i) {
     GradOut& o = grad.by_pass[readers[i].first];
-    o = grad_out(buffer, g.in_place ? GradOut::kStore : GradOut::kAtomic);
+    o = grad_out(grad.buffer, g.in_place ? GradOut::kStore : GradOut::kAtomic);
     if (g.in_place && i > 0) {
-      o.addend = buffer.data_ptr();
+      o.addend = grad.buffer.data_ptr();
       o.addend_in_storage = true;
     }
   }
@@ -157,7 +157,6 @@ Grad slot_grad(const torch::Tensor& x,
                                                    : make_buffers({g.buffer})[0];
   return bind_grad(g, buffer, readers, steps);
 }
-
 
 }  // namespace
 
@@ -185,7 +184,8 @@ tensor_list FusedFunction::backward(AutogradContext* ctx, tensor_list grads) {
       if (!ks.defined()) ks = ks_pooled;
       if (!qs.defined()) qs = qs_pooled;
       if (!local.empty() && !u.defined())
-        std::tie(u, lse_u) = local_stage(local, q, qs, k, v, ks, local_rows(local, qs, pools), scale);
+        std::tie(u, lse_u) =
+            local_stage(local, q, qs, k, v, ks, local_rows(local, qs, pools), scale);
     }
   }
   const bool split = groups[0].made_here;  // else the one group of the whole slots
@@ -343,14 +343,13 @@ tensor_list FusedFunction::backward(AutogradContext* ctx, tensor_list grads) {
     const size_t u_writer = u_uses[gi].size() == 1 ? u_uses[gi][0].first : total;
     BufferSpec u_delta_spec;
     if (!group.local.empty() && u_writer < total && !by_prefix[gi] && du_plan.in_place)
-      u_delta_spec = {lse_u_g.sizes().vec(),
-                      lse_u_g.options(),
-                      !covers(u_uses[gi][0].second, u_g.size(2))};
+      u_delta_spec = {
+          lse_u_g.sizes().vec(), lse_u_g.options(), !covers(u_uses[gi][0].second, u_g.size(2))};
     // The group's buffers, the zeroed ones in one fill.
-    const auto made = make_buffers({dks_plan.buffer, du_plan.buffer, u_delta_spec});
-    Grad dks = bind_grad(dks_plan, made[0], ks_uses[gi], total),
-         du = bind_grad(du_plan, made[1], u_uses[gi], total);
-    const torch::Tensor u_delta = made[2];
+    auto made = make_buffers({dks_plan.buffer, du_plan.buffer, u_delta_spec});
+    Grad dks = bind_grad(dks_plan, std::move(made[0]), ks_uses[gi], total),
+         du = bind_grad(du_plan, std::move(made[1]), u_uses[gi], total);
+    const torch::Tensor u_delta = std::move(made[2]);
     for (size_t s = 0; s < total; ++s)
       if (steps[s].group == int(gi) && !steps[s].local && !steps[s].paired)
         run_joint(s, ks_g, u_g, dks, du, s == u_writer ? u_delta : torch::Tensor());

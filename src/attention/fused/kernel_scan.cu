@@ -160,7 +160,7 @@ __global__ void __launch_bounds__(128)
                      : -1;
   // dy[g] as float: stored in float (dy_acc), or in x's dtype.
   const int64_t i = (bh * m.segments + g) * m.dim + d;
-  const float grad = at < 0      ? 0.f
+  const float grad = at < 0     ? 0.f
                      : m.dy_acc ? static_cast<const float*>(m.dy)[i]
                                 : scalar_float(static_cast<const T*>(m.dy)[i]);
   if (m.accumulate) {

@@ -104,13 +104,12 @@ void segment_max_backward_all(const SegmentMax& m) {
     }
     // dy[g] in the math type: as stored in Acc (T is Acc: float for bfloat16), or x's dtype.
     const int64_t i = (bh * m.segments + g) * m.dim + d;
-    const T grad = at < 0      ? T(0)
+    const T grad = at < 0     ? T(0)
                    : m.dy_acc ? static_cast<const T*>(m.dy)[i]
                               : to_math<S, T>(static_cast<const S*>(m.dy)[i]);
     if (m.accumulate) {
       if (at >= 0)
-        out[at * m.dx_stride[2]] =
-            to_storage<S, T>(to_math<S, T>(out[at * m.dx_stride[2]]) + grad);
+        out[at * m.dx_stride[2]] = to_storage<S, T>(to_math<S, T>(out[at * m.dx_stride[2]]) + grad);
       continue;
     }
     for (int64_t t = 0; t < count; ++t)
