@@ -6,6 +6,7 @@
 
 #include <vector>
 
+#include "attention/attention.h"
 #include "attention/fused/launch.h"
 #include "attention/span_ops.h"
 #include "delta_cases.h"
@@ -74,6 +75,40 @@ TEST(PassDeltas, TheAxialCallsLaunchNoDelta) {
     EXPECT_EQ(made, 1) << name;
     EXPECT_EQ(of_u, horizontal ? 2 : 1) << name;
   }
+}
+
+// combiner-fixed's u is its pooled queries' softmax over their own blocks, and its summaries are
+// read by prefix, so no joint pass makes u's delta: its local pass, one CTA per block over every
+// row of u, makes it as its query tile lands (Backward::made_delta), where a delta launch over u
+// and its gradient made it. In float64 the call's gradients are the composed path's.
+TEST(PassDeltas, FixedsLocalPassMakesUsDelta) {
+  const int64_t L = 200, s = 24, D = 16;
+  auto fused = make_attention({"combiner-fixed", s, s, "max"}, L, D);
+  fused->set_path(AttentionImpl::Path::kFused);
+  auto composed = make_attention({"combiner-fixed", s, s, "max"}, L, D);
+  composed->set_path(AttentionImpl::Path::kComposed);
+  torch::manual_seed(6);
+  const auto draw = [&] { return torch::randn({2, 3, L, D}, torch::kDouble).requires_grad_(); };
+  const auto q = draw(), k = draw(), v = draw();
+  const auto g = torch::randn({2, 3, L, D}, torch::kDouble);
+  std::vector<fused_launch::LaunchTime> times;
+  std::vector<torch::Tensor> grads;
+  {
+    fused_launch::LaunchTimes timer;
+    grads = torch::autograd::grad({fused->forward(q, k, v)}, {q, k, v}, {g});
+    times = timer.times();
+  }
+  const auto expected = torch::autograd::grad({composed->forward(q, k, v)}, {q, k, v}, {g});
+  int deltas = 0, local_made = 0;
+  for (const auto& t : times) {
+    deltas += t.what.rfind("delta", 0) == 0;
+    local_made += t.what.find(" x 1, keys") != std::string::npos &&
+                  t.what.find(", making delta") != std::string::npos;
+  }
+  EXPECT_EQ(local_made, 1);
+  EXPECT_EQ(deltas, 1);  // o's: the joint pass reads the summaries by prefix, so runs no CTA a block
+  for (int i = 0; i < 3; ++i)
+    EXPECT_LT((grads[i] - expected[i]).abs().max().item<double>(), 1e-10) << "input " << i;
 }
 
 }  // namespace

@@ -369,8 +369,26 @@ tensor_list FusedFunction::backward(AutogradContext* ctx, tensor_list grads) {
     bool group_pools_done = false;  // the pools' backward ran in the local pass's epilogue
     if (!group.local.empty() && du.buffer.defined()) {
       const auto d_o_u = kernel_ready(du.buffer, dtype);
-      const auto delta_u = u_delta.defined() ? u_delta : row_delta(u_g, d_o_u, lse_u_g);
-      u_g = torch::Tensor();  // (a group's own: its last read)
+      const auto local_step = [&](size_t s) { return steps[s].group == int(gi) && steps[s].local; };
+      const auto local_pass = [&](size_t s) {
+        return make_pass(steps[s].plan, local_queries(steps[s].plan, q, qs_g), k, v, {}, {}, scale);
+      };
+      // Where no joint pass made u's delta, the group's first local pass makes it, as the first
+      // joint pass makes o's (Backward::made_delta), where it runs alone, one CTA per segment,
+      // over every row of u (fixed's pooled queries): no delta launch.
+      size_t delta_maker = total;
+      for (size_t s = 0; s < total && !u_delta.defined(); ++s) {
+        if (!local_step(s)) continue;
+        if (!(s > 0 && steps[s - 1].paired) && covers(steps[s].plan.query, u_g.size(2)) &&
+            fused::segment_backward(local_pass(s)))
+          delta_maker = s;
+        break;
+      }
+      const auto delta_u = u_delta.defined()     ? u_delta
+                           : delta_maker < total ? torch::empty_like(lse_u_g)
+                                                 : row_delta(u_g, d_o_u, lse_u_g);
+      const auto u_for_delta = delta_maker < total ? u_g : torch::Tensor();
+      u_g = torch::Tensor();  // (a group's own: its last read, but for its delta's maker)
       if (dqs_over_du[gi]) {
         dqs.buffer = d_o_u;
         dqs.by_pass.assign(total, GradOut{});
@@ -380,7 +398,6 @@ tensor_list FusedFunction::backward(AutogradContext* ctx, tensor_list grads) {
       }
       // Pools made on chip by the group's pooled local pass: their backward runs in its epilogue
       // where q's and k's gradients are stored in the kernel dtype (kernel.h Backward::pools_dq).
-      const auto local_step = [&](size_t s) { return steps[s].group == int(gi) && steps[s].local; };
       bool fold = group.made_here && dks.buffer.defined() && dq.buffer.defined() &&
                   dq.buffer.scalar_type() == dtype && dk.buffer.scalar_type() == dtype &&
                   std::all_of(group.pools.begin(), group.pools.end(), [](const FusedPool& p) {
@@ -392,11 +409,14 @@ tensor_list FusedFunction::backward(AutogradContext* ctx, tensor_list grads) {
       for (size_t s = 0; s < total; ++s) {
         if (!local_step(s)) continue;
         fused::Backward bw;
-        bw.pass =
-            make_pass(steps[s].plan, local_queries(steps[s].plan, q, qs_g), k, v, {}, {}, scale);
+        bw.pass = local_pass(s);
         bw.d_o = operand(d_o_u);
         bw.lse = lse_u_g.data_ptr();
         bw.delta = delta_u.data_ptr();
+        if (s == delta_maker) {
+          bw.made_delta = delta_u.data_ptr();
+          bw.o = operand(u_for_delta);
+        }
         bw.dq = (local_q ? dq : dqs).out(s);
         bw.dk = dk.out(s);
         bw.dv = dv.out(s);
