@@ -28,6 +28,8 @@ ops::HostKernels ops_kernels() {
   k.norm_backward = &ops::norm_backward_cuda;
   k.norm_linear = &ops::norm_linear_cuda;
   k.bias_grad = &ops::bias_grad_cuda;
+  k.entropy_forward = &ops::entropy_forward_cuda;
+  k.entropy_backward = &ops::entropy_backward_cuda;
   return k;
 }
 

@@ -5,6 +5,7 @@
 #pragma once
 
 #include "ops/bias_grad_kernel.h"
+#include "ops/cross_entropy_kernel.h"
 #include "ops/layer_norm_kernel.h"
 #include "ops/norm_linear_kernel.h"
 
@@ -15,6 +16,8 @@ struct HostKernels {
   void (*norm_backward)(const NormBackward&, void* stream) = nullptr;
   void (*norm_linear)(const NormLinear&, void* stream) = nullptr;
   void (*bias_grad)(const BiasGrad&, void* stream) = nullptr;
+  void (*entropy_forward)(const EntropyForward&, void* stream) = nullptr;
+  void (*entropy_backward)(const EntropyBackward&, void* stream) = nullptr;
 };
 
 // Installs `kernels` (nullptr: the CPU models) and returns the table it replaces.

@@ -7,10 +7,13 @@
 
 namespace combiner::ops {
 
-inline std::string shape_of(const torch::Tensor& t) {
+inline std::string shape_of(c10::IntArrayRef sizes) {
   std::string s = "[";
-  for (int64_t i = 0; i < t.dim(); ++i) s += (i ? ", " : "") + std::to_string(t.size(i));
+  for (size_t i = 0; i < sizes.size(); ++i) s += (i ? ", " : "") + std::to_string(sizes[i]);
   return s + "]";
+}
+inline std::string shape_of(const torch::Tensor& t) {
+  return shape_of(t.sizes());
 }
 
 }  // namespace combiner::ops
