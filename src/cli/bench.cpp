@@ -30,6 +30,7 @@
 #include "tools/decode_check.h"
 #include "tools/kernel_check.h"
 #include "tools/linear_check.h"
+#include "tools/loss_check.h"
 #include "tools/norm_check.h"
 #include "tools/norm_linear_check.h"
 #include "tools/train_bench.h"
@@ -222,7 +223,7 @@ int bench_kernel_check(const KernelCheckFlags& f) {
     if (std::find(variants.begin(), variants.end(), c.variant) != variants.end())
       chosen.push_back(c);
   table(att::kernel_check_header(), chosen, att::run_kernel_check, att::kernel_check_line);
-  // The block's fused kernels too: LayerNorm, sampling's step, the bias gradients.
+  // The block's fused kernels too: LayerNorm, sampling's step, the bias gradients, the loss.
   if (f.variants == "all") {
     namespace tools = combiner::tools;
     const bool large = f.sizes != "small";
@@ -242,6 +243,10 @@ int bench_kernel_check(const KernelCheckFlags& f) {
           tools::linear_check_cases(large),
           tools::run_linear_check,
           tools::linear_check_line);
+    table(tools::loss_check_header(),
+          tools::loss_check_cases(large),
+          tools::run_loss_check,
+          tools::loss_check_line);
   }
   std::printf(
       "kernel-check: %lld of %lld cases pass\n", (long long)(cases - failed), (long long)cases);

@@ -13,11 +13,13 @@
 #include "attention/fused/kernel.h"
 #include "emulated/emulated.h"
 #include "ops/bias_grad_kernel.h"
+#include "ops/cross_entropy_kernel.h"
 #include "simt/emulator.h"
 #include "tensor_checks.h"
 #include "tools/decode_check.h"
 #include "tools/kernel_check.h"
 #include "tools/linear_check.h"
+#include "tools/loss_check.h"
 #include "tools/norm_check.h"
 #include "tools/norm_linear_check.h"
 
@@ -102,6 +104,85 @@ TEST(SimtKernels, BiasGradKernelsAreTheirCpuModelBitForBit) {
       EXPECT_TRUE(torch::equal(kernel.d_pre, model.d_pre)) << dtype << " " << gelu;
       EXPECT_TRUE(torch::equal(kernel.partial, model.partial)) << dtype << " " << gelu;
       EXPECT_TRUE(torch::equal(kernel.db, model.db)) << dtype << " " << gelu;
+    }
+}
+
+TEST(SimtKernels, LossKernelsPassTheirTable) {
+  for (const auto& c : tools::loss_check_cases(false))
+    both_schedules(
+        [&] { return tools::run_loss_check(c, "cpu"); },
+        [&](const auto& r) { return tools::loss_check_line(c, r); },
+        [](const auto& a, const auto& b) { return a.bits == b.bits && a.dlogits == b.dlogits; });
+}
+
+// The loss kernels take a row's sums in the order their CPU model does (each lane's columns, then
+// the warp's butterfly): the same bits, over a vocabulary not a multiple of the warp, rows past a
+// CTA's, both target types and a target outside the vocabulary (its row NaN in both).
+TEST(SimtKernels, LossKernelsAreTheirCpuModelBitForBit) {
+  for (const auto dtype : {torch::kFloat, torch::kBFloat16})
+    for (const int64_t vocab : {256, 45}) {
+      const int64_t rows = 21;
+      torch::manual_seed(10);
+      const auto z = (torch::randn({rows, vocab}) * 5.0).to(dtype);
+      auto x = torch::randint(0, vocab, {rows}, torch::kLong);
+      x[4] = vocab;
+      const auto grad = torch::randn({rows});
+      const auto x8 = x.clamp_max(255).to(torch::kByte);
+      struct Out {
+        torch::Tensor bits, lse, dz;
+      };
+      auto run = [&](void (*forward)(const ops::EntropyForward&),
+                     void (*backward)(const ops::EntropyBackward&),
+                     const torch::Tensor& targets) {
+        Out o{torch::empty({rows}), torch::empty({rows}), torch::empty_like(z)};
+        ops::EntropyForward f;
+        f.rows = rows;
+        f.vocab = vocab;
+        f.logits = z.data_ptr();
+        f.dtype = dtype == torch::kBFloat16 ? ops::Dtype::kBFloat16 : ops::Dtype::kFloat32;
+        f.targets = targets.data_ptr();
+        f.target_type = targets.scalar_type() == torch::kByte ? ops::TargetType::kUInt8
+                                                              : ops::TargetType::kInt64;
+        f.bits = o.bits.data_ptr<float>();
+        f.lse = o.lse.data_ptr<float>();
+        forward(f);
+        ops::EntropyBackward b;
+        b.rows = rows;
+        b.vocab = vocab;
+        b.logits = f.logits;
+        b.dtype = f.dtype;
+        b.targets = f.targets;
+        b.target_type = f.target_type;
+        b.lse = f.lse;
+        b.grad = grad.data_ptr<float>();
+        b.grad_scale = 0.5f;
+        b.dlogits = o.dz.data_ptr();
+        backward(b);
+        return o;
+      };
+      // Bit patterns, so that NaN rows compare equal.
+      auto same = [](const torch::Tensor& a, const torch::Tensor& b) {
+        const auto as_int = [](const torch::Tensor& t) {
+          return t.scalar_type() == torch::kBFloat16 ? t.view(torch::kShort) : t.view(torch::kInt);
+        };
+        return torch::equal(as_int(a), as_int(b));
+      };
+      for (const auto& targets : {x, x8}) {
+        const auto model = run(&ops::entropy_forward_cpu, &ops::entropy_backward_cpu, targets);
+        const emulated::EmulatedKernels emulation;
+        const int64_t before = simt::launches();
+        const auto kernel =
+            run([](const ops::EntropyForward& f) { ops::entropy_forward_cuda(f, nullptr); },
+                [](const ops::EntropyBackward& b) { ops::entropy_backward_cuda(b, nullptr); },
+                targets);
+        EXPECT_EQ(simt::launches() - before,
+                  ops::kEntropyForwardLaunches + ops::kEntropyBackwardLaunches);
+        EXPECT_TRUE(same(kernel.bits, model.bits)) << dtype << " " << vocab;
+        EXPECT_TRUE(same(kernel.lse, model.lse)) << dtype << " " << vocab;
+        EXPECT_TRUE(same(kernel.dz, model.dz)) << dtype << " " << vocab;
+        const bool outside = targets.scalar_type() == torch::kLong || vocab < 255;
+        EXPECT_EQ(std::isnan(model.bits[4].item<float>()), outside) << vocab;
+      }
     }
 }
 
