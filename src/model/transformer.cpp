@@ -8,6 +8,7 @@
 #include "data/dataset.h"
 #include "model/checkpointing.h"
 #include "model/precision.h"
+#include "ops/cross_entropy.h"
 
 namespace combiner::model {
 
@@ -278,6 +279,23 @@ torch::Tensor ImageTransformerImpl::forward(const torch::Tensor& x) {
       .to(torch::kFloat);
 }
 
+torch::Tensor ImageTransformerImpl::subpixel_bits(const torch::Tensor& x) {
+  return bits(x, false);
+}
+
+torch::Tensor ImageTransformerImpl::mean_bits(const torch::Tensor& x) {
+  return bits(x, true);
+}
+
+torch::Tensor ImageTransformerImpl::bits(const torch::Tensor& x, bool mean) {
+  const auto logits = forward(x);
+  const bool fused = loss_path_ == LayerNormImpl::Path::kFused ||
+                     (loss_path_ == LayerNormImpl::Path::kAuto && logits.is_cuda());
+  if (fused && ops::cross_entropy_unsupported(logits, x).empty())
+    return ops::cross_entropy_bits(logits, x, mean);
+  return ops::cross_entropy_bits_composed(logits, x, mean);
+}
+
 void set_kernel_path(torch::nn::Module& model, const std::string& path) {
   using Attention = attention::AttentionImpl;
   const auto chosen = path == "composed" ? Attention::Path::kComposed
@@ -290,6 +308,7 @@ void set_kernel_path(torch::nn::Module& model, const std::string& path) {
     if (auto* layer = dynamic_cast<Attention*>(module.get())) layer->set_path(chosen);
     if (auto* layer = dynamic_cast<LayerNormImpl*>(module.get())) layer->set_path(norm);
     if (auto* layer = dynamic_cast<LinearImpl*>(module.get())) layer->set_path(norm);
+    if (auto* net = dynamic_cast<ImageTransformerImpl*>(module.get())) net->set_loss_path(norm);
   }
 }
 

@@ -102,6 +102,14 @@ class ImageTransformerImpl : public torch::nn::Module {
   // x: [B, L'] integer subpixels (any integer dtype), L' <= L a prefix length the attention
   // layout accepts. Returns logits [B, L', 256] in float32: position i predicts x_i.
   torch::Tensor forward(const torch::Tensor& x);
+  // The bits of each subpixel of x under the model ([B, L'] float32), and their mean (the
+  // training loss, 0-dim): forward's logits through one fused pass each way on the fused path
+  // (ops::cross_entropy_bits), else LibTorch's log_softmax (ops::cross_entropy_bits_composed).
+  torch::Tensor subpixel_bits(const torch::Tensor& x);
+  torch::Tensor mean_bits(const torch::Tensor& x);
+
+  // Where the loss runs, as LayerNormImpl::Path (set_kernel_path sets it with the layers').
+  void set_loss_path(LayerNormImpl::Path path) { loss_path_ = path; }
 
   const TransformerOptions& options() const { return options_; }
   // What backward recomputes from now on: whole blocks, or their MLP halves (train/memory_plan.h
@@ -137,6 +145,7 @@ class ImageTransformerImpl : public torch::nn::Module {
   using AttendLayer = std::function<torch::Tensor(
       size_t layer, const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v)>;
   torch::Tensor step_logits(torch::Tensor h, const AttendLayer& attend);
+  torch::Tensor bits(const torch::Tensor& x, bool mean);  // subpixel_bits, or their mean
 
   TransformerOptions options_;
   torch::nn::Embedding token_embed_{nullptr}, row_embed_{nullptr}, col_embed_{nullptr},
@@ -148,6 +157,7 @@ class ImageTransformerImpl : public torch::nn::Module {
   torch::nn::ModuleList blocks_{nullptr};
   LayerNorm ln_final_{nullptr};
   torch::nn::Linear head_{nullptr};
+  LayerNormImpl::Path loss_path_ = LayerNormImpl::Path::kAuto;
 };
 TORCH_MODULE(ImageTransformer);
 
@@ -156,7 +166,8 @@ torch::Tensor input_tokens(const torch::Tensor& x, int64_t start_token = kStartT
 
 int64_t parameter_count(const torch::nn::Module& module);
 
-// train.attention_path on every attention layer, LayerNorm and block's linear layer of `model`:
+// train.attention_path on every attention layer, LayerNorm and block's linear layer of `model`,
+// and on its loss:
 // auto (the fused CUDA kernels where they apply), composed (always the LibTorch composition) or
 // fused (always the fused path; on the CPU the kernels' model: slow, for counting on the CPU the
 // launches and memory a GPU run has).

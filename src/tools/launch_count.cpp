@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "attention/fused/fused.h"
+#include "ops/cross_entropy.h"
 #include "ops/layer_norm.h"
 #include "ops/linear.h"
 #include "ops/norm_linear.h"
@@ -74,10 +75,11 @@ void on_end(const at::RecordFunction& fn, at::ObserverContext*) {
 using namespace launch_count_detail;
 
 namespace {
-// Both fused families: the attention kernels and the block's (LayerNorm, the bias gradients).
+// Both fused families: the attention kernels and the block's (LayerNorm, the bias gradients,
+// the loss).
 int64_t fused_launches() {
   return attention::fused_kernel_launches() + ops::norm_kernel_launches() +
-         ops::norm_linear_launches() + ops::bias_grad_launches();
+         ops::norm_linear_launches() + ops::bias_grad_launches() + ops::cross_entropy_launches();
 }
 }  // namespace
 

@@ -229,7 +229,7 @@ TrainBenchResult run_train_bench(const config::Config& config, const TrainBenchO
     torch::Tensor bits;
     for (const auto& x : batches) {
       const double before = kept_mib != nullptr ? util::device_allocated_mib(device) : 0.0;
-      auto loss = mean_bits(model->forward(x), x);
+      auto loss = model->mean_bits(x);
       if (kept_mib != nullptr) *kept_mib = util::device_allocated_mib(device) - before;
       backward_share(loss, t.grad_accum, bits);
     }

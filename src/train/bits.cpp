@@ -1,19 +1,15 @@
 #include "train/bits.h"
 
-#include <cmath>
+#include "ops/cross_entropy.h"
 
 namespace combiner::train {
 
 torch::Tensor subpixel_bits(const torch::Tensor& logits, const torch::Tensor& x) {
-  auto log_probs = torch::log_softmax(logits.to(torch::kFloat), -1);
-  auto nats = -log_probs.gather(-1, x.to(torch::kLong).unsqueeze(-1)).squeeze(-1);
-  return nats / std::log(2.0);
+  return ops::cross_entropy_bits_composed(logits, x, false);
 }
 
 torch::Tensor mean_bits(const torch::Tensor& logits, const torch::Tensor& x) {
-  auto flat = logits.to(torch::kFloat).reshape({-1, logits.size(-1)});
-  return torch::nn::functional::cross_entropy(flat, x.to(torch::kLong).reshape({-1})) /
-         std::log(2.0);
+  return ops::cross_entropy_bits_composed(logits, x, true);
 }
 
 void backward_share(const torch::Tensor& loss, int64_t count, torch::Tensor& bits) {

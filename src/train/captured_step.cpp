@@ -57,7 +57,7 @@ void StaticStep::work() {
   const auto& t = t_;
   torch::Tensor bits;
   for (const auto& x : batches_)
-    backward_share(mean_bits(model_->forward(x), x) * factor_, t.grad_accum, bits);
+    backward_share(model_->mean_bits(x) * factor_, t.grad_accum, bits);
   const double max_norm = t.grad_clip > 0 ? t.grad_clip : std::numeric_limits<double>::infinity();
   const auto norm = clip_gradients(parameters_, max_norm).to(bits.options()).reshape({1});
   torch::NoGradGuard no_grad;

@@ -24,7 +24,7 @@ Evaluation evaluate(model::ImageTransformer& model,
   for (int64_t first = begin; first < end; first += batch_size) {
     const int64_t count = std::min(batch_size, end - first);
     auto x = image_range(images, first, count).to(device);
-    auto bits = subpixel_bits(model->forward(x), x);
+    auto bits = model->subpixel_bits(x);
     sum_of_image_means += bits.to(torch::kDouble).mean(1).sum().item<double>();
     if (keep_bits) kept.push_back(bits.cpu());
     if (progress) progress(first + count - begin, end - begin);

@@ -65,8 +65,8 @@ double step_peak_mib(model::ImageTransformerImpl& model,
   {
     const auto x =
         torch::zeros({images, model.options().length()}, torch::dtype(torch::kByte).device(device));
-    // Two statements, as the step has them: the logits are not kept through backward.
-    const auto loss = mean_bits(model.forward(x), x);
+    // The step's loss: what its path keeps for backward (log-probabilities or logits), no more.
+    const auto loss = model.mean_bits(x);
     loss.backward();
   }
   util::synchronize(device);

@@ -328,7 +328,7 @@ Update eager_update(Run& r, double lr, bool poisoned) {
   torch::Tensor step_bits;
   for (int64_t m = 0; m < t.grad_accum; ++m) {
     auto x = micro_batch(r, m);
-    auto loss = mean_bits(r.model->forward(x), x);
+    auto loss = r.model->mean_bits(x);
     if (poisoned) loss = loss * std::numeric_limits<double>::quiet_NaN();
     backward_share(loss, t.grad_accum, step_bits);
   }

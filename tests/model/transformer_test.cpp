@@ -5,6 +5,7 @@
 #include "attention/attention.h"
 #include "model/precision.h"
 #include "model/transformer.h"
+#include "ops/cross_entropy.h"
 
 namespace combiner::model {
 namespace {
@@ -95,6 +96,34 @@ TEST(Transformer, AttentionPathReachesEveryLayer) {
     SCOPED_TRACE(variant);
     expect_paths_agree(variant);
   }
+}
+
+// The loss follows train.attention_path: on the fused path the loss kernels (their CPU model
+// here) give the composed path's mean bits, subpixel bits and every parameter's gradient, and
+// both are the bits of forward's logits.
+TEST(Transformer, LossFollowsThePathAndIsTheLogitsBits) {
+  ImageTransformer model(tiny_options("combiner-axial-rowmajor"));
+  model->eval();  // no dropout: the two runs see the same network
+  const auto x = torch::randint(0, 256, {2, 48}, torch::kByte);
+  std::vector<std::vector<torch::Tensor>> runs;
+  for (const std::string path : {"composed", "fused"}) {
+    set_kernel_path(*model, path);
+    model->zero_grad();
+    const int64_t before = ops::cross_entropy_launches();
+    const auto loss = model->mean_bits(x);
+    loss.backward();
+    EXPECT_EQ(ops::cross_entropy_launches() - before, path == "fused" ? 2 : 0) << path;
+    torch::NoGradGuard no_grad;
+    std::vector<torch::Tensor> run = {loss.detach(), model->subpixel_bits(x)};
+    for (const auto& p : model->parameters()) run.push_back(p.grad().clone());
+    runs.push_back(run);
+  }
+  torch::NoGradGuard no_grad;
+  const auto reference = ops::cross_entropy_bits_composed(model->forward(x), x, false);
+  EXPECT_LT((runs[1][1] - reference).abs().max().item<double>(), 1e-5);
+  EXPECT_NEAR(runs[1][0].item<double>(), reference.mean().item<double>(), 1e-5);
+  for (size_t i = 0; i < runs[0].size(); ++i)
+    EXPECT_LT((runs[0][i] - runs[1][i]).abs().max().item<double>(), 1e-5) << "tensor " << i;
 }
 
 TEST(Transformer, LogitsShapeAndDtype) {
