@@ -23,8 +23,8 @@
 #             they lose to flash: occupancy, throughput against the peaks, warp stalls;
 #   check     combiner-bench kernel-check --device cuda, every case (the attention kernels, then
 #             the fused LayerNorm, sampling's norm-linear kernel and decode step with its span
-#             summaries' kernel, and the linear layers' bias-gradient kernels); then a reduced
-#             one (--dims 64 --sizes small) under compute-sanitizer --tool memcheck and
+#             summaries' kernel, the linear layers' bias-gradient kernels and the loss's); then a
+#             reduced one (--dims 64 --sizes small) under compute-sanitizer --tool memcheck and
 #             --tool racecheck with CUDA_LAUNCH_BLOCKING=1 (one line and on where the tool is
 #             missing or refused, as under gVisor);
 #   attention attention alone, forward + backward, bf16, B 8 x 8 heads x D 64 at L 3072 and 12288,
