@@ -8,6 +8,7 @@
 #include <string>
 
 #include "ops/cross_entropy_kernel.h"
+#include "ops/kernel_values.cuh"
 #include "simt/cuda.h"
 
 namespace combiner::ops::cuda_detail {
@@ -17,30 +18,6 @@ constexpr int kThreads = 32 * kEntropyWarps;
 
 __device__ __forceinline__ float quiet_nan() {
   return __uint_as_float(0x7fc00000u);
-}
-
-__device__ __forceinline__ float load_float(const float* p, int64_t i) {
-  return p[i];
-}
-__device__ __forceinline__ float load_float(const __nv_bfloat16* p, int64_t i) {
-  return __bfloat162float(p[i]);
-}
-__device__ __forceinline__ void store_float(float* p, int64_t i, float v) {
-  p[i] = v;
-}
-__device__ __forceinline__ void store_float(__nv_bfloat16* p, int64_t i, float v) {
-  p[i] = __float2bfloat16(v);
-}
-
-__device__ __forceinline__ float warp_max(float v) {
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
-  return v;
-}
-__device__ __forceinline__ float warp_sum(float v) {
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-  return v;
 }
 
 template <typename T>

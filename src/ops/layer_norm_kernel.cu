@@ -13,31 +13,13 @@
 #include <string>
 
 #include "ops/layer_norm_kernel.h"
+#include "ops/kernel_values.cuh"
 #include "simt/cuda.h"
 
 namespace combiner::ops::cuda_detail {
 namespace {
 
 constexpr int kThreads = 32 * kNormWarps;
-
-__device__ __forceinline__ float load_float(const float* p, int64_t i) {
-  return p[i];
-}
-__device__ __forceinline__ float load_float(const __nv_bfloat16* p, int64_t i) {
-  return __bfloat162float(p[i]);
-}
-__device__ __forceinline__ void store_float(float* p, int64_t i, float v) {
-  p[i] = v;
-}
-__device__ __forceinline__ void store_float(__nv_bfloat16* p, int64_t i, float v) {
-  p[i] = __float2bfloat16(v);
-}
-
-__device__ __forceinline__ float warp_sum(float v) {
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-  return v;
-}
 
 // v[i] += residual[lane + 32 i] for the row's columns.
 template <int V, typename TR>

@@ -17,6 +17,7 @@
 #include <string>
 
 #include "ops/norm_linear_kernel.h"
+#include "ops/kernel_values.cuh"
 #include "simt/cuda.h"
 
 namespace combiner::ops::cuda_detail {
@@ -25,12 +26,6 @@ namespace {
 constexpr int kThreads = 256;
 constexpr int kOutputsPerThread = kNormLinearCols / 16;
 static_assert(kThreads == kNormLinearRows * 16, "a thread per row and 16th of the outputs");
-
-__device__ __forceinline__ float warp_sum(float v) {
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-  return v;
-}
 
 __global__ void __launch_bounds__(kThreads) norm_linear_kernel(const NormLinear n) {
   COMBINER_DYNAMIC_SHARED(float, smem);
