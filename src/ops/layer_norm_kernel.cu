@@ -12,8 +12,8 @@
 #include <stdexcept>
 #include <string>
 
-#include "ops/layer_norm_kernel.h"
 #include "ops/kernel_values.cuh"
+#include "ops/layer_norm_kernel.h"
 #include "simt/cuda.h"
 
 namespace combiner::ops::cuda_detail {

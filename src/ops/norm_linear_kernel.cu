@@ -16,8 +16,8 @@
 #include <stdexcept>
 #include <string>
 
-#include "ops/norm_linear_kernel.h"
 #include "ops/kernel_values.cuh"
+#include "ops/norm_linear_kernel.h"
 #include "simt/cuda.h"
 
 namespace combiner::ops::cuda_detail {
