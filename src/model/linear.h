@@ -3,7 +3,8 @@
 // addmm, cuBLASLt's bias epilogue on a GPU). On the fused path its backward makes the bias's
 // gradient with the kernels of ops/linear.h, and with forward_gelu GELU's backward in the same
 // pass: two launches where LibTorch's are a column sum and the float32 bias's cast (and the GELU
-// backward before them).
+// backward before them); under autocast the weight's gradient is one GEMM's float32 sums, where
+// LibTorch's rounds them to bf16 and casts them back.
 #pragma once
 
 #include <torch/torch.h>

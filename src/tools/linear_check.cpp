@@ -71,16 +71,17 @@ LinearCheckResult run_linear_check(const LinearCheckCase& c, const std::string& 
     const auto pre = torch::linear(xr, wr, br);
     const auto yr = c.gelu ? torch::gelu(pre) : pre;
     yr.backward(dy.to(torch::kDouble));
-    // dx and dweight are LibTorch's own mm of d_pre (the op's contract). Debian's LibTorch 1.13
-    // multiplies bfloat16 on a CPU without AVX-512 in bfloat16 sums (errors to 0.5 of the
-    // largest element at 70,001 rows), which says nothing of the kernels: there they are held to
-    // that mm of d_pre as the kernels' formula makes it from the op's own pre-activation.
+    // dx is LibTorch's own mm of d_pre (the op's contract), and dweight d_pre's float32 sums.
+    // Debian's LibTorch 1.13 multiplies bfloat16 on a CPU without AVX-512 in bfloat16 sums
+    // (errors to 0.5 of the largest element at 70,001 rows), which says nothing of the kernels:
+    // there both are held to d_pre as the kernels' formula makes it from the op's own
+    // pre-activation, dx to that mm, dweight to float64's.
     torch::Tensor dx_ref = xr.grad(), dw_ref = wr.grad();
     if (bf16 && !dev.is_cuda()) {
       const auto d_pre =
           c.gelu ? gelu_backward_as_kernels(dy, at::addmm(b.to(dtype), x, w.to(dtype).t())) : dy;
       dx_ref = d_pre.mm(w.to(dtype));
-      dw_ref = d_pre.t().mm(x);
+      dw_ref = d_pre.to(torch::kDouble).t().mm(x.to(torch::kDouble));
     }
 
     r.y = attention::check_error(y, yr);

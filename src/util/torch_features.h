@@ -27,3 +27,11 @@
 #else
 #define COMBINER_TORCH2_4_PATHS 0
 #endif
+
+// at::mm with an output dtype: float32 sums of bfloat16 operands written as they are, one cuBLAS
+// GEMM (LibTorch >= 2.8; CUDA only): the linear layers' weight gradients (ops/linear.cpp).
+#if COMBINER_TORCH2_PATHS && (TORCH_VERSION_MAJOR > 2 || TORCH_VERSION_MINOR >= 8)
+#define COMBINER_TORCH2_8_PATHS 1
+#else
+#define COMBINER_TORCH2_8_PATHS 0
+#endif

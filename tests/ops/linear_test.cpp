@@ -43,8 +43,9 @@ TEST(FusedLinear, Float32IsAtLinearsForwardAndBackward) {
   }
 }
 
-// bfloat16 as autocast runs it: x and the weight cast and kept in bf16, their gradients cast back
-// to their dtypes; the bias's gradient float32 from the float32 sums of the bf16 d_pre written.
+// bfloat16 as autocast runs it: x and the weight cast and kept in bf16, x's gradient cast back to
+// its dtype; the bias's gradient float32 from the float32 sums of the bf16 d_pre written, and the
+// weight's the float32 sums of d_pre^T x, not rounded to bf16.
 TEST(FusedLinear, BFloat16KeepsTheDtypesAutocastWouldAndSumsTheBiasInFloat32) {
   torch::manual_seed(4);
   const auto x = torch::randn({64, 32}).requires_grad_(),
@@ -64,7 +65,8 @@ TEST(FusedLinear, BFloat16KeepsTheDtypesAutocastWouldAndSumsTheBiasInFloat32) {
       torch::gelu_backward(dy.to(torch::kFloat), pre.to(torch::kFloat)).to(torch::kBFloat16);
   EXPECT_LT(max_abs_diff(y, torch::gelu(pre)), 1e-6);
   EXPECT_LT(max_abs_diff(b.grad(), d_pre.to(torch::kDouble).sum(0)), 1e-4);
-  EXPECT_LT(max_abs_diff(w.grad(), d_pre.t().mm(xb)), 1e-6);
+  const auto dw64 = d_pre.to(torch::kDouble).t().mm(xb.to(torch::kDouble));
+  EXPECT_LT(max_abs_diff(w.grad(), dw64), 1e-5 * dw64.abs().max().item<double>());
   EXPECT_LT(max_abs_diff(x.grad(), d_pre.mm(wb)), 1e-6);
 }
 
@@ -142,6 +144,34 @@ TEST(FusedLinear, RefusesWhatTheKernelsCannotTakeInOneLine) {
             "[8, 15]");
   EXPECT_EQ(why(x.to(torch::kDouble), torch::randn({8, 16}), torch::randn({8})),
             "fused linear: x must be float32 or bfloat16 [..., in], got Double [3, 16]");
+}
+
+// The weight's gradient under autocast is float32 sums: against float64 within float32's
+// rounding where bfloat16's would be some 100 times larger, over more rows than the CPU model
+// widens at once (1,024), with and without GELU.
+TEST(FusedLinear, BFloat16WeightGradientIsFloat32Sums) {
+  for (const bool gelu : {false, true}) {
+    torch::manual_seed(gelu ? 6 : 5);
+    const auto x = torch::randn({2500, 24}).to(torch::kBFloat16).requires_grad_(),
+               w = (torch::randn({16, 24}) * 0.2).requires_grad_(),
+               b = torch::randn({16}).requires_grad_();
+    const auto dy = torch::randn({2500, 16}).to(torch::kBFloat16);
+    fused_linear(x, w, b, gelu, torch::kBFloat16).backward(dy);
+    ASSERT_EQ(w.grad().scalar_type(), torch::kFloat);
+    auto d_pre = dy;
+    if (gelu) {
+      const auto pre = at::addmm(
+          b.detach().to(torch::kBFloat16), x.detach(), w.detach().to(torch::kBFloat16).t());
+      d_pre =
+          torch::gelu_backward(dy.to(torch::kFloat), pre.to(torch::kFloat)).to(torch::kBFloat16);
+    }
+    const auto dw64 = d_pre.to(torch::kDouble).t().mm(x.detach().to(torch::kDouble));
+    const double scale = dw64.abs().max().item<double>();
+    // GELU's derivative here is float32's erf against LibTorch's: an ulp of d_pre at most, in a
+    // few elements.
+    EXPECT_LT(max_abs_diff(w.grad(), dw64), (gelu ? 2e-4 : 1e-5) * scale) << gelu;
+    EXPECT_GT(max_abs_diff(w.grad().to(torch::kBFloat16), w.grad()), 1e-4 * scale) << gelu;
+  }
 }
 
 TEST(FusedLinear, CountsTwoLaunchesPerBackwardAndNoneForward) {
