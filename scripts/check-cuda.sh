@@ -6,9 +6,10 @@
 #      kernels' tile loops counted in SASS (scripts/sass_loops.py, where a cuobjdump is found);
 #   2. the torch glue (src/attention/fused/function.cpp, fused.cpp, pools.cpp, launch.cpp and
 #      src/attention/static_decode.cpp with COMBINER_WITH_CUDA_KERNELS; src/ops/layer_norm.cpp,
-#      norm_linear.cpp, linear.cpp and cross_entropy.cpp with COMBINER_WITH_CUDA_OPS) against
-#      this machine's LibTorch headers and the CUDA headers (-fsyntax-only), so type errors in
-#      the CUDA-only lines show up before anything runs on a GPU.
+#      norm_linear.cpp, linear.cpp, cross_entropy.cpp and weight_cast.cpp with
+#      COMBINER_WITH_CUDA_OPS) against this machine's LibTorch headers and the CUDA headers
+#      (-fsyntax-only), so type errors in the CUDA-only lines show up before anything runs on a
+#      GPU.
 # Exits non-zero on a compile error, a spill or a stack frame. Not part of scripts/test.sh (CI
 # has no nvcc). Usage: scripts/check-cuda.sh [OUT_DIR]   (default: build-check-cuda/)
 set -euo pipefail
@@ -68,7 +69,8 @@ mkdir -p "$stub"
   printf '#pragma once\n#define C10_CUDA_BUILD_SHARED_LIBS\n' >"$stub/cuda_cmake_macros.h"
 for glue in src/attention/fused/function.cpp src/attention/fused/fused.cpp \
   src/attention/fused/pools.cpp src/attention/fused/launch.cpp src/attention/static_decode.cpp \
-  src/ops/layer_norm.cpp src/ops/norm_linear.cpp src/ops/linear.cpp src/ops/cross_entropy.cpp; do
+  src/ops/layer_norm.cpp src/ops/norm_linear.cpp src/ops/linear.cpp src/ops/cross_entropy.cpp \
+  src/ops/weight_cast.cpp; do
   define=COMBINER_WITH_CUDA_KERNELS
   [[ "$glue" == src/ops/* ]] && define=COMBINER_WITH_CUDA_OPS
   if g++ -std=c++17 -fsyntax-only -Wall -Wextra -Wno-unused-parameter -D$define \

@@ -30,6 +30,7 @@ ops::HostKernels ops_kernels() {
   k.bias_grad = &ops::bias_grad_cuda;
   k.entropy_forward = &ops::entropy_forward_cuda;
   k.entropy_backward = &ops::entropy_backward_cuda;
+  k.weight_cast = &ops::weight_cast_cuda;
   return k;
 }
 

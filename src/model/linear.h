@@ -24,13 +24,27 @@ class LinearImpl : public torch::nn::Module {
   torch::Tensor forward_gelu(const torch::Tensor& x);  // GELU(forward(x)), erf GELU
   void set_path(Path path) { path_ = path; }
   Path path() const { return path_; }
+  // Whether forward on `device` with a gradient takes the fused op (given supported shapes).
+  bool fused_on(const torch::Device& device) const;
+  // bf16 copies of weight and bias for the fused path under autocast to read instead of casting
+  // them (the model writes them once per forward, in one launch: ops/weight_cast.h). Read only
+  // while weight and bias are the memory and version they were when given; else the layer casts.
+  void use_copies(const torch::Tensor& weight_copy, const torch::Tensor& bias_copy);
 
   torch::Tensor weight, bias;
 
  private:
   torch::Tensor run(const torch::Tensor& x, bool gelu);
 
+  struct Copies {
+    torch::Tensor weight, bias;
+    const void *weight_of = nullptr, *bias_of = nullptr;
+    int64_t weight_version = -1, bias_version = -1;
+  };
+  bool copies_current() const;
+
   Path path_ = Path::kAuto;
+  Copies copies_;
 };
 TORCH_MODULE(Linear);
 

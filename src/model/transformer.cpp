@@ -9,6 +9,7 @@
 #include "model/checkpointing.h"
 #include "model/precision.h"
 #include "ops/cross_entropy.h"
+#include "ops/weight_cast.h"
 
 namespace combiner::model {
 
@@ -153,6 +154,10 @@ std::unique_ptr<attention::DecodeState> BlockImpl::start_decoding(int64_t length
   return attention_->start_decoding(length);
 }
 
+std::vector<LinearImpl*> BlockImpl::linears() {
+  return {qkv_.get(), attn_out_.get(), mlp_in_.get(), mlp_out_.get()};
+}
+
 ImageTransformerImpl::ImageTransformerImpl(const TransformerOptions& o) : options_(o) {
   const int64_t W = o.width;
   token_embed_ = register_module("token_embed", torch::nn::Embedding(o.vocab + 1, W));
@@ -257,9 +262,10 @@ torch::Tensor ImageTransformerImpl::forward(const torch::Tensor& x) {
   // next block's first, or the final one), in that norm's passes: the output is h + pending.
   torch::Tensor pending;
   {
-    AutocastGuard autocast(options_.bfloat16 || (options_.bfloat16_on_cuda && h.is_cuda()),
-                           h.device());
+    const bool bf16 = options_.bfloat16 || (options_.bfloat16_on_cuda && h.is_cuda());
+    AutocastGuard autocast(bf16, h.device());
     const bool grad = torch::GradMode::is_enabled();
+    if (bf16 && grad) write_weight_copies(h.device());
     const bool whole = options_.activation_checkpointing && grad;
     const bool mlp = options_.recompute_mlp && grad && !whole;
     for (const auto& module : *blocks_) {
@@ -277,6 +283,24 @@ torch::Tensor ImageTransformerImpl::forward(const torch::Tensor& x) {
   if (!pending.defined()) return linear(head_, ln_final_(h.to(torch::kFloat))).to(torch::kFloat);
   return linear(head_, ln_final_->add_forward(h.to(torch::kFloat), pending).second)
       .to(torch::kFloat);
+}
+
+void ImageTransformerImpl::write_weight_copies(const torch::Device& device) {
+  std::vector<LinearImpl*> layers;
+  std::vector<torch::Tensor> sources;
+  for (const auto& module : *blocks_)
+    for (auto* layer : module->as<Block>()->linears())
+      if (layer->fused_on(device)) {
+        layers.push_back(layer);
+        sources.push_back(layer->weight);
+        sources.push_back(layer->bias);
+      }
+  if (!ops::weight_copies_unsupported(sources).empty()) return;  // none fused, or not float32
+  if (!weight_copies_ || !weight_copies_->covers(sources))
+    weight_copies_ = std::make_shared<ops::WeightCopies>(sources);
+  weight_copies_->write();
+  for (size_t i = 0; i < layers.size(); ++i)
+    layers[i]->use_copies(weight_copies_->copy(2 * i), weight_copies_->copy(2 * i + 1));
 }
 
 torch::Tensor ImageTransformerImpl::subpixel_bits(const torch::Tensor& x) {

@@ -6,12 +6,18 @@
 #include <torch/torch.h>
 
 #include <functional>
+#include <memory>
+#include <vector>
 
 #include "attention/attention.h"
 #include "config/config.h"
 #include "data/image_set.h"
 #include "model/layer_norm.h"
 #include "model/linear.h"
+
+namespace combiner::ops {
+class WeightCopies;
+}
 
 namespace combiner::model {
 
@@ -85,6 +91,8 @@ class BlockImpl : public torch::nn::Module {
                                                const Attend& attend);
   std::unique_ptr<attention::DecodeState> start_decoding(int64_t length) const;
   const attention::AttentionImpl& attention() const { return *attention_; }
+  // Its four linear layers: qkv, attn_out, mlp_in, mlp_out.
+  std::vector<LinearImpl*> linears();
 
  private:
   int64_t heads_;
@@ -146,6 +154,10 @@ class ImageTransformerImpl : public torch::nn::Module {
       size_t layer, const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v)>;
   torch::Tensor step_logits(torch::Tensor h, const AttendLayer& attend);
   torch::Tensor bits(const torch::Tensor& x, bool mean);  // subpixel_bits, or their mean
+  // Under bf16 autocast with a gradient: every block linear layer that takes the fused path on
+  // `device` given its weight's and bias's bf16 copies, all written now in one launch
+  // (ops::WeightCopies), where each layer would cast its own two (8 launches a block).
+  void write_weight_copies(const torch::Device& device);
 
   TransformerOptions options_;
   torch::nn::Embedding token_embed_{nullptr}, row_embed_{nullptr}, col_embed_{nullptr},
@@ -158,6 +170,7 @@ class ImageTransformerImpl : public torch::nn::Module {
   LayerNorm ln_final_{nullptr};
   torch::nn::Linear head_{nullptr};
   LayerNormImpl::Path loss_path_ = LayerNormImpl::Path::kAuto;
+  std::shared_ptr<ops::WeightCopies> weight_copies_;  // made on the first write, kept while valid
 };
 TORCH_MODULE(ImageTransformer);
 

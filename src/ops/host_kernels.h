@@ -8,6 +8,7 @@
 #include "ops/cross_entropy_kernel.h"
 #include "ops/layer_norm_kernel.h"
 #include "ops/norm_linear_kernel.h"
+#include "ops/weight_cast_kernel.h"
 
 namespace combiner::ops {
 
@@ -18,6 +19,7 @@ struct HostKernels {
   void (*bias_grad)(const BiasGrad&, void* stream) = nullptr;
   void (*entropy_forward)(const EntropyForward&, void* stream) = nullptr;
   void (*entropy_backward)(const EntropyBackward&, void* stream) = nullptr;
+  void (*weight_cast)(const WeightCast&, void* stream) = nullptr;
 };
 
 // Installs `kernels` (nullptr: the CPU models) and returns the table it replaces.

@@ -88,15 +88,18 @@ class FusedLinear : public torch::autograd::Function<FusedLinear> {
                                const torch::Tensor& weight_in,
                                const torch::Tensor& bias,
                                bool gelu,
-                               int64_t dtype) {
-    // In the compute dtype: the casts autocast makes (their gradients cast back by the engine,
-    // as autocast's are by theirs); the bias's gradient comes in its own dtype from the kernels.
+                               int64_t dtype,
+                               const torch::Tensor& weight,
+                               const torch::Tensor& bias_compute) {
+    // In the compute dtype: x as autocast casts it (its gradient cast back by the engine, as
+    // autocast's is by its own), weight and bias as given in it (weight_in and bias take their
+    // gradients, in their own dtypes, from the backward).
     const auto compute = static_cast<torch::ScalarType>(dtype);
-    const auto x = x_in.to(compute), weight = weight_in.to(compute);
+    const auto x = x_in.to(compute);
     auto out_shape = x.sizes().vec();
     out_shape.back() = weight.size(0);
     // at::linear's op for a 2-d (or flattened contiguous 3-d) input with a bias.
-    auto y = at::addmm(bias.to(compute), x.reshape({-1, x.size(-1)}), weight.t());
+    auto y = at::addmm(bias_compute, x.reshape({-1, x.size(-1)}), weight.t());
     ctx->save_for_backward({x, weight, gelu ? y : torch::Tensor()});
     ctx->saved_data["bias_dtype"] = int64_t(bias.scalar_type());
     ctx->saved_data["weight_dtype"] = int64_t(weight_in.scalar_type());
@@ -120,7 +123,7 @@ class FusedLinear : public torch::autograd::Function<FusedLinear> {
                : d_pre.t().mm(x2d);
     }
     if (bias_dtype != torch::kFloat) db = db.to(bias_dtype);
-    return {dx, dw, db, {}, {}};
+    return {dx, dw, db, {}, {}, {}, {}};
   }
 };
 
@@ -152,14 +155,35 @@ torch::Tensor fused_linear(const torch::Tensor& x,
                            const torch::Tensor& weight,
                            const torch::Tensor& bias,
                            bool gelu,
-                           torch::ScalarType dtype) {
+                           torch::ScalarType dtype,
+                           const torch::Tensor& weight_copy,
+                           const torch::Tensor& bias_copy) {
   const auto why = fused_linear_unsupported(x, weight, bias);
   if (!why.empty()) throw std::invalid_argument("fused linear: " + why);
   if (dtype != torch::kFloat && dtype != torch::kBFloat16)
     throw std::invalid_argument(std::string("fused linear: the compute dtype must be float32 or "
                                             "bfloat16, got ") +
                                 c10::toString(dtype));
-  return FusedLinear::apply(x, weight, bias, gelu, int64_t(dtype));
+  auto copy_fits = [&](const torch::Tensor& copy, const torch::Tensor& of) {
+    return !copy.defined() || (copy.scalar_type() == dtype && copy.sizes() == of.sizes() &&
+                               copy.device() == of.device() && !copy.requires_grad());
+  };
+  if (!copy_fits(weight_copy, weight) || !copy_fits(bias_copy, bias))
+    throw std::invalid_argument(std::string("fused linear: a weight or bias copy must be ") +
+                                c10::toString(dtype) +
+                                " of its parameter's shape and device, without a gradient");
+  // The casts autocast would make where no copy is given, outside the graph: the backward gives
+  // weight and bias their gradients.
+  auto in_dtype = [&](const torch::Tensor& copy, const torch::Tensor& of) {
+    return copy.defined() ? copy : of.detach().to(dtype);
+  };
+  return FusedLinear::apply(x,
+                            weight,
+                            bias,
+                            gelu,
+                            int64_t(dtype),
+                            in_dtype(weight_copy, weight),
+                            in_dtype(bias_copy, bias));
 }
 
 int64_t bias_grad_launches() {

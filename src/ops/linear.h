@@ -26,12 +26,16 @@ std::string fused_linear_unsupported(const torch::Tensor& x,
 // numbers. Differentiable in x, weight and bias, each gradient in its tensor's dtype, the bias's
 // summed in float32 in the kernels' fixed order, a float32 weight's from float32 sums. What backward keeps is what autocast's addmm and
 // gelu keep: x and the weight in `dtype`, and with GELU its input. Throws std::invalid_argument
-// where fused_linear_unsupported says why.
+// where fused_linear_unsupported says why. `weight_copy` and `bias_copy`, where given, are weight
+// and bias already in `dtype` (the caller's promise: ops/weight_cast.h writes them), read instead
+// of casting them; the gradients still go to weight and bias.
 torch::Tensor fused_linear(const torch::Tensor& x,
                            const torch::Tensor& weight,
                            const torch::Tensor& bias,
                            bool gelu,
-                           torch::ScalarType dtype);
+                           torch::ScalarType dtype,
+                           const torch::Tensor& weight_copy = {},
+                           const torch::Tensor& bias_copy = {});
 
 // Kernels launched (CUDA) or modelled (CPU) by fused_linear's backward so far, as a GPU counts
 // them.

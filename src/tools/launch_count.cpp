@@ -11,6 +11,7 @@
 #include "ops/layer_norm.h"
 #include "ops/linear.h"
 #include "ops/norm_linear.h"
+#include "ops/weight_cast.h"
 
 namespace combiner::tools {
 
@@ -21,19 +22,56 @@ namespace launch_count_detail {
 // leaf (contiguous of a contiguous tensor, to() to its own dtype).
 const std::set<std::string>& no_work() {
   static const std::set<std::string> names = {
-      "aten::empty",        "aten::empty_like",  "aten::empty_strided", "aten::view",
-      "aten::_reshape_alias", "aten::reshape",   "aten::as_strided",    "aten::t",
-      "aten::transpose",    "aten::permute",     "aten::unsqueeze",     "aten::squeeze",
-      "aten::select",       "aten::slice",       "aten::narrow",        "aten::expand",
-      "aten::expand_as",    "aten::detach",      "aten::alias",         "aten::resize_",
-      "aten::set_",         "aten::unflatten",   "aten::flatten",       "aten::view_as",
-      "aten::contiguous",   "aten::to",          "aten::lift_fresh",    "aten::result_type",
-      "aten::size",         "aten::stride",      "aten::is_nonzero",    "aten::unbind",
-      "aten::split",        "aten::chunk",       "aten::detach_",       "aten::_unsafe_view",
-      "aten::unfold",       "aten::movedim",     "aten::numpy_T",       "aten::split_with_sizes",
-      "aten::_has_compatible_shallow_copy_type", "aten::requires_grad_", "aten::as_strided_",
-      "aten::squeeze_", "aten::unsqueeze_", "aten::t_", "aten::transpose_", "aten::conj",
-      "aten::resolve_conj", "aten::resolve_neg",  // no-ops without the conjugate / negative bit
+      "aten::empty",
+      "aten::empty_like",
+      "aten::empty_strided",
+      "aten::view",
+      "aten::_reshape_alias",
+      "aten::reshape",
+      "aten::as_strided",
+      "aten::t",
+      "aten::transpose",
+      "aten::permute",
+      "aten::unsqueeze",
+      "aten::squeeze",
+      "aten::select",
+      "aten::slice",
+      "aten::narrow",
+      "aten::expand",
+      "aten::expand_as",
+      "aten::detach",
+      "aten::alias",
+      "aten::resize_",
+      "aten::set_",
+      "aten::unflatten",
+      "aten::flatten",
+      "aten::view_as",
+      "aten::contiguous",
+      "aten::to",
+      "aten::lift_fresh",
+      "aten::result_type",
+      "aten::size",
+      "aten::stride",
+      "aten::is_nonzero",
+      "aten::unbind",
+      "aten::split",
+      "aten::chunk",
+      "aten::detach_",
+      "aten::_unsafe_view",
+      "aten::unfold",
+      "aten::movedim",
+      "aten::numpy_T",
+      "aten::split_with_sizes",
+      "aten::_has_compatible_shallow_copy_type",
+      "aten::requires_grad_",
+      "aten::as_strided_",
+      "aten::squeeze_",
+      "aten::unsqueeze_",
+      "aten::t_",
+      "aten::transpose_",
+      "aten::conj",
+      "aten::resolve_conj",
+      "aten::resolve_neg",  // no-ops without the conjugate / negative bit
   };
   return names;
 }
@@ -75,11 +113,12 @@ void on_end(const at::RecordFunction& fn, at::ObserverContext*) {
 using namespace launch_count_detail;
 
 namespace {
-// Both fused families: the attention kernels and the block's (LayerNorm, the bias gradients,
-// the loss).
+// Both fused families: the attention kernels and the model's (LayerNorm, the bias gradients,
+// the loss, the weights' bf16 copies).
 int64_t fused_launches() {
   return attention::fused_kernel_launches() + ops::norm_kernel_launches() +
-         ops::norm_linear_launches() + ops::bias_grad_launches() + ops::cross_entropy_launches();
+         ops::norm_linear_launches() + ops::bias_grad_launches() + ops::cross_entropy_launches() +
+         ops::weight_cast_launches();
 }
 }  // namespace
 

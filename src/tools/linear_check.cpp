@@ -4,9 +4,12 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <memory>
+#include <vector>
 
 #include "ops/bias_grad_kernel.h"
 #include "ops/linear.h"
+#include "ops/weight_cast.h"
 #include "tools/kernel_check.h"
 
 namespace combiner::tools {
@@ -61,7 +64,17 @@ LinearCheckResult run_linear_check(const LinearCheckCase& c, const std::string& 
 
     auto xd = x.to(dev).requires_grad_(), wd = w.to(dev).requires_grad_(),
          bd = b.to(dev).requires_grad_();
-    const auto y = ops::fused_linear(xd, wd, bd, c.gelu, dtype);
+    // In bfloat16 the op reads the weight and bias from their copies, as the model's layers do
+    // (ops::WeightCopies, one launch for both): the weight-cast kernel checked on each device.
+    torch::Tensor weight_copy, bias_copy;
+    std::unique_ptr<ops::WeightCopies> copies;
+    if (bf16) {
+      copies = std::make_unique<ops::WeightCopies>(std::vector<torch::Tensor>{wd, bd});
+      copies->write();
+      weight_copy = copies->copy(0);
+      bias_copy = copies->copy(1);
+    }
+    const auto y = ops::fused_linear(xd, wd, bd, c.gelu, dtype, weight_copy, bias_copy);
     y.backward(dy.to(dev));
 
     auto as64 = [](const torch::Tensor& t, torch::ScalarType via) {

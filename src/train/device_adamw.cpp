@@ -92,6 +92,7 @@ void DeviceAdamW::update(const torch::Tensor& skip) {
                       /*maximize=*/false,
                       /*grad_scale=*/std::nullopt,
                       /*found_inf=*/skip);
+    mark_changed(params);
   }
 #else
   (void)skip;

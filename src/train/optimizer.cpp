@@ -122,6 +122,7 @@ void fused_update(GroupTensors& g, const AdamWOptions& o) {
                     o.eps(),
                     /*amsgrad=*/false,
                     /*maximize=*/false);
+  mark_changed(g.params);
 }
 #endif
 
@@ -148,6 +149,10 @@ OptimizerStateKey state_key(const torch::Tensor& parameter) {
 void set_learning_rate(torch::optim::AdamW& optimizer, double lr) {
   for (auto& group : optimizer.param_groups())
     static_cast<torch::optim::AdamWOptions&>(group.options()).lr(lr);
+}
+
+void mark_changed(const std::vector<torch::Tensor>& tensors) {
+  for (const auto& t : tensors) t.unsafeGetTensorImpl()->bump_version();
 }
 
 std::string adamw_kernel(const torch::Device& device) {

@@ -34,6 +34,11 @@ OptimizerStateKey state_key(const torch::Tensor& parameter);
 // "foreach" (torch's foreach ops).
 std::string adamw_kernel(const torch::Device& device);
 
+// Advances each tensor's version counter, as LibTorch's in-place ops do. at::_fused_adamw_ writes
+// its parameters without doing so; whatever keeps something made from a parameter
+// (model::LinearImpl's bf16 copies) tells a changed parameter by its version.
+void mark_changed(const std::vector<torch::Tensor>& tensors);
+
 // One AdamW update of every parameter that has a gradient, with the state of `optimizer`
 // (created as step() creates it): what optimizer.step() does, without its loop over parameters.
 // Throws std::invalid_argument for amsgrad, which make_optimizer never sets.

@@ -6,7 +6,9 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <memory>
 #include <string>
+#include <vector>
 
 #include <torch/torch.h>
 
@@ -14,6 +16,7 @@
 #include "emulated/emulated.h"
 #include "ops/bias_grad_kernel.h"
 #include "ops/cross_entropy_kernel.h"
+#include "ops/weight_cast.h"
 #include "simt/emulator.h"
 #include "tensor_checks.h"
 #include "tools/decode_check.h"
@@ -184,6 +187,33 @@ TEST(SimtKernels, LossKernelsAreTheirCpuModelBitForBit) {
         EXPECT_EQ(std::isnan(model.bits[4].item<float>()), outside) << vocab;
       }
     }
+}
+
+// The weight-cast kernel gives its CPU model's bits (and LibTorch's cast's), through
+// ops::WeightCopies with the emulated kernels installed: sizes that leave padding, more threads
+// than one CTA's.
+TEST(SimtKernels, WeightCastKernelIsItsCpuModelBitForBit) {
+  torch::manual_seed(13);
+  const std::vector<torch::Tensor> sources = {
+      torch::randn({40, 70}), torch::randn({5}) * 1e4, torch::randn({3, 3}), torch::randn({256})};
+  auto copies_of = [&](bool emulated) {
+    std::unique_ptr<emulated::EmulatedKernels> emulation;
+    if (emulated) emulation = std::make_unique<emulated::EmulatedKernels>();
+    ops::WeightCopies copies(sources);
+    const int64_t before = simt::launches();
+    copies.write();
+    EXPECT_EQ(simt::launches() - before, emulated ? ops::kWeightCastLaunches : 0);
+    std::vector<torch::Tensor> out;
+    for (size_t i = 0; i < sources.size(); ++i) out.push_back(copies.copy(i).clone());
+    return out;
+  };
+  const auto model = copies_of(false), kernel = copies_of(true);
+  for (size_t i = 0; i < sources.size(); ++i) {
+    EXPECT_TRUE(torch::equal(kernel[i].view(torch::kShort), model[i].view(torch::kShort))) << i;
+    EXPECT_TRUE(torch::equal(kernel[i].view(torch::kShort),
+                             sources[i].to(torch::kBFloat16).view(torch::kShort)))
+        << i;
+  }
 }
 
 TEST(SimtKernels, LayerNormKernelsPassTheirTable) {

@@ -4,6 +4,8 @@
 
 #include <torch/torch.h>
 
+#include <vector>
+
 #include "model/linear.h"
 #include "model/precision.h"
 #include "ops/bias_grad_kernel.h"
@@ -60,6 +62,53 @@ TEST(ModelLinear, UnderAutocastRunsInBFloat16) {
   EXPECT_EQ(layer->bias.grad().scalar_type(), torch::kFloat);
   EXPECT_EQ(layer->weight.grad().scalar_type(), torch::kFloat);
   EXPECT_EQ(x.grad().scalar_type(), torch::kFloat);
+}
+
+// Under autocast the fused path reads the bf16 copies it was given (model::ImageTransformer
+// writes them once per forward) while its weight and bias are unchanged: the same bits as
+// casting them itself. Once either changes in place, or is other memory, it casts them again.
+TEST(ModelLinear, ReadsItsBf16CopiesWhileItsParametersAreUnchanged) {
+  torch::manual_seed(7);
+  Linear layer(16, 8);
+  layer->set_path(LinearImpl::Path::kFused);
+  const auto x = torch::randn({4, 16});
+  auto run = [&] {
+    layer->zero_grad();
+    torch::Tensor y;
+    {
+      AutocastGuard autocast(true, x.device());
+      y = layer->forward_gelu(x);
+    }
+    y.to(torch::kFloat).square().sum().backward();
+    return std::vector<torch::Tensor>{
+        y.detach(), layer->weight.grad().clone(), layer->bias.grad().clone()};
+  };
+  auto same = [](const std::vector<torch::Tensor>& a, const std::vector<torch::Tensor>& b) {
+    for (size_t i = 0; i < a.size(); ++i)
+      if (!torch::equal(a[i], b[i])) return false;
+    return true;
+  };
+  const auto cast_itself = run();
+  layer->use_copies(layer->weight.detach().to(torch::kBFloat16),
+                    layer->bias.detach().to(torch::kBFloat16));
+  EXPECT_TRUE(same(run(), cast_itself));
+  // Copies of other values are read as given while the parameters stand...
+  layer->use_copies((layer->weight.detach() * 2).to(torch::kBFloat16),
+                    layer->bias.detach().to(torch::kBFloat16));
+  EXPECT_FALSE(same(run(), cast_itself));
+  // ...and not once the weight has changed in place (here by nothing: its version moves).
+  {
+    torch::NoGradGuard no_grad;
+    layer->weight.add_(0.0);
+  }
+  EXPECT_TRUE(same(run(), cast_itself));
+  layer->use_copies((layer->weight.detach() * 2).to(torch::kBFloat16),
+                    layer->bias.detach().to(torch::kBFloat16));
+  {
+    torch::NoGradGuard no_grad;
+    layer->bias.set_data(layer->bias.detach().clone());  // other memory, same values
+  }
+  EXPECT_TRUE(same(run(), cast_itself));
 }
 
 }  // namespace

@@ -6,6 +6,8 @@
 #include "model/precision.h"
 #include "model/transformer.h"
 #include "ops/cross_entropy.h"
+#include "ops/weight_cast.h"
+#include "ops/weight_cast_kernel.h"
 
 namespace combiner::model {
 namespace {
@@ -124,6 +126,46 @@ TEST(Transformer, LossFollowsThePathAndIsTheLogitsBits) {
   EXPECT_NEAR(runs[1][0].item<double>(), reference.mean().item<double>(), 1e-5);
   for (size_t i = 0; i < runs[0].size(); ++i)
     EXPECT_LT((runs[0][i] - runs[1][i]).abs().max().item<double>(), 1e-5) << "tensor " << i;
+}
+
+// Under bf16 autocast on the fused path a forward with a gradient writes every block linear
+// layer's bf16 weight and bias in one launch, and each layer reads them: a block's layers cast
+// nothing (launches: tools/launch_count's test). After the parameters change, the next forward
+// reads them as they are then: the loss a fresh model with those parameters gives.
+TEST(Transformer, Bf16ForwardWritesTheWeightCopiesInOneLaunch) {
+  auto options = tiny_options("combiner-axial-rowmajor");
+  options.bfloat16 = true;
+  auto make = [&] {
+    torch::manual_seed(21);
+    ImageTransformer model(options);
+    model->eval();  // no dropout
+    set_kernel_path(*model, "fused");
+    return model;
+  };
+  auto model = make();
+  const auto x = torch::randint(0, 256, {2, 48}, torch::kByte);
+  const int64_t before = ops::weight_cast_launches();
+  const auto first = model->mean_bits(x);
+  first.backward();
+  EXPECT_EQ(ops::weight_cast_launches() - before, ops::kWeightCastLaunches);
+  {
+    torch::NoGradGuard no_grad;
+    EXPECT_EQ(ops::weight_cast_launches() - before, ops::kWeightCastLaunches);
+    for (auto& p : model->parameters()) p.mul_(1.5);
+  }
+  const auto second = model->mean_bits(x);
+  auto fresh = make();
+  {
+    torch::NoGradGuard no_grad;
+    for (auto& p : fresh->parameters()) p.mul_(1.5);
+  }
+  EXPECT_NE(second.item<float>(), first.item<float>());
+  EXPECT_EQ(second.item<float>(), fresh->mean_bits(x).item<float>());
+  // Without a gradient (evaluation) the layers are LibTorch's: nothing written.
+  torch::NoGradGuard no_grad;
+  const int64_t after = ops::weight_cast_launches();
+  model->mean_bits(x);
+  EXPECT_EQ(ops::weight_cast_launches(), after);
 }
 
 TEST(Transformer, LogitsShapeAndDtype) {

@@ -135,9 +135,13 @@ TEST(DeviceAdamW, IsTheFusedUpdateWithItsRateAndCountsOnTheDevice) {
       m->optimizer->zero_grad();
       mean_bits(m->model->forward(x), x).backward();
     }
+    const auto version = a.front()._version();
     device_adamw.prepare(lr);
     device_adamw.update(torch::zeros({}));
     device_adamw.count_update();
+    // The update moves each parameter's version, as an in-place op does: what keeps something
+    // made from a parameter (model::LinearImpl's bf16 copies) sees that it changed.
+    EXPECT_GT(a.front()._version(), version) << "step " << step;
     set_learning_rate(*theirs.optimizer, lr);
     adamw_step(*theirs.optimizer);
     for (size_t i = 0; i < a.size(); ++i)
