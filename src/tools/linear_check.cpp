@@ -47,8 +47,9 @@ torch::Tensor gelu_backward_as_kernels(const torch::Tensor& dy, const torch::Ten
 LinearCheckResult run_linear_check(const LinearCheckCase& c, const std::string& device) {
   LinearCheckResult r;
   const bool bf16 = c.dtype == "bfloat16";
-  // bfloat16: the output, d_pre and the matmuls' results are rounded once each (2^-9 of the
-  // largest, against which the error is scaled); float32: sums of up to 70,001 terms.
+  // bfloat16: the output, d_pre and dx are rounded once each (2^-9 of the largest, against which
+  // the error is scaled; dweight's float32 sums start from that d_pre); float32: sums of up to
+  // 70,001 terms.
   r.tol = bf16 ? 2e-2 : 1e-4;
   try {
     const torch::Device dev(device);
