@@ -45,7 +45,7 @@ WeightCopies::WeightCopies(const std::vector<torch::Tensor>& sources) {
   int64_t first = 0;
   for (int64_t i = 0; i < n; ++i) {
     const auto& s = sources[size_t(i)];
-    sources_.push_back({s.data_ptr(), s.sizes().vec(), first, s.numel()});
+    sources_.push_back({s.data_ptr(), s.sizes().vec()});
     t[i] = reinterpret_cast<int64_t>(s.data_ptr());
     t[n + i] = first;
     t[2 * n + i] = s.numel();
@@ -54,6 +54,8 @@ WeightCopies::WeightCopies(const std::vector<torch::Tensor>& sources) {
   const auto device = sources[0].device();
   table_ = table.to(device);
   buffer_ = torch::empty({first}, torch::dtype(torch::kBFloat16).device(device));
+  for (int64_t i = 0; i < n; ++i)
+    copies_.push_back(buffer_.narrow(0, t[n + i], t[2 * n + i]).view(sources_[size_t(i)].shape));
 }
 
 bool WeightCopies::covers(const std::vector<torch::Tensor>& sources) const {
@@ -71,11 +73,6 @@ void WeightCopies::write() {
   w.table = table_.data_ptr<int64_t>();
   w.out = reinterpret_cast<uint16_t*>(buffer_.data_ptr());
   run_kernel(kWeightCast, buffer_, w, weight_cast_launched);
-}
-
-torch::Tensor WeightCopies::copy(size_t i) const {
-  const auto& s = sources_.at(i);
-  return buffer_.narrow(0, s.first, s.numel).view(s.shape);
 }
 
 int64_t weight_cast_launches() {

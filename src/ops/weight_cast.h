@@ -27,18 +27,19 @@ class WeightCopies {
   bool covers(const std::vector<torch::Tensor>& sources) const;
   // Every copy from its source as it is now (in stream order on a GPU): one launch.
   void write();
-  // Source i's copy, as of the last write(): a bfloat16 view of the buffer, of its source's shape.
-  torch::Tensor copy(size_t i) const;
+  // Source i's copy, as of the last write(): a bfloat16 view of the buffer, of its source's shape
+  // (made with the plan, so a forward takes its copies without an op).
+  const torch::Tensor& copy(size_t i) const { return copies_.at(i); }
   size_t size() const { return sources_.size(); }
 
  private:
   struct Source {
     const void* data;
     std::vector<int64_t> shape;
-    int64_t first, numel;
   };
   std::vector<Source> sources_;
   torch::Tensor table_, buffer_;
+  std::vector<torch::Tensor> copies_;
 };
 
 // Launches of the kernel (CUDA) or of its model (CPU) so far, as a GPU counts them.
