@@ -38,8 +38,10 @@ TEST(Pairable, VerticalsColumnPassAndItsLocalPassAtL3072) {
     // The row pass reads the spans: it does not pair.
     EXPECT_FALSE(pair(joint[0], vertical_local(3072, W), 3072, 64)) << "W " << W;
   }
-  // Where the pair kernel is not built (D 128; float32 at D 64: kernel.h segment_pair_built), none.
-  EXPECT_FALSE(pair(vertical_joint_passes(3072, 48)[1], vertical_local(3072, 48), 3072, 128));
+  // At D 128 too (the 128-layer preset's heads), both column widths.
+  for (const int64_t W : {48, 96})
+    EXPECT_TRUE(pair(vertical_joint_passes(3072, W)[1], vertical_local(3072, W), 3072, 128))
+        << "W " << W;
   // Columns of 128 rows are not one tile (L 12288): no pair.
   EXPECT_FALSE(pair(vertical_joint_passes(12288, 96)[1], vertical_local(12288, 96), 12288, 64));
   // Columns of 9 and spans of 8 pack seven and eight to a tile: different CTAs, no pair.
@@ -105,7 +107,9 @@ TEST(PairedPasses, AreTheTwoLaunchesBitForBit) {
   const std::vector<Case> cases = {
       {Variant::kVertical, 640, 10, 32, torch::kFloat},      // columns of 64 and 63 spans
       {Variant::kVertical, 320, 10, 64, torch::kBFloat16},   // 32 and 31: two to a tile
-      {Variant::kVertical, 640, 10, 128, torch::kBFloat16},  // D 128: a forward pair only
+      {Variant::kVertical, 640, 10, 128, torch::kBFloat16},  // D 128
+      {Variant::kVertical, 640, 20, 128, torch::kBFloat16},  // columns of 32, two to a tile
+      {Variant::kVertical, 640, 10, 64, torch::kFloat},
       {Variant::kVertical, 320, 10, 16, torch::kDouble},
       // Columns of 130 rows, three query tiles: the forward pairs each tile's CTA, the backward
       // is not one CTA per column.

@@ -44,6 +44,8 @@ TEST(SimtPairedPasses, AreTheTwoLaunchesBitForBit) {
   const std::vector<Case> cases = {{Variant::kVertical, 640, 10, 32, torch::kFloat},
                                    {Variant::kVertical, 320, 10, 64, torch::kBFloat16},
                                    {Variant::kVertical, 640, 10, 128, torch::kBFloat16},
+                                   {Variant::kVertical, 640, 20, 128, torch::kBFloat16},
+                                   {Variant::kVertical, 640, 10, 64, torch::kFloat},
                                    {Variant::kVertical, 520, 4, 32, torch::kBFloat16, false},
                                    {Variant::kRowmajor, 96, 12, 32, torch::kFloat},
                                    {Variant::kHorizontal, 200, 40, 64, torch::kBFloat16}};

@@ -772,20 +772,14 @@ COMBINER_HD bool pairable(const Forward& a, const Forward& b) {
 COMBINER_HD const Geometry& query_gradient_rows(const Backward& b) {
   return b.pools_dq.kind != GradOut::kNone ? b.pass.pooled_query : b.pass.query;
 }
-// Not at D 128, nor float32 at D 64, where the two passes' code in one kernel takes more
-// registers than a thread has, and spills.
-COMBINER_HD constexpr bool segment_pair_built(Dtype dtype, int64_t dim) {
-  return segment_backward_built(dtype, dim) && dim <= (dtype == Dtype::kFloat32 ? 32 : 64);
-}
-// A backward pair: besides, both one CTA per segment (segment_backward), neither making a delta,
+// A backward pair: besides, both one CTA per segment (segment_backward: the pair kernel is built
+// wherever that pass's kernel is, kernel_backward.cu segment_pair_kernel), neither making a delta,
 // every gradient row the second writes in CTA x one the first writes in CTA x, in segments that
 // share no row: no CTA touches a row another CTA writes. (That the second reads nothing the first
 // writes but its addends is the caller's to keep.)
 COMBINER_HD bool pairable(const Backward& a, const Backward& b) {
   const Pass &p = a.pass, &r = b.pass;
-  if (!segment_pair_built(p.dtype, p.dim) || !segment_backward(p) || !segment_backward(r) ||
-      !same_ctas(p, r))
-    return false;
+  if (!segment_backward(p) || !segment_backward(r) || !same_ctas(p, r)) return false;
   if (a.made_delta || b.made_delta || a.summary_delta || b.summary_delta) return false;
   const Geometry &aq = query_gradient_rows(a), &bq = query_gradient_rows(b);
   return disjoint(aq) && disjoint(p.key) && disjoint(p.value) && within_segments(bq, aq);

@@ -409,23 +409,19 @@ __global__ void __launch_bounds__(kThreads, 1)
 // Two segment_backward passes in one launch (kernel.h BackwardPair, pairable): CTA x runs the
 // first's CTA x, then the second's. The barrier between them lets the second's loads reuse the
 // shared memory the first's epilogue staged in, and orders the first's stores of the rows the
-// second adds to (written by this CTA alone) before the second's loads of them. One copy of the
-// CTA's code runs both, reading its pass from the kernel's parameters at the part's offset (an
-// inlined copy per part doubled the code, and at D 64 spilled), without the second source's
-// walk, which neither has.
+// second adds to (written by this CTA alone) before the second's loads of them. Each part is an
+// inlined copy of the CTA's code, without the second source's walk, which neither has: each
+// reads its pass from the kernel's parameters at offsets fixed when it compiles, as operands. (One
+// copy for both, reading its pass at the part's offset, loads each parameter it uses into a
+// register, and at D 128 spilled.)
 template <typename T, int D, bool PACKED>
 __global__ void __launch_bounds__(kThreads, 1)
     segment_pair_kernel(const __grid_constant__ BackwardPair pair) {
   COMBINER_DYNAMIC_SHARED(unsigned char, smem);
-#pragma unroll 1
-  for (int part = 0; part < 2; ++part) {
-    const Backward& bw = part == 0 ? pair.first : pair.second;
-    if (part == 1) {
-      if (blockIdx.x >= query_ctas(bw.pass)) return;
-      __syncthreads();
-    }
-    segment_backward_cta<T, D, PACKED, false>(bw, smem);
-  }
+  segment_backward_cta<T, D, PACKED, false>(pair.first, smem);
+  if (blockIdx.x >= query_ctas(pair.second.pass)) return;
+  __syncthreads();
+  segment_backward_cta<T, D, PACKED, false>(pair.second, smem);
 }
 
 // The summaries' dk/dv walk (by prefix): CTA (summary tile, part).
@@ -528,7 +524,7 @@ void backward_pair_cuda(const BackwardPair& pair, void* stream) {
     using T = typename decltype(type)::type;
     constexpr int D = decltype(dim)::value;
     constexpr Dtype dtype = sizeof(T) == 4 ? Dtype::kFloat32 : Dtype::kBFloat16;
-    if constexpr (segment_pair_built(dtype, D)) {
+    if constexpr (segment_backward_built(dtype, D)) {
       const dim3 grid(unsigned(query_ctas(p)), unsigned(p.batch * p.heads));
       const char* what = "fused backward (two passes, one CTA per segment)";
       if (segment_pack(p) > 1)

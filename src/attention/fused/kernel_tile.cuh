@@ -359,13 +359,28 @@ __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
   return *reinterpret_cast<const uint32_t*>(&v);
 }
 
+// This thread's lane, read where it is used. The tensor-core products below address their
+// shared-memory tiles by lane; read once per kernel, every tile's lane-dependent address would be
+// computed once and held in a register from the kernel's first product to its last (the backward
+// pair at D 128 spilled with them). Read anew (asm volatile: neither merged nor hoisted), each
+// product computes its addresses where it runs, a few instructions per tile.
+__device__ __forceinline__ int lane_index() {
+#if defined(__CUDA_ARCH__)
+  int thread;
+  asm volatile("mov.u32 %0, %%tid.x;" : "=r"(thread));
+  return thread & 31;
+#else
+  return int(threadIdx.x & 31);
+#endif
+}
+
 template <int D, int N>
 __device__ __forceinline__ void warp_nt(float (&c)[N / 8][4],
                                         const bf16* a,
                                         const bf16* b,
                                         float*) {
   constexpr int P = pitch<bf16, D>();
-  const int lane = threadIdx.x & 31;
+  const int lane = lane_index();
 #pragma unroll
   for (int i = 0; i < N / 8; ++i) c[i][0] = c[i][1] = c[i][2] = c[i][3] = 0.f;
 #pragma unroll
@@ -389,7 +404,7 @@ __device__ __forceinline__ void warp_nn(float (&o)[D / 8][4],
                                         const bf16* b,
                                         float*) {
   constexpr int P = pitch<bf16, D>();
-  const int lane = threadIdx.x & 31;
+  const int lane = lane_index();
 #pragma unroll
   for (int kk = 0; kk < N / 16; ++kk) {
     // Two accumulator blocks of P are exactly one m16k16 A operand.
