@@ -3,8 +3,8 @@
 // pass, forward and backward. The fused call with the pairs launched as they are, against the
 // same call with each pair's passes launched one after the other (a HostKernels table whose
 // forward_pair and backward_pair do that): the output and q's, k's and v's gradients to the bit,
-// and one pair launched each way. Shared by tests/attention (the CPU model)
-// and tests/emulated (the CUDA source). The same for a backward's dk/dv walk and dq in one launch
+// and one pair launched each way. Shared by tests/attention (the CPU model) and tests/emulated
+// (the CUDA source). The same for a backward's dk/dv walk and dq in one launch
 // (check_interleaved).
 #pragma once
 
@@ -89,8 +89,7 @@ inline std::string check(const Case& c,
     failed += " " + std::to_string(a.forward_pairs) + " forward pair launches, not 1;";
   // (None where the one-CTA-per-segment kernel is not built: kernel.h segment_backward_built.)
   const int backward =
-      c.backward_pair && fused::segment_backward_built(fused_glue::kernel_dtype(c.dtype), c.D) ? 1
-                                                                                               : 0;
+      int(c.backward_pair && fused::segment_backward_built(fused_glue::kernel_dtype(c.dtype), c.D));
   if (a.backward_pairs != backward)
     failed += " " + std::to_string(a.backward_pairs) + " backward pair launches, not " +
               std::to_string(backward) + ";";
