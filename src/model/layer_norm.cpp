@@ -45,7 +45,7 @@ std::pair<torch::Tensor, torch::Tensor> LayerNormImpl::add_forward_linear(
       ops::norm_linear_unsupported(x, residual, this->weight, this->bias, weight, bias).empty())
     return ops::norm_linear(x, residual, this->weight, this->bias, eps_, weight, bias, gelu);
   auto [h, normed] = residual.defined() ? add_forward(x, residual) : std::pair{x, forward(x)};
-  auto y = at::linear(normed, weight, bias);
+  auto y = autocast_linear(normed, weight, bias);
   return {h, gelu ? torch::gelu(y) : y};
 }
 

@@ -51,7 +51,7 @@ torch::Tensor LinearImpl::run(const torch::Tensor& x, bool gelu) {
       return ops::fused_linear(x, weight, bias, gelu, dtype, copies_.weight, copies_.bias);
     return ops::fused_linear(x, weight, bias, gelu, dtype);
   }
-  auto y = at::linear(x, weight, bias);
+  auto y = autocast_linear(x, weight, bias);
   return gelu ? torch::gelu(y) : y;
 }
 

@@ -1,6 +1,7 @@
 #include "model/precision.h"
 
 #include <ATen/autocast_mode.h>
+#include <ATen/record_function.h>
 #include <torch/version.h>
 
 namespace combiner::model {
@@ -47,6 +48,65 @@ void set_dtype(bool cuda, at::ScalarType dtype) {
 
 bool autocast_enabled(const torch::Device& device) {
   return is_enabled(device.is_cuda());
+}
+
+namespace {
+
+using torch::autograd::AutogradContext;
+using torch::autograd::tensor_list;
+
+// Casts that stand for no launch: the CPU's way to a GPU's float32 sums, unseen by LibTorch's op
+// records (tools/launch_count).
+torch::Tensor widened(const torch::Tensor& t) {
+  const at::DisableRecordFunctionGuard unseen;
+  return t.defined() ? t.to(at::kFloat) : t;
+}
+torch::Tensor rounded(const torch::Tensor& t) {
+  const at::DisableRecordFunctionGuard unseen;
+  return t.defined() ? t.to(at::kBFloat16) : t;
+}
+
+// bias + x weight^T of bf16 bias [out] (or none), x [n, in] and weight [out, in], as a GPU's
+// addmm and its backward take it: float32 sums of the bf16 operands, each result rounded to bf16.
+// What LibTorch records is what a GPU launches: the addmm, then the two mms and the bias's sum.
+class Bf16Addmm : public torch::autograd::Function<Bf16Addmm> {
+ public:
+  static torch::Tensor forward(AutogradContext* ctx,
+                               const torch::Tensor& bias,
+                               const torch::Tensor& x,
+                               const torch::Tensor& weight) {
+    ctx->save_for_backward({x, weight});
+    const auto xf = widened(x), wf = widened(weight);
+    return rounded(bias.defined() ? at::addmm(widened(bias), xf, wf.t()) : at::mm(xf, wf.t()));
+  }
+
+  static tensor_list backward(AutogradContext* ctx, tensor_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    const auto dy = widened(grads[0]);
+    torch::Tensor dbias, dx, dweight;
+    if (ctx->needs_input_grad(0)) dbias = rounded(dy.sum(0));
+    if (ctx->needs_input_grad(1)) dx = rounded(dy.mm(widened(saved[1])));
+    if (ctx->needs_input_grad(2)) dweight = rounded(dy.t().mm(widened(saved[0])));
+    return {dbias, dx, dweight};
+  }
+};
+
+}  // namespace
+
+torch::Tensor autocast_linear(const torch::Tensor& x,
+                              const torch::Tensor& weight,
+                              const torch::Tensor& bias) {
+  if (!x.device().is_cpu() || !autocast_enabled(x.device()) ||
+      get_dtype(/*cuda=*/false) != at::kBFloat16)
+    return at::linear(x, weight, bias);
+  // autocast's casts, made here (the cast of a tensor already bf16 is no op).
+  const AutocastGuard casts_made_here(false, x.device());
+  const auto bf16 = [](const torch::Tensor& t) {
+    return !t.defined() || t.scalar_type() == at::kBFloat16 ? t : t.to(at::kBFloat16);
+  };
+  auto shape = x.sizes().vec();
+  shape.back() = weight.size(0);
+  return Bf16Addmm::apply(bf16(bias), bf16(x).reshape({-1, x.size(-1)}), bf16(weight)).view(shape);
 }
 
 AutocastGuard::AutocastGuard(bool enabled, const torch::Device& device)

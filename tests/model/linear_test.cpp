@@ -111,5 +111,42 @@ TEST(ModelLinear, ReadsItsBf16CopiesWhileItsParametersAreUnchanged) {
   EXPECT_TRUE(same(run(), cast_itself));
 }
 
+// On the CPU under bf16 autocast the composed path takes the product a GPU takes: bf16 operands
+// summed in float32, the output and the gradients rounded to bf16 as autocast's casts round them.
+// The sums here are long and of positive terms (8,192 tokens into each weight gradient), where
+// sums kept in bf16 (LibTorch 1.13's CPU bf16 matmul) come out at a fraction of their value.
+TEST(ModelLinear, UnderCpuAutocastSumsInFloat32) {
+  torch::manual_seed(8);
+  Linear layer(64, 32);
+  layer->set_path(LinearImpl::Path::kComposed);
+  {
+    torch::NoGradGuard no_grad;
+    layer->weight.abs_();
+  }
+  const auto x = torch::rand({8192, 64}).requires_grad_();
+  torch::Tensor y;
+  {
+    AutocastGuard autocast(true, x.device());
+    y = layer(x);
+  }
+  EXPECT_EQ(y.scalar_type(), torch::kBFloat16);
+  y.to(torch::kFloat).sum().backward();
+  EXPECT_EQ(layer->weight.grad().scalar_type(), torch::kFloat);
+
+  const auto rounded = [](const torch::Tensor& t) {
+    return t.detach().to(torch::kBFloat16).to(torch::kFloat);
+  };
+  const auto want_y = at::linear(rounded(x), rounded(layer->weight), rounded(layer->bias));
+  const auto want_dw = torch::ones({32, 8192}).mm(rounded(x));  // dy = 1: each x column's sum
+  const auto relative = [](const torch::Tensor& got, const torch::Tensor& want) {
+    return ((got.to(torch::kFloat) - want).abs() / want.abs()).max().item<double>();
+  };
+  // Each result rounded once to bf16: within 2^-8 of the float32 sums.
+  EXPECT_LT(relative(y, want_y), 1.0 / 256);
+  EXPECT_LT(relative(layer->weight.grad(), want_dw), 1.0 / 256);
+  EXPECT_LT(relative(layer->bias.grad(), torch::full({32}, 8192.0)), 1.0 / 256);
+  EXPECT_LT(relative(x.grad(), rounded(layer->weight).sum(0).expand({8192, 64})), 1.0 / 256);
+}
+
 }  // namespace
 }  // namespace combiner::model
