@@ -7,36 +7,25 @@
 // K, V [2 stages x 64 x P] (+ fp32 scratch; packed, 2 KB of index tables), P = D + 16 bytes of
 // padding: bf16 D = 32 / 64 / 128: 25 / 45 / 85 KB; fp32: 62 / 102 / 182 KB.
 //
-// Cost at combiner-bench attention's GPU shape (B = 8, H = 8, L = 12288, D = 64, bf16; s = W =
-// 96, n = 128), the floor each variant is measured against. The bytes are counted per launch
-// from the plans (fused/traffic.h: --count's kernel_mib, --profile's table; docs/PERFORMANCE.md,
-// "Bytes each launch moves"): fixed 2,430 MiB, rowmajor 3,962, vertical 6,632, horizontal 11,217,
-// floors of 0.53, 0.87, 1.45 and 2.45 ms at an H200's 4.8 TB/s. The estimates by hand:
-// combiner-fixed, per query: its block prefix (48 keys on average) + g summaries (63.5 on
-// average) = ~112 terms x 64 x 2 products x 2 FLOP = 28.7 kFLOP; x 786k queries = 23 GFLOP.
-// Bytes: q, k, v read and o written once = 4 x 101 MB, plus K/V read again by the second (32-row)
-// query tile of each 96-row block (+201 MB); summaries (16 KB per head) from L2. The forward's
-// floor is memory: ~0.6 GB / ~3.35 TB/s (H100) = 0.2 ms, against 23 GFLOP at ~400 TFLOP/s =
-// 0.06 ms. The backward reads q, k, v, o, dO and writes dq, dk, dv (+ the same re-reads): ~1.1 GB,
-// 0.33 ms. Forward + backward floor ~0.55 ms on an H100 (~0.35 ms at an H200's ~4.8 TB/s);
-// measured (docs/perf/attention-vs-flash.csv) on an H100 5.29 ms, 9.6x the floor, and with the
-// pools in the call on an H200 4.25 ms, 12x its floor.
-// rowmajor: the local pass (96 keys per query, unmasked: 25 kFLOP/query, reads q, k, v, writes u)
-// + the row pass (as fixed's direct part) + the column pass (n queries per column against r < R
-// summaries: ~64 terms/query; reads q and u, rewrites o and lse): ~1.6 GB forward, ~0.5 ms; with
-// the backward ~1.4 ms (~1.0 ms on an H200); measured 7.10 ms on an H100 (5.1x the floor), 6.46 ms
-// on an H200 (6.5x its floor), three quarters of it in the backward kernels.
-// vertical, counted in [B, H, L, D] tensors read or written (101 MB each in bf16): forward 19
-// (pools 4, local pass 4, the row pass with its spans 6, the column pass merging 5), backward
-// about 74 (pools and local pass made again 8, qs made a third time 2, deltas 4, the row pass's
-// dk/dv walks of both sources 16 and its dq 7, the column pass 16, the local pass 13, the pools
-// 8): ~9.4 GB, ~2.0 ms at an H200's ~4.8 TB/s; measured 8.77 ms there with the earlier plan
-// (three joint passes, summaries kept), 4.5x this floor, against flash's 9.84 ms. At L 3072
-// (columns of 63 rows, one tile each) its local pass makes the pools in its tiles (Pass::pooled)
-// and its backward takes their backward, the backward's deltas are made in its passes
-// (Backward::made_delta, summary_delta), and its column pass and its local pass run in one
-// launch each way (ForwardPair, BackwardPair): 1,012.1 MiB per call at B 8 x 8, a floor of
-// 0.22 ms.
+// Cost at combiner-bench attention's GPU shape (B = 8, H = 8, D = 64, bf16; L 3072: s = W = 48,
+// n = 64; L 12288: s = W = 96, n = 128), the floor each variant is measured against: the distinct
+// bytes its launches move, counted from the plans (fused/traffic.h: --count's kernel_mib,
+// --profile's table), over the bandwidth. docs/PERFORMANCE.md, "Bytes each launch moves", keeps
+// the table and its command; at this code, forward + backward:
+//   variant      L 3072 MiB   floor at 4.8 TB/s   L 12288 MiB   floor
+//   flash             289.5   0.063 ms                 1,158   0.25 ms
+//   fixed             611.9   0.134 ms                 2,430   0.53 ms
+//   rowmajor          727.0   0.159 ms                 3,676   0.80 ms
+//   vertical        1,012.1   0.221 ms                 6,442   1.41 ms
+//   horizontal      1,815.1   0.397 ms                11,027   2.41 ms
+// Measured on an H200 (docs/perf/attention-vs-flash.csv, with kernels older than these counts),
+// as multiples of these floors: at L 3072 fixed 0.994 ms (7.4x), rowmajor 1.370 (8.6x), vertical
+// 1.894 (8.6x), horizontal 2.958 (7.5x); at L 12288 4.25 ms (8.0x), 6.46 (8.0x), 8.77 (6.2x),
+// 13.12 (5.4x). flash took 0.981 and 9.84 ms (15.5x and 39x its bytes' floor: its limit is
+// arithmetic, 1,536 and 6,144 terms a query). Ours' floor is memory, not arithmetic:
+// combiner-fixed at L 12288 takes ~112 terms a query (its block prefix, 48 on average, and 63.5
+// summaries) x 64 x 2 products x 2 FLOP = 28.7 kFLOP, 23 GFLOP over 786k queries, 0.06 ms at
+// ~400 TFLOP/s.
 
 #include <stdexcept>
 #include <string>
