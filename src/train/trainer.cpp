@@ -246,7 +246,7 @@ void start(Run& r) {
   if (r.device.is_cpu() && t.precision == "bfloat16")
     spdlog::warn(
         "train.precision bfloat16 on the CPU: a GPU's numerics (bf16 operands, float32 sums), "
-        "about 1.5x float32's step time here; float32 (or auto) for speed");
+        "1.4 to 1.7x float32's step time here; float32 (or auto) for speed");
   if (r.memory.automatic) {
     const auto line = r.memory.describe(r.device.str());
     if (r.memory.fits)
