@@ -1,8 +1,9 @@
 #include "model/precision.h"
 
 #include <ATen/autocast_mode.h>
-#include <ATen/record_function.h>
 #include <torch/version.h>
+
+#include "ops/gemm.h"
 
 namespace combiner::model {
 
@@ -55,17 +56,6 @@ namespace {
 using torch::autograd::AutogradContext;
 using torch::autograd::tensor_list;
 
-// Casts that stand for no launch: the CPU's way to a GPU's float32 sums, unseen by LibTorch's op
-// records (tools/launch_count).
-torch::Tensor widened(const torch::Tensor& t) {
-  const at::DisableRecordFunctionGuard unseen;
-  return t.defined() ? t.to(at::kFloat) : t;
-}
-torch::Tensor rounded(const torch::Tensor& t) {
-  const at::DisableRecordFunctionGuard unseen;
-  return t.defined() ? t.to(at::kBFloat16) : t;
-}
-
 // bias + x weight^T of bf16 bias [out] (or none), x [n, in] and weight [out, in], as a GPU's
 // addmm and its backward take it: float32 sums of the bf16 operands, each result rounded to bf16.
 // What LibTorch records is what a GPU launches: the addmm, then the two mms and the bias's sum.
@@ -76,17 +66,17 @@ class Bf16Addmm : public torch::autograd::Function<Bf16Addmm> {
                                const torch::Tensor& x,
                                const torch::Tensor& weight) {
     ctx->save_for_backward({x, weight});
-    const auto xf = widened(x), wf = widened(weight);
-    return rounded(bias.defined() ? at::addmm(widened(bias), xf, wf.t()) : at::mm(xf, wf.t()));
+    return bias.defined() ? ops::addmm_float_sums(bias, x, weight.t())
+                          : ops::mm_float_sums(x, weight.t());
   }
 
   static tensor_list backward(AutogradContext* ctx, tensor_list grads) {
     const auto saved = ctx->get_saved_variables();
-    const auto dy = widened(grads[0]);
+    const auto& dy = grads[0];
     torch::Tensor dbias, dx, dweight;
-    if (ctx->needs_input_grad(0)) dbias = rounded(dy.sum(0));
-    if (ctx->needs_input_grad(1)) dx = rounded(dy.mm(widened(saved[1])));
-    if (ctx->needs_input_grad(2)) dweight = rounded(dy.t().mm(widened(saved[0])));
+    if (ctx->needs_input_grad(0)) dbias = dy.sum(0);  // float32 sums, as a reduction's are
+    if (ctx->needs_input_grad(1)) dx = ops::mm_float_sums(dy, saved[1]);
+    if (ctx->needs_input_grad(2)) dweight = ops::mm_float_sums(dy.t(), saved[0]);
     return {dbias, dx, dweight};
   }
 };

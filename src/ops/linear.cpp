@@ -8,6 +8,7 @@
 
 #include "ops/bias_grad_kernel.h"
 #include "ops/dispatch.h"
+#include "ops/gemm.h"
 #include "ops/shape.h"
 #include "util/torch_features.h"
 
@@ -99,7 +100,7 @@ class FusedLinear : public torch::autograd::Function<FusedLinear> {
     auto out_shape = x.sizes().vec();
     out_shape.back() = weight.size(0);
     // at::linear's op for a 2-d (or flattened contiguous 3-d) input with a bias.
-    auto y = at::addmm(bias_compute, x.reshape({-1, x.size(-1)}), weight.t());
+    auto y = addmm_float_sums(bias_compute, x.reshape({-1, x.size(-1)}), weight.t());
     ctx->save_for_backward({x, weight, gelu ? y : torch::Tensor()});
     ctx->saved_data["bias_dtype"] = int64_t(bias.scalar_type());
     ctx->saved_data["weight_dtype"] = int64_t(weight_in.scalar_type());
@@ -115,12 +116,12 @@ class FusedLinear : public torch::autograd::Function<FusedLinear> {
     const int64_t out = weight.size(0);
     auto [d_pre, db] = bias_grad(grads[0].to(x.scalar_type()).reshape({-1, out}), pre);
     torch::Tensor dx, dw;
-    if (ctx->needs_input_grad(0)) dx = d_pre.mm(weight).view(x.sizes());
+    if (ctx->needs_input_grad(0)) dx = mm_float_sums(d_pre, weight).view(x.sizes());
     if (ctx->needs_input_grad(1)) {
       const auto x2d = x.reshape({-1, x.size(-1)});
       dw = weight_dtype == torch::kFloat && x.scalar_type() == torch::kBFloat16
                ? weight_grad_float(d_pre, x2d)
-               : d_pre.t().mm(x2d);
+               : mm_float_sums(d_pre.t(), x2d);
     }
     if (bias_dtype != torch::kFloat) db = db.to(bias_dtype);
     return {dx, dw, db, {}, {}, {}, {}};

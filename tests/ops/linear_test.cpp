@@ -43,9 +43,10 @@ TEST(FusedLinear, Float32IsAtLinearsForwardAndBackward) {
   }
 }
 
-// bfloat16 as autocast runs it: x and the weight cast and kept in bf16, x's gradient cast back to
-// its dtype; the bias's gradient float32 from the float32 sums of the bf16 d_pre written, and the
-// weight's the float32 sums of d_pre^T x, not rounded to bf16.
+// bfloat16 as autocast runs it on a GPU: x and the weight cast and kept in bf16, the products
+// float32 sums rounded to bf16 (ops/gemm.h), x's gradient cast back to its dtype; the bias's
+// gradient float32 from the float32 sums of the bf16 d_pre written, and the weight's the float32
+// sums of d_pre^T x, not rounded to bf16.
 TEST(FusedLinear, BFloat16KeepsTheDtypesAutocastWouldAndSumsTheBiasInFloat32) {
   torch::manual_seed(4);
   const auto x = torch::randn({64, 32}).requires_grad_(),
@@ -60,14 +61,16 @@ TEST(FusedLinear, BFloat16KeepsTheDtypesAutocastWouldAndSumsTheBiasInFloat32) {
   EXPECT_EQ(b.grad().scalar_type(), torch::kFloat);
   // d_pre as the kernels write it (bf16), from pre = the bf16 linear.
   const auto xb = x.detach().to(torch::kBFloat16), wb = w.detach().to(torch::kBFloat16);
-  const auto pre = at::addmm(b.detach().to(torch::kBFloat16), xb, wb.t());
+  const auto f32 = [](const torch::Tensor& t) { return t.to(torch::kFloat); };
+  const auto pre =
+      at::addmm(f32(b.detach().to(torch::kBFloat16)), f32(xb), f32(wb).t()).to(torch::kBFloat16);
   const auto d_pre =
       torch::gelu_backward(dy.to(torch::kFloat), pre.to(torch::kFloat)).to(torch::kBFloat16);
   EXPECT_LT(max_abs_diff(y, torch::gelu(pre)), 1e-6);
   EXPECT_LT(max_abs_diff(b.grad(), d_pre.to(torch::kDouble).sum(0)), 1e-4);
   const auto dw64 = d_pre.to(torch::kDouble).t().mm(xb.to(torch::kDouble));
   EXPECT_LT(max_abs_diff(w.grad(), dw64), 1e-5 * dw64.abs().max().item<double>());
-  EXPECT_LT(max_abs_diff(x.grad(), d_pre.mm(wb)), 1e-6);
+  EXPECT_LT(max_abs_diff(x.grad(), f32(d_pre).mm(f32(wb)).to(torch::kBFloat16)), 1e-6);
 }
 
 // The kernels' CPU model: a column sum in the kernels' order, float32, and with GELU d_pre as
