@@ -25,11 +25,10 @@ class AutocastGuard {
 bool autocast_enabled(const torch::Device& device);
 
 // at::linear(x, weight, bias) under the autocast in effect. On the CPU under bf16 autocast it takes
-// the product a GPU takes there: the operands cast to bf16 (autocast's casts), summed in float32,
-// the output and the gradients rounded to bf16, the ops LibTorch records a GPU's (the casts, one
-// addmm; in backward two mms, the bias's sum and the casts back). LibTorch 1.13's CPU bf16 matmul
-// sums in bf16: at the 12,544 tokens of a Fashion-MNIST batch its weight gradient's sums of
-// positive terms come out at a fifth of their value, a step's gradient norm 15% low.
+// the product a GPU takes there (ops/gemm.h: the bf16 operands summed in float32, where LibTorch
+// 1.13's CPU matmul sums in bf16), the output and the gradients rounded to bf16, and the ops
+// LibTorch records are a GPU's: autocast's casts and one addmm; in backward two mms, the bias's
+// sum and the casts back.
 torch::Tensor autocast_linear(const torch::Tensor& x,
                               const torch::Tensor& weight,
                               const torch::Tensor& bias);

@@ -1,8 +1,8 @@
 // kernel-check's linear table: the linear layer whose backward makes the bias's gradient with the
 // bias-gradient kernels (ops/linear.h; the CUDA kernels on a GPU, their CPU model on the CPU), and
 // GELU's backward with them, against LibTorch's linear and gelu in float64 on the same inputs (as
-// rounded to the compute dtype): the output and the gradients of x, weight and bias (in bfloat16
-// those of x and weight against LibTorch's own mm of the reference's rounded d_pre).
+// rounded to the compute dtype): the output and the gradients of x, weight and bias, each product
+// summed in float32 on either device (ops/gemm.h).
 #pragma once
 
 #include <cstdint>
