@@ -19,4 +19,10 @@ torch::Tensor addmm_float_sums(const torch::Tensor& bias,
                                const torch::Tensor& a,
                                const torch::Tensor& b);
 
+// a^T b, a [k, n] and b [k, m] bf16, as float32 sums written as they are, not rounded (a float32
+// weight's gradient under autocast). On CUDA one GEMM with a float32 output (at::mm's out_dtype,
+// LibTorch >= 2.8). Elsewhere its model: the operands widened 1,024 rows of k at a time, so that
+// the copies stay small, and their float32 products summed; LibTorch records the one mm.
+torch::Tensor mm_t_float_out(const torch::Tensor& a, const torch::Tensor& b);
+
 }  // namespace combiner::ops

@@ -1,8 +1,5 @@
 #include "ops/linear.h"
 
-#include <ATen/record_function.h>
-
-#include <algorithm>
 #include <atomic>
 #include <stdexcept>
 
@@ -10,7 +7,6 @@
 #include "ops/dispatch.h"
 #include "ops/gemm.h"
 #include "ops/shape.h"
-#include "util/torch_features.h"
 
 namespace combiner::ops {
 
@@ -55,33 +51,6 @@ std::pair<torch::Tensor, torch::Tensor> bias_grad(torch::Tensor dy, const torch:
   return {d_pre, db};
 }
 
-// The weight's gradient d_pre^T x in float32 from operands in bfloat16. On CUDA one GEMM that
-// writes its float32 sums as they are (at::mm's out_dtype): LibTorch's backward under autocast
-// rounds them to bfloat16 and then casts that to the float32 weight, two launches and 8 bits of
-// the gradient lost. Elsewhere its model: the operands widened to float32 (exact) a slice of rows
-// at a time, so the copies stay small, and float32 products summed. The widening is the model's
-// and not a GPU's work, so the launch count (tools/launch_count.h) sees the one mm a GPU runs.
-torch::Tensor weight_grad_float(const torch::Tensor& d_pre, const torch::Tensor& x) {
-#if COMBINER_TORCH2_8_PATHS
-  if (d_pre.is_cuda()) return at::mm(d_pre.t(), x, torch::kFloat);
-#endif
-  constexpr int64_t kSlice = 1024;
-  const int64_t rows = d_pre.size(0);
-  auto widened = [&](const torch::Tensor& t, int64_t r) {
-    return t.narrow(0, r, std::min(kSlice, rows - r)).to(torch::kFloat);
-  };
-  torch::Tensor a, b;
-  {
-    const at::DisableRecordFunctionGuard unseen;
-    a = widened(d_pre, 0);
-    b = widened(x, 0);
-  }
-  auto dw = a.t().mm(b);  // the one mm the launch count sees
-  const at::DisableRecordFunctionGuard unseen;
-  for (int64_t r = kSlice; r < rows; r += kSlice) dw.addmm_(widened(d_pre, r).t(), widened(x, r));
-  return dw;
-}
-
 class FusedLinear : public torch::autograd::Function<FusedLinear> {
  public:
   static torch::Tensor forward(AutogradContext* ctx,
@@ -120,7 +89,7 @@ class FusedLinear : public torch::autograd::Function<FusedLinear> {
     if (ctx->needs_input_grad(1)) {
       const auto x2d = x.reshape({-1, x.size(-1)});
       dw = weight_dtype == torch::kFloat && x.scalar_type() == torch::kBFloat16
-               ? weight_grad_float(d_pre, x2d)
+               ? mm_t_float_out(d_pre, x2d)
                : mm_float_sums(d_pre.t(), x2d);
     }
     if (bias_dtype != torch::kFloat) db = db.to(bias_dtype);
