@@ -187,7 +187,10 @@ std::vector<KernelCheckCase> kernel_check_cases(const std::string& device,
   // every key tile) and 1584 / 24 gives columns of 66 queries to the column pass (with the
   // prefixes as its source B) and the suffix pass. 768 / 24 gives columns of 32 queries over 31
   // or 32 keys, as CIFAR-10's rows of 96 do: two columns share each tile (kernel.h
-  // segment_pack), whose 64 queries are two of the key-side walk's tiles at D 128.
+  // segment_pack), whose 64 queries are two of the key-side walk's tiles at D 128. 1152 / 72:
+  // vertical's rows longer than a tile and columns of 16, as CIFAR-10's rows of 96 and columns of
+  // 32 are, so that the backward's first launch is its local pass remade, which makes o's delta
+  // by CTAs of its own (kernel.h Forward::delta).
   std::vector<std::pair<std::string, std::vector<int64_t>>> layouts = {
       {"combiner-fixed", {200, 200, 24}},
       {"combiner-fixed", {300, 300, 96}},
@@ -206,6 +209,7 @@ std::vector<KernelCheckCase> kernel_check_cases(const std::string& device,
     for (const char* variant :
          {"combiner-axial-rowmajor", "combiner-axial-vertical", "combiner-axial-horizontal"})
       layouts.push_back({variant, {768, 768, 24}});
+    layouts.push_back({"combiner-axial-vertical", {1152, 1152, 72}});
   }
   const auto& abstractions = abstraction_names();
   std::vector<KernelCheckCase> out;

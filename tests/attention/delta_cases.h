@@ -5,7 +5,7 @@
 // (Backward::made_delta; vertical's row pass and horizontal's column pass, whose second source's
 // walk reads it back, or a pass of one source). Each pass's backward runs
 // with and without it. Shared by tests/attention (the CPU model) and tests/emulated (the CUDA
-// source).
+// source). Then a forward making o's delta by CTAs of its own (Forward::delta).
 #pragma once
 
 #include <cmath>
@@ -165,6 +165,45 @@ inline std::string check(const Case& c, const Kernels& kernels, bool made) {
   if (!torch::equal(r.folded.masked_select(written), r.kernel.masked_select(written)))
     failed += " not the delta kernel's;";
   if (r.folded.masked_select(written).abs().sum().item<double>() == 0) failed += " all zero;";
+  return failed;
+}
+
+// A forward that makes the backward's delta by CTAs of its own (fused/kernel.h Forward::delta;
+// the local pass remade in backward): the pass's o and lse as without it, to the bit, and every
+// row's delta the delta kernel's, to the bit. The pass: the joint one of `c`'s variant that reads
+// no slot (vertical's column pass, horizontal's row pass); the delta: of L rows of other random o
+// and d_o. Returns what failed ("" if nothing).
+inline std::string check_forward_delta(const Case& c, const Kernels& kernels) {
+  FusedPass fp;  // the variant's pass that reads no slot
+  for (const auto& p :
+       c.horizontal ? horizontal_joint_passes(c.L, c.W) : vertical_joint_passes(c.L, c.W))
+    if (!p.summaries && !p.a_from_summaries) fp = p;
+  torch::manual_seed(c.L + c.W + c.D);
+  const auto draw = [&] { return torch::randn({1, 2, c.L, c.D}).to(c.dtype); };
+  const auto q = draw(), k = draw(), v = draw(), o_call = draw(), d_o = draw();
+  const auto acc = torch::TensorOptions().dtype(fused_glue::acc_type(c.dtype));
+  std::vector<torch::Tensor> o(2), lse(2);
+  const auto delta = torch::full({1, 2, c.L}, NAN, acc), expected = delta.clone();
+  for (const bool with : {false, true}) {
+    fused::Forward f;
+    f.pass = fused_glue::make_pass(fp, q, k, v, {}, {}, 1.0 / std::sqrt(double(c.D)));
+    o[with] = torch::full({1, 2, fp.query.limit, c.D}, NAN).to(c.dtype);
+    lse[with] = torch::full({1, 2, fp.query.limit}, NAN, acc);
+    f.o = o[with].data_ptr();
+    for (int d = 0; d < 3; ++d) f.o_stride[d] = o[with].stride(d);
+    f.lse = lse[with].data_ptr();
+    if (with) f.delta = fused_glue::delta_of(o_call, d_o, delta);
+    kernels.forward(f);
+  }
+  kernels.delta(fused_glue::delta_of(o_call, d_o, expected));
+  std::string failed;
+  const auto same = [](const torch::Tensor& a, const torch::Tensor& b) {  // NaN where unwritten
+    return torch::equal(a.isnan(), b.isnan()) &&
+           torch::equal(a.nan_to_num(0, 0, 0), b.nan_to_num(0, 0, 0));
+  };
+  if (!same(o[1], o[0]) || !same(lse[1], lse[0])) failed += " o or lse not as without it;";
+  if (delta.isnan().any().item<bool>()) failed += " a row of delta not written;";
+  if (!torch::equal(delta, expected)) failed += " not the delta kernel's;";
   return failed;
 }
 

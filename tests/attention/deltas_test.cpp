@@ -1,7 +1,7 @@
 // The backward's deltas made inside the passes (fused/kernel.h Backward::summary_delta, u's, and
 // Backward::made_delta, o's), on the CPU model: the delta kernel's to the bit, each row written
 // once, the passes' gradients as without them; then the delta launches the fused call no longer
-// makes.
+// makes, o's made by a forward's own CTAs included.
 #include <gtest/gtest.h>
 
 #include <vector>
@@ -106,7 +106,54 @@ TEST(PassDeltas, FixedsLocalPassMakesUsDelta) {
                   t.what.find(", making delta") != std::string::npos;
   }
   EXPECT_EQ(local_made, 1);
-  EXPECT_EQ(deltas, 1);  // o's: the joint pass reads the summaries by prefix, so runs no CTA a block
+  EXPECT_EQ(deltas,
+            1);  // o's: the joint pass reads the summaries by prefix, so runs no CTA a block
+  for (int i = 0; i < 3; ++i)
+    EXPECT_LT((grads[i] - expected[i]).abs().max().item<double>(), 1e-10) << "input " << i;
+}
+
+TEST(PassDeltas, AForwardMakesOsDeltaAsTheDeltaKernel) {
+  for (const Case& c : std::vector<Case>{{false, 200, 40, 64, torch::kBFloat16},
+                                         {true, 200, 40, 32, torch::kFloat},
+                                         {false, 72, 8, 16, torch::kDouble}})
+    EXPECT_EQ(delta_cases::check_forward_delta(c, kCpu), "") << delta_cases::name(c);
+}
+
+// The 128-layer preset's layout (L 3072, rows of 96): vertical's row pass, first in the
+// backward, is no one-CTA-per-segment pass (its rows are longer than a tile), so it cannot make
+// o's delta, and its column pass runs last, in its local pass's launch. The backward's first
+// launch remakes the local pass (its slots were not kept), and that launch makes o's delta, by
+// CTAs of its own (Forward::delta): no delta launch. In float64 the call's gradients are the
+// composed path's.
+TEST(PassDeltas, TheRemadeLocalPassMakesOsDelta) {
+  const int64_t W = 96, L = 32 * W, D = 16;
+  auto fused = make_attention({"combiner-axial-vertical", W, W, "max"}, L, D);
+  fused->set_path(AttentionImpl::Path::kFused);
+  auto composed = make_attention({"combiner-axial-vertical", W, W, "max"}, L, D);
+  composed->set_path(AttentionImpl::Path::kComposed);
+  torch::manual_seed(7);
+  const auto draw = [&] { return torch::randn({1, 2, L, D}, torch::kDouble).requires_grad_(); };
+  const auto q = draw(), k = draw(), v = draw();
+  const auto g = torch::randn({1, 2, L, D}, torch::kDouble);
+  std::vector<fused_launch::LaunchTime> times;
+  std::vector<torch::Tensor> grads;
+  {
+    const auto o = fused->forward(q, k, v);
+    fused_launch::LaunchTimes timer;  // the backward's launches
+    grads = torch::autograd::grad({o}, {q, k, v}, {g});
+    times = timer.times();
+  }
+  const auto expected = torch::autograd::grad({composed->forward(q, k, v)}, {q, k, v}, {g});
+  ASSERT_FALSE(times.empty());
+  int deltas = 0, in_forward = 0;
+  for (const auto& t : times) {
+    deltas += t.what.rfind("delta", 0) == 0;
+    in_forward +=
+        t.what.rfind("forward", 0) == 0 && t.what.find(", and o's delta") != std::string::npos;
+  }
+  EXPECT_EQ(deltas, 0);
+  EXPECT_EQ(in_forward, 1);
+  EXPECT_NE(times.front().what.find(", and o's delta"), std::string::npos) << times.front().what;
   for (int i = 0; i < 3; ++i)
     EXPECT_LT((grads[i] - expected[i]).abs().max().item<double>(), 1e-10) << "input " << i;
 }

@@ -1,7 +1,8 @@
 // The backward's deltas made inside the passes (fused/kernel.h Backward::summary_delta, u's, and
 // Backward::made_delta, o's), on the CUDA kernels' source: the emulated delta kernel's to the bit
 // (the same pieces and shuffles), each row written once, and the passes' gradients as without
-// them, under both schedules of the emulator's threads.
+// them, under both schedules of the emulator's threads; and a forward's CTAs making o's delta
+// (Backward's first launch where it remakes a local pass, Forward::delta).
 #include <gtest/gtest.h>
 
 #include <vector>
@@ -50,6 +51,23 @@ TEST(SimtPassDeltas, OsIsTheDeltaKernelsBitForBit) {
                         {false, 72, 8, 32, torch::kFloat, true},
                         {true, 200, 40, 64, torch::kBFloat16, true}},
                        true);
+}
+
+// The forward kernel's delta CTAs (Forward::delta): rows that do not fill the last CTA (200 at
+// 32 / 64 / 128 rows a CTA in bf16, 32 / 16 in float32), packed passes (rows of 5 and 8) and
+// passes of one tile a segment.
+TEST(SimtPassDeltas, AForwardMakesOsDeltaAsTheDeltaKernel) {
+  for (const Case& c : std::vector<Case>{{false, 200, 40, 64, torch::kBFloat16},
+                                         {false, 200, 40, 128, torch::kBFloat16},
+                                         {true, 200, 40, 32, torch::kFloat},
+                                         {false, 72, 8, 32, torch::kBFloat16},
+                                         {true, 200, 40, 128, torch::kFloat}})
+    for (const auto schedule : {simt::Schedule::kForward, simt::Schedule::kReverse}) {
+      const simt::ScheduleScope scope(schedule);
+      const int64_t before = simt::launches();
+      EXPECT_EQ(delta_cases::check_forward_delta(c, kCuda), "") << delta_cases::name(c);
+      EXPECT_EQ(simt::launches() - before, 3) << delta_cases::name(c);  // two forwards, one delta
+    }
 }
 
 }  // namespace

@@ -131,8 +131,9 @@ TEST(LaunchCount, FusedVariantsStayWithinTheirBounds) {
 }
 
 // The 128-layer preset's attention (configs/cifar_axial.yaml: vertical, W 96, D 128) at B 1: its
-// row pass's dk/dv walk and dq share a launch there (fused::interleaved_backward), and its
-// column pass and local pass share one each way. The same rule as above: lower, never raise.
+// row pass's dk/dv walk and dq share a launch there (fused::interleaved_backward), its column
+// pass and local pass share one each way, and the local pass remade in backward makes o's delta
+// in its launch (fused::Forward::delta). The same rule as above: lower, never raise.
 TEST(LaunchCount, ThePresetsVerticalStaysWithinItsBound) {
   const auto r = attention::time_case(counted_case("combiner-axial-vertical", 3072, 96, 128));
   ASSERT_EQ(r.status, "ok") << r.detail;
@@ -140,7 +141,7 @@ TEST(LaunchCount, ThePresetsVerticalStaysWithinItsBound) {
               static_cast<long long>(r.launches),
               r.allocated_mib,
               r.kernel_mib);
-  EXPECT_LE(r.launches, 6);
+  EXPECT_LE(r.launches, 5);
   EXPECT_LE(r.allocated_mib, 14.834);
   EXPECT_LE(r.kernel_mib, 75.653);
 }

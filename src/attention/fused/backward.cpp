@@ -201,7 +201,17 @@ tensor_list FusedFunction::backward(AutogradContext* ctx, tensor_list grads) {
   const bool first_makes_delta =
       total > 0 && !steps[0].local && !steps[0].paired && covers(steps[0].plan.query, o.size(2)) &&
       fused::segment_backward(make_pass(steps[0].plan, q, k, v, k, v, scale));
-  const auto delta = first_makes_delta ? torch::empty_like(lse) : row_delta(o, d_o, lse);
+  // Else, where the backward's first launch is a summary group's local passes, remade (their
+  // slots were not kept), that launch makes delta by CTAs of its own (fused::Forward::delta).
+  const auto first_group = std::find_if(
+      groups.begin(), groups.end(), [](const SummaryGroup& g) { return !g.joint.empty(); });
+  const bool remake_makes_delta =
+      !first_makes_delta && first_group != groups.end() && first_group->made_here &&
+      !first_group->local.empty() &&
+      std::none_of(steps.begin(), steps.end(), [](const Step& s) { return s.group < 0; });
+  const auto delta =
+      first_makes_delta || remake_makes_delta ? torch::empty_like(lse) : row_delta(o, d_o, lse);
+  auto delta_in_remake = remake_makes_delta ? delta_of(o, d_o, delta) : fused::Delta();
   // The local passes read q itself (no query-side pool, no qs given); else qs, or q pooled in
   // their tiles (FusedPass::pooled), whose gradient is qs's all the same.
   const bool local_q =
@@ -330,8 +340,16 @@ tensor_list FusedFunction::backward(AutogradContext* ctx, tensor_list grads) {
       // qs only makes u here: dropped until the local passes read it again, so that the joint
       // passes run beside four of the group's slots (ks, u and their gradients), not five.
       std::tie(ks_g, qs_g) = fused_pools::make(group.pools, k, q);
-      std::tie(u_g, lse_u_g) =
-          local_stage(group.local, q, qs_g, k, v, ks_g, group.hi - group.lo, scale);
+      std::tie(u_g, lse_u_g) = local_stage(group.local,
+                                           q,
+                                           qs_g,
+                                           k,
+                                           v,
+                                           ks_g,
+                                           group.hi - group.lo,
+                                           scale,
+                                           nullptr,
+                                           std::exchange(delta_in_remake, fused::Delta()));
       qs_g = torch::Tensor();
     }
     const GradPlan dks_plan = plan_grad(ks_g, ks_uses[gi], by_prefix[gi]),

@@ -145,10 +145,9 @@ GradOut grad_out(const torch::Tensor& buffer, GradOut::Kind kind) {
   return g;
 }
 
-torch::Tensor row_delta(const torch::Tensor& o,
-                        const torch::Tensor& d_o,
-                        const torch::Tensor& lse) {
-  auto delta = torch::empty_like(lse);
+fused::Delta delta_of(const torch::Tensor& o,
+                      const torch::Tensor& d_o,
+                      const torch::Tensor& delta) {
   fused::Delta dl;
   dl.batch = o.size(0);
   dl.heads = o.size(1);
@@ -158,7 +157,14 @@ torch::Tensor row_delta(const torch::Tensor& o,
   dl.o = operand(o);
   dl.d_o = operand(d_o);
   dl.delta = delta.data_ptr();
-  fused_launch::delta(o, dl);
+  return dl;
+}
+
+torch::Tensor row_delta(const torch::Tensor& o,
+                        const torch::Tensor& d_o,
+                        const torch::Tensor& lse) {
+  auto delta = torch::empty_like(lse);
+  fused_launch::delta(o, delta_of(o, d_o, delta));
   return delta;
 }
 
@@ -204,15 +210,23 @@ std::pair<torch::Tensor, torch::Tensor> local_stage(const std::vector<FusedPass>
                                                     const torch::Tensor& ks,
                                                     int64_t Lu,
                                                     double scale,
-                                                    const fused::Forward* with) {
+                                                    const fused::Forward* with,
+                                                    const fused::Delta& delta) {
   const int64_t B = q.size(0), H = q.size(1), D = q.size(3);
   const auto writes = local_writes(local, Lu);
   const bool every_row = std::find(writes.begin(), writes.end(), 0) == writes.end();
   const auto options = q.options();
   auto u = every_row ? torch::empty({B, H, Lu, D}, options) : torch::zeros({B, H, Lu, D}, options);
   auto lse_u = torch::empty({B, H, Lu}, options.dtype(acc_type(q.scalar_type())));
+  TORCH_CHECK(!delta.delta || (!with && !local.empty()),
+              "fused attention: a local stage's delta needs a local pass and no joint one");
+  bool delta_made = !delta.delta;
   for (const auto& pass : local) {
     fused::Forward f = stage_pass(pass, local_queries(pass, q, qs), k, v, {}, {}, scale, u, lse_u);
+    if (!delta_made) {
+      f.delta = delta;
+      delta_made = true;
+    }
     if (pass.pooled) {
       TORCH_CHECK(ks.defined() && ks.stride(3) == 1,
                   "fused attention: a pooled local pass needs the ks slot to write into");

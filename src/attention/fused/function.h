@@ -36,7 +36,11 @@ fused::Pass make_pass(const FusedPass& fp,
 // Writes into `buffer` ([B, H, rows, D], the last axis contiguous) in `kind`.
 fused::GradOut grad_out(const torch::Tensor& buffer, fused::GradOut::Kind kind);
 
-// delta = rowsum(o * d_o) per query row (the backward's D of FlashAttention).
+// delta = rowsum(o * d_o) per query row (the backward's D of FlashAttention), into `delta`
+// ([B, H, rows], Acc, contiguous): the delta kernel's descriptor, for its launch or a forward's
+// (fused::Forward::delta).
+fused::Delta delta_of(const torch::Tensor& o, const torch::Tensor& d_o, const torch::Tensor& delta);
+// The delta kernel's launch: a new [B, H, rows] tensor, like lse.
 torch::Tensor row_delta(const torch::Tensor& o, const torch::Tensor& d_o, const torch::Tensor& lse);
 
 // The local stage: u [B, H, Lu, D] (and its lse) from its passes over their queries
@@ -44,6 +48,8 @@ torch::Tensor row_delta(const torch::Tensor& o, const torch::Tensor& d_o, const 
 // zeros); a pooled pass (FusedPass::pooled) also writes its keys' running max into ks. `with`, a
 // joint pass's forward writing neither u nor ks, runs in the launch of the first local pass over
 // its CTAs (fused::same_ctas, and pairable: fused::ForwardPair), else just before it, else last.
+// `delta`, where its delta is set (the backward's, of the call's o), is made by the first local
+// pass's launch, by CTAs of its own (fused::Forward::delta; not with `with`).
 std::pair<torch::Tensor, torch::Tensor> local_stage(const std::vector<FusedPass>& local,
                                                     const torch::Tensor& q,
                                                     const torch::Tensor& qs,
@@ -52,7 +58,8 @@ std::pair<torch::Tensor, torch::Tensor> local_stage(const std::vector<FusedPass>
                                                     const torch::Tensor& ks,
                                                     int64_t Lu,
                                                     double scale,
-                                                    const fused::Forward* with = nullptr);
+                                                    const fused::Forward* with = nullptr,
+                                                    const fused::Delta& delta = {});
 // A local pass's queries: q itself where it pools them on chip or no qs is given or made, else
 // qs.
 const torch::Tensor& local_queries(const FusedPass& local,

@@ -106,6 +106,14 @@ struct Pass {
   Geometry pooled_query, pooled_keys;
 };
 
+// delta[b, h, r] = sum_d d_o[b, h, r, d] * o[b, h, r, d] for r < rows (Acc, contiguous).
+struct Delta {
+  int64_t batch = 0, heads = 0, rows = 0, dim = 0;
+  Dtype dtype = Dtype::kFloat32;
+  Operand o, d_o;
+  void* delta = nullptr;
+};
+
 // Forward: o [B, H, query.limit, D] (pass dtype; row r of (b, h) at element
 // b * o_stride[0] + h * o_stride[1] + r * o_stride[2], the last axis contiguous: [B, L, H, D] in
 // memory, say, which the output projection reads as [B, L, H x D] with no copy) and lse
@@ -123,14 +131,12 @@ struct Forward {
   // axis contiguous): the slot the later passes read as their summaries' keys.
   void* pooled_keys = nullptr;
   int64_t pooled_keys_stride[3] = {0, 0, 0};
-};
-
-// delta[b, h, r] = sum_d d_o[b, h, r, d] * o[b, h, r, d] for r < rows (Acc, contiguous).
-struct Delta {
-  int64_t batch = 0, heads = 0, rows = 0, dim = 0;
-  Dtype dtype = Dtype::kFloat32;
-  Operand o, d_o;
-  void* delta = nullptr;
+  // A delta made in the same launch (null delta.delta: none), by CTAs of its own after the
+  // pass's, as the delta kernel's CTAs make it (the same rows, pieces and sums): a forward that
+  // runs in the backward before any pass reads delta (a local pass remade there) takes the
+  // delta launch's work, and that launch goes. Its batch and heads are the pass's, its dtype and
+  // dim too (one grid row per (b, h)); a pair carries none (pairable).
+  Delta delta;
 };
 
 // Backward of one pass, given the final lse and delta of its queries (contiguous
@@ -762,10 +768,11 @@ COMBINER_HD bool same_ctas(const Pass& a, const Pass& b) {
          within_segments(b.value, a.value) &&
          within_segments(query_source_rows(b), query_source_rows(a));
 }
-// A forward pair: besides, neither merges and each writes its own o and lse (that neither reads
-// the other's outputs is the caller's to keep).
+// A forward pair: besides, neither merges, each writes its own o and lse (that neither reads
+// the other's outputs is the caller's to keep) and neither makes a delta.
 COMBINER_HD bool pairable(const Forward& a, const Forward& b) {
-  return same_ctas(a.pass, b.pass) && !a.merge && !b.merge && a.o != b.o && a.lse != b.lse;
+  return same_ctas(a.pass, b.pass) && !a.merge && !b.merge && a.o != b.o && a.lse != b.lse &&
+         !a.delta.delta && !b.delta.delta;
 }
 // The rows of the query-side gradient a backward writes: its queries', or, where it runs its
 // pools' backward, q's rows that it pooled.

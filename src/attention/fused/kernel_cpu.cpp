@@ -114,6 +114,7 @@ void delta_all(const Delta& d) {
 void forward_cpu(const Forward& f) {
   cpu_model::dispatch(f.pass.dtype,
                       [&](auto s, auto t) { cpu_model::forward_all<decltype(s), decltype(t)>(f); });
+  if (f.delta.delta) delta_cpu(f.delta);  // its own CTAs, reading nothing the pass writes
 }
 
 // The two passes write different tensors and read neither's outputs (pairable, and the

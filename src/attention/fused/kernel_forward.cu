@@ -300,34 +300,12 @@ __device__ __forceinline__ void forward_cta(const Forward& f, unsigned char* sme
   });
 }
 
-template <typename T, int D, bool PACKED>
-__global__ void __launch_bounds__(kThreads, forward_blocks_per_sm<T, D>())
-    forward_kernel(const Forward f) {
-  COMBINER_DYNAMIC_SHARED(unsigned char, smem);
-  forward_cta<T, D, PACKED>(f, smem);
-}
-
-// Two forward passes in one launch (kernel.h ForwardPair, pairable): CTA x runs the first's
-// CTA x, then, after a barrier (the second's loads reuse the shared memory the first's epilogue
-// staged in), the second's, whose q, k and v rows are among those the first has just loaded.
-// Two inlined copies, each reading its pass from the kernel's parameters at fixed offsets: one
-// copy reading it at the part's offset, as segment_pair_kernel does, issues a sixth more per key
-// tile (bf16 D 64: 1,125 instructions against 950), each parameter a load where it was an operand.
-template <typename T, int D, bool PACKED>
-__global__ void __launch_bounds__(kThreads, forward_blocks_per_sm<T, D>())
-    forward_pair_kernel(const __grid_constant__ ForwardPair pair) {
-  COMBINER_DYNAMIC_SHARED(unsigned char, smem);
-  forward_cta<T, D, PACKED>(pair.first, smem);
-  if (blockIdx.x >= query_ctas(pair.second.pass)) return;
-  __syncthreads();
-  forward_cta<T, D, PACKED>(pair.second, smem);
-}
-
 // delta = sum_d dO * O per row. A row's D values are read by delta_lanes() lanes, one 16-byte
 // piece each (8 bf16 or 4 floats), and summed across them by shuffles; each thread reads
 // kDeltaPasses rows, kThreads / lanes apart, issuing all its loads before its first sum. A CTA's
 // rows are delta_rows() consecutive rows of one (batch, head): grid (row blocks, B * H), so that
-// the index's divisions are two 32-bit ones per thread.
+// the index's divisions are two 32-bit ones per thread. The delta kernel's CTA x is row block x;
+// a forward that makes a delta (Forward::delta) runs the same CTAs after its pass's own.
 constexpr int kDeltaPasses = 4;
 template <typename T, int D>
 __host__ __device__ constexpr int delta_lanes() {  // bf16 D 32 / 64 / 128: 4 / 8 / 16
@@ -338,12 +316,16 @@ __host__ __device__ constexpr int delta_rows() {  // bf16 D 32 / 64 / 128: 128 /
   return kDeltaPasses * kThreads / delta_lanes<T, D>();
 }
 template <typename T, int D>
-__global__ void __launch_bounds__(kThreads) delta_kernel(const Delta d) {
+__host__ __device__ int64_t delta_ctas(const Delta& d) {
+  return ceil_div(d.rows, int64_t(delta_rows<T, D>()));
+}
+template <typename T, int D>
+__device__ __forceinline__ void delta_cta(const Delta& d, int64_t block) {
   constexpr int kLanes = delta_lanes<T, D>(), kVec = 16 / int(sizeof(T));
   constexpr int kApart = kThreads / kLanes;  // rows between a thread's passes
   const int bh = blockIdx.y, b = bh / int(d.heads), h = bh % int(d.heads);
   const int piece = threadIdx.x % kLanes;
-  const int64_t r0 = int64_t(blockIdx.x) * delta_rows<T, D>() + threadIdx.x / kLanes;
+  const int64_t r0 = block * delta_rows<T, D>() + threadIdx.x / kLanes;
   uint4 x[kDeltaPasses], y[kDeltaPasses];
 #pragma unroll
   for (int i = 0; i < kDeltaPasses; ++i) {
@@ -365,6 +347,37 @@ __global__ void __launch_bounds__(kThreads) delta_kernel(const Delta d) {
     if (piece == 0 && r < d.rows) delta[r] = sum;
   }
 }
+template <typename T, int D>
+__global__ void __launch_bounds__(kThreads) delta_kernel(const Delta d) {
+  delta_cta<T, D>(d, blockIdx.x);
+}
+
+template <typename T, int D, bool PACKED>
+__global__ void __launch_bounds__(kThreads, forward_blocks_per_sm<T, D>())
+    forward_kernel(const Forward f) {
+  if (f.delta.delta) {  // CTAs after the pass's make delta (Forward::delta)
+    const int64_t block = int64_t(blockIdx.x) - query_ctas(f.pass);
+    if (block >= 0) return delta_cta<T, D>(f.delta, block);
+  }
+  COMBINER_DYNAMIC_SHARED(unsigned char, smem);
+  forward_cta<T, D, PACKED>(f, smem);
+}
+
+// Two forward passes in one launch (kernel.h ForwardPair, pairable): CTA x runs the first's
+// CTA x, then, after a barrier (the second's loads reuse the shared memory the first's epilogue
+// staged in), the second's, whose q, k and v rows are among those the first has just loaded.
+// Two inlined copies, each reading its pass from the kernel's parameters at fixed offsets: one
+// copy reading it at the part's offset, as segment_pair_kernel does, issues a sixth more per key
+// tile (bf16 D 64: 1,125 instructions against 950), each parameter a load where it was an operand.
+template <typename T, int D, bool PACKED>
+__global__ void __launch_bounds__(kThreads, forward_blocks_per_sm<T, D>())
+    forward_pair_kernel(const __grid_constant__ ForwardPair pair) {
+  COMBINER_DYNAMIC_SHARED(unsigned char, smem);
+  forward_cta<T, D, PACKED>(pair.first, smem);
+  if (blockIdx.x >= query_ctas(pair.second.pass)) return;
+  __syncthreads();
+  forward_cta<T, D, PACKED>(pair.second, smem);
+}
 
 }  // namespace combiner::attention::fused::cuda_detail
 
@@ -380,7 +393,14 @@ void forward_cuda(const Forward& f, void* stream) {
   dispatch(f.pass.dtype, f.pass.dim, "fused forward", [&](auto type, auto dim) {
     using T = typename decltype(type)::type;
     constexpr int D = decltype(dim)::value;
-    const dim3 grid(unsigned(query_ctas(f.pass)), unsigned(f.pass.batch * f.pass.heads));
+    const Delta& d = f.delta;
+    if (d.delta && (d.batch != f.pass.batch || d.heads != f.pass.heads || d.dtype != f.pass.dtype ||
+                    d.dim != f.pass.dim))
+      throw std::runtime_error(
+          "fused forward: its delta is not of the pass's batch, heads, "
+          "dtype and dim (kernel.h Forward::delta)");
+    const int64_t ctas = query_ctas(f.pass) + (d.delta ? delta_ctas<T, D>(d) : 0);
+    const dim3 grid(unsigned(ctas), unsigned(f.pass.batch * f.pass.heads));
     if (segment_pack(f.pass) > 1)
       launch(
           forward_kernel<T, D, true>, grid, forward_smem<T, D, true>(), stream, "fused forward", f);
@@ -418,7 +438,7 @@ void delta_cuda(const Delta& d, void* stream) {
   dispatch(d.dtype, d.dim, "fused delta", [&](auto type, auto dim) {
     using T = typename decltype(type)::type;
     constexpr int D = decltype(dim)::value;
-    const dim3 grid(unsigned(ceil_div(d.rows, delta_rows<T, D>())), unsigned(d.batch * d.heads));
+    const dim3 grid(unsigned(delta_ctas<T, D>(d)), unsigned(d.batch * d.heads));
     launch(delta_kernel<T, D>, grid, 0, stream, "fused delta", d);
   });
 }

@@ -55,7 +55,8 @@ std::string shape(const fused::Pass& p) {
   return out;
 }
 std::string describe(const fused::Forward& f) {
-  return (f.merge ? "forward (merged): " : "forward: ") + shape(f.pass);
+  return (f.merge ? "forward (merged): " : "forward: ") + shape(f.pass) +
+         (f.delta.delta ? ", and o's delta" : "");
 }
 std::string describe(const fused::ForwardPair& f) {
   return "forward (two passes): " + shape(f.first.pass) + "; then " + shape(f.second.pass);

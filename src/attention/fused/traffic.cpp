@@ -161,6 +161,17 @@ double heads_of(int64_t batch, int64_t heads) {
 
 namespace {
 
+// The delta kernel's CTAs, or a forward's that make its delta: every row of o and d_o, read
+// once, and its delta.
+void delta_traffic(Ledger& l, const Delta& d) {
+  const int64_t es = element_bytes(d.dtype), acc = acc_bytes(d.dtype);
+  for (int64_t r = 0; r < d.rows; ++r) {
+    read_row(l, d.o, r, d.dim, es, Load::kPlain);
+    read_row(l, d.d_o, r, d.dim, es, Load::kPlain);
+    l.write(d.delta, r, acc, 1);
+  }
+}
+
 // One query CTA of a forward: its queries (a pooled pass's from pooled_query's rows), its key
 // tiles, a pooled pass's keys' running max, and its epilogue.
 void forward_cta(Ledger& l, const Forward& f, int64_t cta) {
@@ -214,6 +225,7 @@ Traffic pair_traffic(const Pair& pair, Cta cta_walk) {
 Traffic traffic(const Forward& f) {
   Ledger l;
   for (int64_t cta = 0; cta < query_ctas(f.pass); ++cta) forward_cta(l, f, cta);
+  if (f.delta.delta) delta_traffic(l, f.delta);  // its CTAs after the pass's
   return l.total(heads_of(f.pass.batch, f.pass.heads));
 }
 
@@ -222,13 +234,8 @@ Traffic traffic(const ForwardPair& pair) {
 }
 
 Traffic traffic(const Delta& d) {
-  const int64_t es = element_bytes(d.dtype), acc = acc_bytes(d.dtype);
   Ledger l;
-  for (int64_t r = 0; r < d.rows; ++r) {
-    read_row(l, d.o, r, d.dim, es, Load::kPlain);
-    read_row(l, d.d_o, r, d.dim, es, Load::kPlain);
-    l.write(d.delta, r, acc, 1);
-  }
+  delta_traffic(l, d);
   return l.total(heads_of(d.batch, d.heads));
 }
 
