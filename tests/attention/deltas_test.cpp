@@ -77,39 +77,53 @@ TEST(PassDeltas, TheAxialCallsLaunchNoDelta) {
   }
 }
 
+// One fused call in float64 and its backward: the backward's launches, its gradients of q, k and
+// v, and the composed path's.
+struct FusedBackward {
+  std::vector<fused_launch::LaunchTime> times;
+  std::vector<torch::Tensor> grads, expected;
+
+  FusedBackward(const AttentionOptions& options, std::vector<int64_t> shape, uint64_t seed) {
+    const int64_t L = shape[2], D = shape[3];
+    auto fused = make_attention(options, L, D), composed = make_attention(options, L, D);
+    fused->set_path(AttentionImpl::Path::kFused);
+    composed->set_path(AttentionImpl::Path::kComposed);
+    torch::manual_seed(seed);
+    const auto draw = [&] { return torch::randn(shape, torch::kDouble).requires_grad_(); };
+    const auto q = draw(), k = draw(), v = draw();
+    const auto g = torch::randn(shape, torch::kDouble);
+    const auto o = fused->forward(q, k, v);
+    {
+      fused_launch::LaunchTimes timer;
+      grads = torch::autograd::grad({o}, {q, k, v}, {g});
+      times = timer.times();
+    }
+    expected = torch::autograd::grad({composed->forward(q, k, v)}, {q, k, v}, {g});
+  }
+  // The launches whose description starts with `start` and holds `text` and `also`.
+  int count(const std::string& start, const std::string& text, const std::string& also = "") const {
+    int n = 0;
+    for (const auto& t : times)
+      n += t.what.rfind(start, 0) == 0 && t.what.find(text) != std::string::npos &&
+           t.what.find(also) != std::string::npos;
+    return n;
+  }
+  void expect_the_composed_gradients() const {
+    for (int i = 0; i < 3; ++i)
+      EXPECT_LT((grads[i] - expected[i]).abs().max().item<double>(), 1e-10) << "input " << i;
+  }
+};
+
 // combiner-fixed's u is its pooled queries' softmax over their own blocks, and its summaries are
 // read by prefix, so no joint pass makes u's delta: its local pass, one CTA per block over every
 // row of u, makes it as its query tile lands (Backward::made_delta), where a delta launch over u
 // and its gradient made it. In float64 the call's gradients are the composed path's.
 TEST(PassDeltas, FixedsLocalPassMakesUsDelta) {
-  const int64_t L = 200, s = 24, D = 16;
-  auto fused = make_attention({"combiner-fixed", s, s, "max"}, L, D);
-  fused->set_path(AttentionImpl::Path::kFused);
-  auto composed = make_attention({"combiner-fixed", s, s, "max"}, L, D);
-  composed->set_path(AttentionImpl::Path::kComposed);
-  torch::manual_seed(6);
-  const auto draw = [&] { return torch::randn({2, 3, L, D}, torch::kDouble).requires_grad_(); };
-  const auto q = draw(), k = draw(), v = draw();
-  const auto g = torch::randn({2, 3, L, D}, torch::kDouble);
-  std::vector<fused_launch::LaunchTime> times;
-  std::vector<torch::Tensor> grads;
-  {
-    fused_launch::LaunchTimes timer;
-    grads = torch::autograd::grad({fused->forward(q, k, v)}, {q, k, v}, {g});
-    times = timer.times();
-  }
-  const auto expected = torch::autograd::grad({composed->forward(q, k, v)}, {q, k, v}, {g});
-  int deltas = 0, local_made = 0;
-  for (const auto& t : times) {
-    deltas += t.what.rfind("delta", 0) == 0;
-    local_made += t.what.find(" x 1, keys") != std::string::npos &&
-                  t.what.find(", making delta") != std::string::npos;
-  }
-  EXPECT_EQ(local_made, 1);
-  EXPECT_EQ(deltas,
-            1);  // o's: the joint pass reads the summaries by prefix, so runs no CTA a block
-  for (int i = 0; i < 3; ++i)
-    EXPECT_LT((grads[i] - expected[i]).abs().max().item<double>(), 1e-10) << "input " << i;
+  const FusedBackward run({"combiner-fixed", 24, 24, "max"}, {2, 3, 200, 16}, 6);
+  EXPECT_EQ(run.count("backward", " x 1, keys", ", making delta"), 1);  // a pooled query a block
+  // o's: the joint pass reads the summaries by prefix, so runs no CTA a block.
+  EXPECT_EQ(run.count("delta", ""), 1);
+  run.expect_the_composed_gradients();
 }
 
 TEST(PassDeltas, AForwardMakesOsDeltaAsTheDeltaKernel) {
@@ -126,36 +140,14 @@ TEST(PassDeltas, AForwardMakesOsDeltaAsTheDeltaKernel) {
 // CTAs of its own (Forward::delta): no delta launch. In float64 the call's gradients are the
 // composed path's.
 TEST(PassDeltas, TheRemadeLocalPassMakesOsDelta) {
-  const int64_t W = 96, L = 32 * W, D = 16;
-  auto fused = make_attention({"combiner-axial-vertical", W, W, "max"}, L, D);
-  fused->set_path(AttentionImpl::Path::kFused);
-  auto composed = make_attention({"combiner-axial-vertical", W, W, "max"}, L, D);
-  composed->set_path(AttentionImpl::Path::kComposed);
-  torch::manual_seed(7);
-  const auto draw = [&] { return torch::randn({1, 2, L, D}, torch::kDouble).requires_grad_(); };
-  const auto q = draw(), k = draw(), v = draw();
-  const auto g = torch::randn({1, 2, L, D}, torch::kDouble);
-  std::vector<fused_launch::LaunchTime> times;
-  std::vector<torch::Tensor> grads;
-  {
-    const auto o = fused->forward(q, k, v);
-    fused_launch::LaunchTimes timer;  // the backward's launches
-    grads = torch::autograd::grad({o}, {q, k, v}, {g});
-    times = timer.times();
-  }
-  const auto expected = torch::autograd::grad({composed->forward(q, k, v)}, {q, k, v}, {g});
-  ASSERT_FALSE(times.empty());
-  int deltas = 0, in_forward = 0;
-  for (const auto& t : times) {
-    deltas += t.what.rfind("delta", 0) == 0;
-    in_forward +=
-        t.what.rfind("forward", 0) == 0 && t.what.find(", and o's delta") != std::string::npos;
-  }
-  EXPECT_EQ(deltas, 0);
-  EXPECT_EQ(in_forward, 1);
-  EXPECT_NE(times.front().what.find(", and o's delta"), std::string::npos) << times.front().what;
-  for (int i = 0; i < 3; ++i)
-    EXPECT_LT((grads[i] - expected[i]).abs().max().item<double>(), 1e-10) << "input " << i;
+  const int64_t W = 96;
+  const FusedBackward run({"combiner-axial-vertical", W, W, "max"}, {1, 2, 32 * W, 16}, 7);
+  ASSERT_FALSE(run.times.empty());
+  EXPECT_EQ(run.count("delta", ""), 0);
+  EXPECT_EQ(run.count("forward", ", and o's delta"), 1);
+  EXPECT_NE(run.times.front().what.find(", and o's delta"), std::string::npos)
+      << run.times.front().what;
+  run.expect_the_composed_gradients();
 }
 
 }  // namespace
