@@ -17,6 +17,13 @@ namespace {
 
 using combiner::testing::max_abs_diff;
 
+// forward(x) under bf16 autocast (the trainer's), the autocast ended before the backward.
+template <typename Forward>
+torch::Tensor under_autocast(const torch::Tensor& x, Forward forward) {
+  AutocastGuard autocast(true, x.device());
+  return forward(x);
+}
+
 // model::Linear: the fused op on the fused path while a gradient is wanted, at::linear
 // otherwise (the composed path, no grad mode, an out the kernels do not take), the same numbers.
 TEST(ModelLinear, TakesTheFusedOpOnlyOnTheFusedPathWithAGradient) {
@@ -52,11 +59,7 @@ TEST(ModelLinear, UnderAutocastRunsInBFloat16) {
   Linear layer(16, 8);
   layer->set_path(LinearImpl::Path::kFused);
   const auto x = torch::randn({4, 16}).requires_grad_();
-  torch::Tensor y;
-  {
-    AutocastGuard autocast(true, x.device());
-    y = layer(x);
-  }
+  const auto y = under_autocast(x, [&](const torch::Tensor& in) { return layer(in); });
   EXPECT_EQ(y.scalar_type(), torch::kBFloat16);
   y.to(torch::kFloat).sum().backward();
   EXPECT_EQ(layer->bias.grad().scalar_type(), torch::kFloat);
@@ -74,11 +77,8 @@ TEST(ModelLinear, ReadsItsBf16CopiesWhileItsParametersAreUnchanged) {
   const auto x = torch::randn({4, 16});
   auto run = [&] {
     layer->zero_grad();
-    torch::Tensor y;
-    {
-      AutocastGuard autocast(true, x.device());
-      y = layer->forward_gelu(x);
-    }
+    const auto y =
+        under_autocast(x, [&](const torch::Tensor& in) { return layer->forward_gelu(in); });
     y.to(torch::kFloat).square().sum().backward();
     return std::vector<torch::Tensor>{
         y.detach(), layer->weight.grad().clone(), layer->bias.grad().clone()};
@@ -124,11 +124,7 @@ TEST(ModelLinear, UnderCpuAutocastSumsInFloat32) {
     layer->weight.abs_();
   }
   const auto x = torch::rand({8192, 64}).requires_grad_();
-  torch::Tensor y;
-  {
-    AutocastGuard autocast(true, x.device());
-    y = layer(x);
-  }
+  const auto y = under_autocast(x, [&](const torch::Tensor& in) { return layer(in); });
   EXPECT_EQ(y.scalar_type(), torch::kBFloat16);
   y.to(torch::kFloat).sum().backward();
   EXPECT_EQ(layer->weight.grad().scalar_type(), torch::kFloat);

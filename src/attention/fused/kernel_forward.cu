@@ -396,9 +396,7 @@ void forward_cuda(const Forward& f, void* stream) {
     const Delta& d = f.delta;
     if (d.delta && (d.batch != f.pass.batch || d.heads != f.pass.heads || d.dtype != f.pass.dtype ||
                     d.dim != f.pass.dim))
-      throw std::runtime_error(
-          "fused forward: its delta is not of the pass's batch, heads, "
-          "dtype and dim (kernel.h Forward::delta)");
+      throw std::runtime_error("fused forward: a delta of another batch, heads, dtype or dim");
     const int64_t ctas = query_ctas(f.pass) + (d.delta ? delta_ctas<T, D>(d) : 0);
     const dim3 grid(unsigned(ctas), unsigned(f.pass.batch * f.pass.heads));
     if (segment_pack(f.pass) > 1)
