@@ -4,6 +4,8 @@
 // makes, o's made by a forward's own CTAs included.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <string>
 #include <vector>
 
 #include "attention/attention.h"
@@ -148,6 +150,36 @@ TEST(PassDeltas, TheRemadeLocalPassMakesOsDelta) {
   EXPECT_NE(run.times.front().what.find(", and o's delta"), std::string::npos)
       << run.times.front().what;
   run.expect_the_composed_gradients();
+}
+
+// CIFAR-10's layout (L 3072, rows of 96): rowmajor's and horizontal's row pass, which reads no
+// slot, is two query tiles a row, so cannot make o's delta; their column pass, one CTA per column
+// over every row of o, can. It runs first and makes it, and the row pass runs after it: no delta
+// launch. In float64 the call's gradients are the composed path's.
+TEST(PassDeltas, TheColumnPassRunsFirstAndMakesOsDelta) {
+  const int64_t W = 96;
+  for (const std::string variant : {"combiner-axial-rowmajor", "combiner-axial-horizontal"}) {
+    const FusedBackward run({variant, W, W, "max"}, {1, 2, 32 * W, 16}, 8);
+    ASSERT_FALSE(run.times.empty()) << variant;
+    EXPECT_EQ(run.count("delta", ""), 0) << variant;
+    EXPECT_EQ(run.count("backward", ", making delta"), 1) << variant;
+    // The first backward launch makes it; the row pass (32 rows of 96 queries) comes after.
+    const auto launch = [&](const std::string& text) {
+      return std::find_if(run.times.begin(),
+                          run.times.end(),
+                          [&](const auto& t) {
+                            return t.what.rfind("backward", 0) == 0 &&
+                                   t.what.find(text) != std::string::npos;
+                          }) -
+             run.times.begin();
+    };
+    const auto first = launch(""), row_pass = launch("queries 32 x 96");
+    ASSERT_LT(row_pass, std::ptrdiff_t(run.times.size())) << variant;
+    EXPECT_NE(run.times[first].what.find(", making delta"), std::string::npos)
+        << variant << ": " << run.times[first].what;
+    EXPECT_LT(first, row_pass) << variant;
+    run.expect_the_composed_gradients();
+  }
 }
 
 }  // namespace

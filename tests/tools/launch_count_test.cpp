@@ -146,6 +146,33 @@ TEST(LaunchCount, ThePresetsVerticalStaysWithinItsBound) {
   EXPECT_LE(r.kernel_mib, 75.653);
 }
 
+// CIFAR-10's layout in the ablation configs (L 3072, rows of 96, D 64 as their heads) at B 1:
+// rowmajor's and horizontal's row pass is two query tiles a row, so their column pass, one CTA a
+// column over every row of o, runs first in backward and makes o's delta (no delta launch). The
+// same rule as above: lower, never raise.
+TEST(LaunchCount, TheCifarLayoutStaysWithinItsBounds) {
+  struct Bound {
+    int64_t launches;
+    double allocated_mib, kernel_mib;
+  };
+  const std::map<std::string, Bound> bounds = {
+      {"combiner-axial-rowmajor", {10, 6.0213, 27.637}},
+      {"combiner-axial-horizontal", {23, 16.2613, 83.987}},
+  };
+  for (const auto& [variant, bound] : bounds) {
+    const auto r = attention::time_case(counted_case(variant, 3072, 96, 64));
+    ASSERT_EQ(r.status, "ok") << variant << ": " << r.detail;
+    std::printf("%s at rows of 96: %lld launches, %.4f MiB allocated, %.4f MiB by the kernels\n",
+                variant.c_str(),
+                static_cast<long long>(r.launches),
+                r.allocated_mib,
+                r.kernel_mib);
+    EXPECT_LE(r.launches, bound.launches) << variant;
+    EXPECT_LE(r.allocated_mib, bound.allocated_mib) << variant;
+    EXPECT_LE(r.kernel_mib, bound.kernel_mib) << variant;
+  }
+}
+
 // A block's linear layers under bf16 autocast (the trainer's) on the fused path (model::Linear):
 // per block 13 launches fewer than LibTorch's linear and gelu. The MLP's GELU backward, its
 // bias's column sum and that sum's cast become the two bias-gradient kernels, each other linear's

@@ -197,10 +197,8 @@ tensor_list FusedFunction::backward(AutogradContext* ctx, tensor_list grads) {
   const size_t total = steps.size();
   // Where the first step is a joint pass whose queries, one CTA per segment, are every row of o
   // once, it makes delta itself as its query tiles land (Backward::made_delta): no delta launch.
-  // (Its slots stand in for the check: only their geometry counts.)
-  const bool first_makes_delta =
-      total > 0 && !steps[0].local && !steps[0].paired && covers(steps[0].plan.query, o.size(2)) &&
-      fused::segment_backward(make_pass(steps[0].plan, q, k, v, k, v, scale));
+  // (q stands in for its slots in the check: only their geometry counts.)
+  const bool first_makes_delta = total > 0 && makes_delta(steps[0], q, scale);
   // Else, where the backward's first launch is a summary group's local passes, remade (their
   // slots were not kept), that launch makes delta by CTAs of its own (fused::Forward::delta).
   const auto first_group = std::find_if(

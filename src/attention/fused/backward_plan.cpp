@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <utility>
 
+#include "attention/fused/checks.h"
 #include "attention/fused/function.h"
 
 namespace combiner::attention::fused_glue {
@@ -78,7 +79,29 @@ void pair_steps(std::vector<Step>& steps, const torch::Tensor& q, double scale) 
   }
 }
 
+// The joint passes reading no slot, first, wait for nothing: where the first of them cannot make
+// o's delta and the first group's first joint pass can (makes_delta), that pass runs first and
+// they run just after it, in its group, so that no delta launch runs before them (rowmajor's and
+// horizontal's row pass at rows of 96, two query tiles a row, and their column pass, one CTA a
+// column over every row of o).
+void delta_maker_first(std::vector<Step>& steps, const torch::Tensor& q, double scale) {
+  size_t lead = 0;
+  while (lead < steps.size() && steps[lead].group < 0 && !steps[lead].local) ++lead;
+  if (lead == 0 || lead == steps.size() || makes_delta(steps[0], q, scale) ||
+      !makes_delta(steps[lead], q, scale))
+    return;
+  for (size_t s = 0; s < lead; ++s) steps[s].group = steps[lead].group;
+  std::rotate(steps.begin(),
+              steps.begin() + std::ptrdiff_t(lead),
+              steps.begin() + std::ptrdiff_t(lead + 1));
+}
+
 }  // namespace
+
+bool makes_delta(const Step& step, const torch::Tensor& q, double scale) {
+  return !step.local && !step.paired && covers(step.plan.query, q.size(2)) &&
+         fused::segment_backward(make_pass(step.plan, q, q, q, q, q, scale));
+}
 
 // One group of the whole slots (given, kept, or made in full): every pool, local pass and joint
 // pass that reads a slot.
@@ -176,6 +199,7 @@ std::vector<Step> backward_steps(const std::vector<FusedPass>& passes,
       steps.push_back({true, j, int(gi), g.local[j]});
   }
   pair_steps(steps, q, scale);
+  delta_maker_first(steps, q, scale);
   return steps;
 }
 

@@ -56,6 +56,12 @@ struct Step {
 // joint pass reading no slot that pairs with a local pass (fused::pairable: vertical's column
 // pass and its local pass, one CTA per column each) runs just before it, in its launch (`paired`):
 // after the group's joint passes, since the local pass's d_o is u's gradient, which they make.
+// Where the first group's first joint pass makes o's delta (makes_delta) and the first step
+// would not, it goes first, and the joint passes reading no slot run after it, in its group.
+// Whether `step`, run first, makes o's delta itself (fused::Backward::made_delta): a joint pass,
+// one CTA per segment (fused::segment_backward), whose queries are every row of o once.
+bool makes_delta(const Step& step, const torch::Tensor& q, double scale);
+
 std::vector<Step> backward_steps(const std::vector<FusedPass>& passes,
                                  const std::vector<SummaryGroup>& groups,
                                  const torch::Tensor& q,
