@@ -190,37 +190,47 @@ std::vector<KernelCheckCase> kernel_check_cases(const std::string& device,
   // segment_pack), whose 64 queries are two of the key-side walk's tiles at D 128. 1152 / 72:
   // vertical's rows longer than a tile and columns of 16, as CIFAR-10's rows of 96 and columns of
   // 32 are, so that the backward's first launch is its local pass remade, which makes o's delta
-  // by CTAs of its own (kernel.h Forward::delta).
-  std::vector<std::pair<std::string, std::vector<int64_t>>> layouts = {
-      {"combiner-fixed", {200, 200, 24}},
-      {"combiner-fixed", {300, 300, 96}},
-      {"combiner-axial-rowmajor", {168, 163, 24}},
-      {"combiner-axial-rowmajor", {288, 288, 96}},
-      {"combiner-axial-vertical", {168, 163, 24}},
-      {"combiner-axial-vertical", {288, 288, 96}},
-      {"combiner-axial-horizontal", {168, 163, 24}},
-      {"combiner-axial-horizontal", {288, 288, 96}},
-      {"combiner-mixture", {168, 150, 24}}};
+  // by CTAs of its own (kernel.h Forward::delta). Blocks and rows of 48 (one key tile, unpacked):
+  // the local pass makes the key maxes in its CTAs and takes their backward there (kernel.h
+  // Forward::key_pool, Backward::key_pool): those take the max abstraction (its pools are the
+  // call's own), the others each abstraction in turn.
+  struct Layout {
+    std::string variant;
+    std::vector<int64_t> l;
+    std::string abstraction;  // empty: the rotation's
+  };
+  std::vector<Layout> layouts = {{"combiner-fixed", {200, 200, 24}, ""},
+                                 {"combiner-fixed", {300, 300, 96}, ""},
+                                 {"combiner-fixed", {240, 230, 48}, "max"},
+                                 {"combiner-axial-rowmajor", {168, 163, 24}, ""},
+                                 {"combiner-axial-rowmajor", {288, 288, 96}, ""},
+                                 {"combiner-axial-rowmajor", {288, 283, 48}, "max"},
+                                 {"combiner-axial-vertical", {168, 163, 24}, ""},
+                                 {"combiner-axial-vertical", {288, 288, 96}, ""},
+                                 {"combiner-axial-horizontal", {168, 163, 24}, ""},
+                                 {"combiner-axial-horizontal", {288, 288, 96}, ""},
+                                 {"combiner-mixture", {168, 150, 24}, ""}};
   if (sizes != KernelCheckSizes::kSmall) {
-    layouts.push_back({"combiner-fixed", {1600, 1600, 24}});
-    layouts.push_back({"combiner-axial-rowmajor", {1584, 1584, 24}});
-    layouts.push_back({"combiner-axial-vertical", {1584, 1584, 24}});
-    layouts.push_back({"combiner-axial-horizontal", {1584, 1584, 24}});
+    layouts.push_back({"combiner-fixed", {1600, 1600, 24}, ""});
+    layouts.push_back({"combiner-axial-rowmajor", {1584, 1584, 24}, ""});
+    layouts.push_back({"combiner-axial-vertical", {1584, 1584, 24}, ""});
+    layouts.push_back({"combiner-axial-horizontal", {1584, 1584, 24}, ""});
     for (const char* variant :
          {"combiner-axial-rowmajor", "combiner-axial-vertical", "combiner-axial-horizontal"})
-      layouts.push_back({variant, {768, 768, 24}});
-    layouts.push_back({"combiner-axial-vertical", {1152, 1152, 72}});
+      layouts.push_back({variant, {768, 768, 24}, ""});
+    layouts.push_back({"combiner-axial-vertical", {1152, 1152, 72}, ""});
   }
   const auto& abstractions = abstraction_names();
   std::vector<KernelCheckCase> out;
   for (const auto& dtype : dtypes)
     for (int64_t dim : dims)
-      for (const auto& [variant, l] : layouts) {
+      for (const auto& [variant, l, abstraction] : layouts) {
         KernelCheckCase c;
         c.variant = variant;
         // Each layout meets every abstraction: the rotation shifts by one per (dtype, D) block.
         const size_t i = out.size(), per = layouts.size();
-        c.abstraction = abstractions[(i + i / per) % abstractions.size()];
+        c.abstraction =
+            abstraction.empty() ? abstractions[(i + i / per) % abstractions.size()] : abstraction;
         c.dtype = dtype;
         c.dim = dim;
         c.length = l[0];

@@ -137,10 +137,10 @@ TEST(BenchCli, KernelCheckOnTheCpuModelPasses) {
   EXPECT_NE(r.output.find("the kernels' CPU model"), std::string::npos) << r.output;
   size_t pass = 0;
   for (size_t at = 0; (at = r.output.find(" PASS", at)) != std::string::npos; ++at) ++pass;
-  EXPECT_EQ(pass, 6u) << r.output;  // 2 layouts x float32, float64, bfloat16
+  EXPECT_EQ(pass, 9u) << r.output;  // 3 layouts x float32, float64, bfloat16
   EXPECT_NE(r.output.find(" bfloat16 "), std::string::npos) << r.output;
   EXPECT_EQ(r.output.find("FAIL"), std::string::npos) << r.output;
-  EXPECT_EQ(r.last_line(), "kernel-check: 6 of 6 cases pass") << r.output;
+  EXPECT_EQ(r.last_line(), "kernel-check: 9 of 9 cases pass") << r.output;
 }
 
 // Where the CUDA kernels are not built, kernel-check --device emulated runs their own source on

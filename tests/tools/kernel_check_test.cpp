@@ -9,8 +9,8 @@ namespace {
 
 TEST(KernelCheckTest, CpuModelPassesItsGrid) {
   const auto cases = kernel_check_cases("cpu", {32});
-  ASSERT_EQ(cases.size(), 51u);  // 3 dtypes (float32, float64, bfloat16) x (9 small + 8 large)
-  EXPECT_EQ(kernel_check_cases("cpu", {32}, KernelCheckSizes::kSmall).size(), 27u);
+  ASSERT_EQ(cases.size(), 57u);  // 3 dtypes (float32, float64, bfloat16) x (11 small + 8 large)
+  EXPECT_EQ(kernel_check_cases("cpu", {32}, KernelCheckSizes::kSmall).size(), 33u);
   for (const auto& c : cases) {
     const auto r = run_kernel_check(c, "cpu");
     EXPECT_TRUE(r.pass) << kernel_check_line(c, r);

@@ -184,8 +184,8 @@ tensor_list FusedFunction::backward(AutogradContext* ctx, tensor_list grads) {
       if (!ks.defined()) ks = ks_pooled;
       if (!qs.defined()) qs = qs_pooled;
       if (!local.empty() && !u.defined())
-        std::tie(u, lse_u) =
-            local_stage(local, q, qs, k, v, ks, local_rows(local, qs, pools), scale);
+        std::tie(u, lse_u) = local_stage(
+            local, q, qs, k, v, ks, local_rows(local, qs, pools), scale, nullptr, {}, pools);
     }
   }
   const bool split = groups[0].made_here;  // else the one group of the whole slots
@@ -347,7 +347,8 @@ tensor_list FusedFunction::backward(AutogradContext* ctx, tensor_list grads) {
                                            group.hi - group.lo,
                                            scale,
                                            nullptr,
-                                           std::exchange(delta_in_remake, fused::Delta()));
+                                           std::exchange(delta_in_remake, fused::Delta()),
+                                           group.pools);
       qs_g = torch::Tensor();
     }
     const GradPlan dks_plan = plan_grad(ks_g, ks_uses[gi], by_prefix[gi]),
@@ -383,6 +384,7 @@ tensor_list FusedFunction::backward(AutogradContext* ctx, tensor_list grads) {
     }
     Grad dqs = slot_grad(qs_g, qs_uses[gi], total, false);
     bool group_pools_done = false;  // the pools' backward ran in the local pass's epilogue
+    bool key_pool_done = false;     // a key side's segment max's backward ran in a local pass
     if (!group.local.empty() && du.buffer.defined()) {
       const auto d_o_u = kernel_ready(du.buffer, dtype);
       const auto local_step = [&](size_t s) { return steps[s].group == int(gi) && steps[s].local; };
@@ -422,6 +424,19 @@ tensor_list FusedFunction::backward(AutogradContext* ctx, tensor_list grads) {
       for (size_t s = 0; s < total; ++s)
         if (local_step(s)) fold = fold && steps[s].plan.pooled && dk.out(s).kind == GradOut::kStore;
       const auto d_ks_pooled = fold ? kernel_ready(dks.buffer, dtype) : torch::Tensor();
+      // A key side's segment max made on chip by a local pass: its backward in that pass's
+      // CTAs, into dk in place, where the pass stores dk's rows in the kernel dtype
+      // (fused::Backward::key_pool); its pool launch goes.
+      const auto key_pool_of = [&](size_t s) -> const FusedPool* {
+        if (group.made_here || !dks.buffer.defined() || dk.buffer.scalar_type() != dtype ||
+            dk.out(s).kind != GradOut::kStore)
+          return nullptr;
+        for (size_t later = s + 1; later < total; ++later)  // the last to write dk's rows
+          if (dk.out(later).kind != GradOut::kNone) return nullptr;
+        for (const auto& p : group.pools)
+          if (p.on_chip && key_pool_fits_on_chip(steps[s].plan, q, p) && !key_pool_done) return &p;
+        return nullptr;
+      };
       for (size_t s = 0; s < total; ++s) {
         if (!local_step(s)) continue;
         fused::Backward bw;
@@ -436,6 +451,10 @@ tensor_list FusedFunction::backward(AutogradContext* ctx, tensor_list grads) {
         bw.dq = (local_q ? dq : dqs).out(s);
         bw.dk = dk.out(s);
         bw.dv = dv.out(s);
+        if (const FusedPool* pool = key_pool_of(s)) {
+          bw.key_pool = fused_pools::on_chip_backward(*pool, k, dks.buffer, dk.buffer);
+          key_pool_done = true;
+        }
         if (fold) {
           bw.dq = {};
           bw.pools_dq = grad_out(dq.buffer, GradOut::kStore);
@@ -461,10 +480,15 @@ tensor_list FusedFunction::backward(AutogradContext* ctx, tensor_list grads) {
       run_paired_alone();
       if (du.buffer.defined()) d_u = du.buffer.to(torch::ScalarType(dtypes[3]));
     }
-    // Pooled slots are no inputs: their gradients go through the pools into k's and q's.
-    if (!group.pools.empty() && !group_pools_done) {
+    // Pooled slots are no inputs: their gradients go through the pools into k's and q's (a key
+    // side's made on chip, through its local pass, above).
+    std::vector<FusedPool> left;
+    for (const auto& p : group.pools)
+      if (!group_pools_done && !(key_pool_done && !p.query_side)) left.push_back(p);
+    if (key_pool_done) dks.buffer = torch::Tensor();
+    if (!left.empty()) {
       const auto pooled = [&](bool query_side) {
-        return std::any_of(group.pools.begin(), group.pools.end(), [&](const FusedPool& p) {
+        return std::any_of(left.begin(), left.end(), [&](const FusedPool& p) {
           return p.query_side == query_side;
         });
       };
@@ -472,7 +496,7 @@ tensor_list FusedFunction::backward(AutogradContext* ctx, tensor_list grads) {
         return pooled(query_side) ? std::exchange(slot.buffer, torch::Tensor()) : torch::Tensor();
       };
       const auto dks_pooled = through(dks, false), dqs_pooled = through(dqs, true);
-      fused_pools::add_backward(group.pools, k, dks_pooled, dk.buffer, q, dqs_pooled, dq.buffer);
+      fused_pools::add_backward(left, k, dks_pooled, dk.buffer, q, dqs_pooled, dq.buffer);
     }
     if (!group.made_here) {
       d_ks = dks.buffer;

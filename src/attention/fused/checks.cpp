@@ -3,6 +3,8 @@
 // read, and the row ownership that decides how gradients are written.
 #include "attention/fused/checks.h"
 
+#include "attention/fused/pool_stage.h"
+
 #include <algorithm>
 #include <cstdint>
 #include <limits>
@@ -278,11 +280,22 @@ void check_pooled(const torch::Tensor& q,
                   query_side ? "queries' rows of qs" : "pooled keys' rows of ks");
     }
   }
+  // A key side's segment max made on chip: by a local pass over its segments of k, into the
+  // whole key slot (the kernels write its rows contiguous).
+  for (size_t i = 0; i < pools.size(); ++i) {
+    const FusedPool& p = pools[i];
+    if (!p.on_chip || p.kind != FusedPool::Kind::kSegmentMax) continue;
+    TORCH_CHECK(!p.query_side && fused_pools::slot_rows(pools, false) == p.segments,
+                "fused attention: a segment max made on chip pools k into the whole ks slot");
+    matched[i] = std::any_of(local.begin(), local.end(), [&](const FusedPass& pass) {
+      return key_pool_fits_on_chip(pass, q, p);
+    });
+  }
   for (size_t i = 0; i < pools.size(); ++i)
     TORCH_CHECK(!pools[i].on_chip || matched[i],
                 "fused attention: a pool made on chip (pool ",
                 i,
-                ") has no pooled local pass that makes it");
+                ") has no local pass that makes it");
   if (!any) return;
   const auto writes = local_writes(local, Lu);
   TORCH_CHECK(std::all_of(writes.begin(), writes.end(), [](int64_t w) { return w == 1; }),

@@ -211,7 +211,8 @@ std::pair<torch::Tensor, torch::Tensor> local_stage(const std::vector<FusedPass>
                                                     int64_t Lu,
                                                     double scale,
                                                     const fused::Forward* with,
-                                                    const fused::Delta& delta) {
+                                                    const fused::Delta& delta,
+                                                    const std::vector<FusedPool>& pools) {
   const int64_t B = q.size(0), H = q.size(1), D = q.size(3);
   const auto writes = local_writes(local, Lu);
   const bool every_row = std::find(writes.begin(), writes.end(), 0) == writes.end();
@@ -227,6 +228,9 @@ std::pair<torch::Tensor, torch::Tensor> local_stage(const std::vector<FusedPass>
       f.delta = delta;
       delta_made = true;
     }
+    for (const auto& pool : pools)  // its keys' segment max, made on chip
+      if (pool.on_chip && key_pool_fits_on_chip(pass, q, pool))
+        f.key_pool = fused_pools::on_chip_forward(pool, k, ks);
     if (pass.pooled) {
       TORCH_CHECK(ks.defined() && ks.stride(3) == 1,
                   "fused attention: a pooled local pass needs the ks slot to write into");
@@ -306,7 +310,9 @@ torch::Tensor FusedFunction::forward(AutogradContext* ctx,
                                      ks,
                                      local_rows(local, qs, pools),
                                      scale,
-                                     paired < passes.size() ? &with : nullptr);
+                                     paired < passes.size() ? &with : nullptr,
+                                     {},
+                                     pools);
   }
   // The joint stage: every pass after the first to store its rows merges into them (the paired
   // one, where there is one, stored them in the local stage's launch).
@@ -419,6 +425,12 @@ bool pools_fit_on_chip(const FusedPass& local, const torch::Tensor& q) {
   p.pooled = true;
   p.pooled_query = local.key;
   return !local.summaries && !local.a_from_summaries && fused::pools_on_chip(p);
+}
+
+bool key_pool_fits_on_chip(const FusedPass& local, const torch::Tensor& q, const FusedPool& pool) {
+  if (pool.kind != FusedPool::Kind::kSegmentMax || pool.query_side || pool.first != 0) return false;
+  const auto p = fused_glue::make_pass(local, q, q, q, {}, {}, 1.0);
+  return !local.a_from_summaries && fused::key_pool_on_chip(p, pool.segments, pool.len);
 }
 
 std::string fused_cuda_unavailable(const torch::Tensor& q, const torch::Tensor& v) {

@@ -49,7 +49,9 @@ torch::Tensor row_delta(const torch::Tensor& o, const torch::Tensor& d_o, const 
 // joint pass's forward writing neither u nor ks, runs in the launch of the first local pass over
 // its CTAs (fused::same_ctas, and pairable: fused::ForwardPair), else just before it, else last.
 // `delta`, where its delta is set (the backward's, of the call's o), is made by the first local
-// pass's launch, by CTAs of its own (fused::Forward::delta; not with `with`).
+// pass's launch, by CTAs of its own (fused::Forward::delta; not with `with`). A key-side segment
+// max of `pools` made on chip is made by the local pass that fits it, into ks
+// (fused::Forward::key_pool).
 std::pair<torch::Tensor, torch::Tensor> local_stage(const std::vector<FusedPass>& local,
                                                     const torch::Tensor& q,
                                                     const torch::Tensor& qs,
@@ -59,7 +61,8 @@ std::pair<torch::Tensor, torch::Tensor> local_stage(const std::vector<FusedPass>
                                                     int64_t Lu,
                                                     double scale,
                                                     const fused::Forward* with = nullptr,
-                                                    const fused::Delta& delta = {});
+                                                    const fused::Delta& delta = {},
+                                                    const std::vector<FusedPool>& pools = {});
 // A local pass's queries: q itself where it pools them on chip or no qs is given or made, else
 // qs.
 const torch::Tensor& local_queries(const FusedPass& local,

@@ -92,6 +92,10 @@ torch::Tensor fused_combiner_fixed(const torch::Tensor& q,
   local.query = {spans, 1, 1, 1, spans};
   local.key = local.value = {spans, s, s, 1, spans * s};
   local.mask = fused::Mask::kNone;
+  // Each block one key tile (s <= 64; L 3072 at s 48): the local pass makes the blocks' key maxes
+  // from its key tiles and takes their backward (the query maxes, its queries, keep their scans).
+  for (auto& p : pools)
+    if (key_pool_fits_on_chip(local, q, p)) p.on_chip = true;
   return fused_attention_with_local(q, k, v, ks, q_span, {local}, passes, scale, pools);
 }
 

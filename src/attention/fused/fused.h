@@ -73,7 +73,9 @@ struct FusedPool {
   bool reverse = false;
   int64_t first = 0;
   // Made in the forward by the local pass that reads it (FusedPass::pooled), not by a scan: a
-  // query side's slot then exists only in that pass's tiles. Its backward is any pool's.
+  // query side's slot then exists only in that pass's tiles. Its backward is any pool's. A key
+  // side's segment max: made by the local pass over its keys (key_pool_fits_on_chip), which also
+  // takes its backward where it can (fused::Backward::key_pool).
   bool on_chip = false;
 
   int64_t rows() const { return kind == Kind::kSegmentMax ? segments : segments * len; }
@@ -130,6 +132,11 @@ torch::Tensor fused_attention_with_local(const torch::Tensor& q,
 // (fused/kernel.h pools_on_chip, at q's dtype and head dim): then it may be FusedPass::pooled,
 // with a running max of k and one of q along dim 2, from row 0, over its keys' rows.
 bool pools_fit_on_chip(const FusedPass& local, const torch::Tensor& q);
+// Whether `local` can make a key-side segment max pool over its keys' segments in its own CTAs
+// and take its backward there (fused/kernel.h key_pool_on_chip, at q's dtype and head dim):
+// then the pool may be FusedPool::on_chip (rowmajor's row maxes at rows of at most 64; fixed's
+// block maxes at blocks of at most 64).
+bool key_pool_fits_on_chip(const FusedPass& local, const torch::Tensor& q, const FusedPool& pool);
 
 // The joint passes of each variant over L = `length`, merged by log-sum-exp. n = ceil(L / W)
 // rows, spans = n - 1 (every block / row but the last).

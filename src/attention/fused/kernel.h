@@ -114,6 +114,28 @@ struct Delta {
   void* delta = nullptr;
 };
 
+// The max over each whole segment of x (the summaries of combiner-fixed's blocks and of
+// rowmajor's rows, plain max pools): x [B, H, rows, D] (element strides `stride`, D contiguous),
+// y [B, H, segments, D] contiguous, y[g] = max over t < len of x[g * len + t]; ties go to the
+// first, NaN as torch::max (the first NaN). Backward: dx [B, H, rows, D] (element strides
+// `dx_stride`, D contiguous), every row written: dy[g] at segment g's arg-max, zero elsewhere, rows
+// past segments * len included (no zero-filled gradient and copy into a slice of it, as the pool of
+// a narrowed view needs). With `accumulate`, dy[g] is added at the arg-max and nothing else is
+// written. With `dy_acc`, dy is in the accumulation type (float; double for float64), as a fused
+// call's float32 summary gradient is summed: read as it is, with no cast to x's dtype first (and
+// so rounded once, where it is added).
+struct SegmentMax {
+  int64_t batch = 0, heads = 0, rows = 0, dim = 0, segments = 0, len = 1;
+  int64_t stride[3] = {0, 0, 0};     // x's batch, head and row strides
+  int64_t dx_stride[3] = {0, 0, 0};  // dx's
+  Dtype dtype = Dtype::kFloat32;
+  const void* x = nullptr;
+  void* y = nullptr;         // forward
+  const void* dy = nullptr;  // backward
+  void* dx = nullptr;        // backward
+  bool accumulate = false;   // backward: dx[arg-max] += dy, other rows untouched
+  bool dy_acc = false;       // backward: dy in Acc, not x's dtype
+};
 // Forward: o [B, H, query.limit, D] (pass dtype; row r of (b, h) at element
 // b * o_stride[0] + h * o_stride[1] + r * o_stride[2], the last axis contiguous: [B, L, H, D] in
 // memory, say, which the output projection reads as [B, L, H x D] with no copy) and lse
@@ -137,6 +159,12 @@ struct Forward {
   // delta launch's work, and that launch goes. Its batch and heads are the pass's, its dtype and
   // dim too (one grid row per (b, h)); a pair carries none (pairable).
   Delta delta;
+  // A plain max pool of the pass's keys made in its CTAs (key_pool.segments 0: none; where
+  // key_pool_fits): segment g's max over its keys, as the segment max kernel writes it (x the
+  // pass's k; y contiguous [B, H, segments, D]), from the key tile segment g's CTA loads: no
+  // pool launch and no read of k for it (rowmajor's row summaries' keys, by its local pass at
+  // rows of at most 64). A pair's first carries none (pairable).
+  SegmentMax key_pool;
 };
 
 // Backward of one pass, given the final lse and delta of its queries (contiguous
@@ -179,6 +207,11 @@ struct Backward {
   // Where interleaved_backward allows it, the dk/dv walk and dq in one launch (false: in two,
   // as the tests compare them).
   bool interleave = true;
+  // The backward of the forward's key_pool, in the same CTAs (segments 0: none; where
+  // key_pool_fits, and `accumulate`): segment g's CTA adds dy[g] into dx at the arg-max of its
+  // key tile, after dk's own part is written, as the segment max kernel's backward does (the
+  // pool launch goes). dx is then the pass's dk, in the pass dtype. A pair's first carries none.
+  SegmentMax key_pool;
 };
 
 // ---- index rules (CPU model and CUDA kernels) ----
@@ -545,28 +578,6 @@ COMBINER_HD bool running_max_takes(int64_t k, T v, T best) {
   return k == 0 || v != v || v >= best;  // v != v: NaN
 }
 
-// The max over each whole segment of x (the summaries of combiner-fixed's blocks and of
-// rowmajor's rows, plain max pools): x [B, H, rows, D] (element strides `stride`, D contiguous),
-// y [B, H, segments, D] contiguous, y[g] = max over t < len of x[g * len + t]; ties go to the
-// first, NaN as torch::max (the first NaN). Backward: dx [B, H, rows, D] (element strides
-// `dx_stride`, D contiguous), every row written: dy[g] at segment g's arg-max, zero elsewhere, rows
-// past segments * len included (no zero-filled gradient and copy into a slice of it, as the pool of
-// a narrowed view needs). With `accumulate`, dy[g] is added at the arg-max and nothing else is
-// written. With `dy_acc`, dy is in the accumulation type (float; double for float64), as a fused
-// call's float32 summary gradient is summed: read as it is, with no cast to x's dtype first (and
-// so rounded once, where it is added).
-struct SegmentMax {
-  int64_t batch = 0, heads = 0, rows = 0, dim = 0, segments = 0, len = 1;
-  int64_t stride[3] = {0, 0, 0};     // x's batch, head and row strides
-  int64_t dx_stride[3] = {0, 0, 0};  // dx's
-  Dtype dtype = Dtype::kFloat32;
-  const void* x = nullptr;
-  void* y = nullptr;         // forward
-  const void* dy = nullptr;  // backward
-  void* dx = nullptr;        // backward
-  bool accumulate = false;   // backward: dx[arg-max] += dy, other rows untouched
-  bool dy_acc = false;       // backward: dy in Acc, not x's dtype
-};
 // Lines of the forward (b, h, g < segments, d) and of the backward (g < ceil(rows / len)).
 COMBINER_HD int64_t segment_max_lines(const SegmentMax& m, bool backward) {
   const int64_t groups = backward ? (m.rows + m.len - 1) / m.len : m.segments;
@@ -589,6 +600,14 @@ struct ScanParts {
 };
 using RunningMaxes = ScanParts<RunningMax>;
 using SegmentMaxes = ScanParts<SegmentMax>;
+// One scan as a launch's parts (a pass's key pool as the segment max kernel would run it).
+template <typename Scan>
+COMBINER_HD ScanParts<Scan> one_part(const Scan& scan) {
+  ScanParts<Scan> parts;
+  parts.part[0] = scan;
+  parts.count = 1;
+  return parts;
+}
 
 COMBINER_HD int64_t scan_lines(const RunningMax& r, bool) {
   return running_max_lines(r);
@@ -658,6 +677,29 @@ COMBINER_HD bool pools_on_chip(const Pass& p) {
          same_rows(p.pooled_query, p.key) && p.query.segments == p.key.segments &&
          p.query.seg_len == p.key.seg_len && p.query.seg_stride == p.key.seg_stride &&
          p.query.row_stride == p.key.row_stride && segment_backward(p);
+}
+// Whether a plain max pool of `segments` segments of `len` keys (rows g * len + t of k, as
+// SegmentMax reads them) can be made by the pass's CTAs and taken back by them
+// (Forward::key_pool, Backward::key_pool): one unpacked CTA per segment each way
+// (segment_backward), source A's segment g those rows, unmasked (the forward's one key tile
+// holds them all), and a query in every pooled segment (a CTA that runs). Rowmajor's local pass
+// at rows of at most 64 is such a pass.
+COMBINER_HD bool key_pool_on_chip(const Pass& p, int64_t segments, int64_t len) {
+  const Geometry& k = p.key;
+  if (segments <= 0 || p.summaries || p.pooled || p.mask != Mask::kNone) return false;
+  if (segment_pack(p) != 1 || !segment_backward(p) || segments > p.query.segments) return false;
+  if (k.first != 0 || k.row_stride != 1 || k.seg_stride != len || k.seg_len != len ||
+      segments > k.segments || k.limit < segments * len)
+    return false;
+  for (int64_t g = 0; g < segments; ++g)
+    if (valid_count(p.query, g) == 0) return false;
+  return true;
+}
+// Whether `m` is such a pool of the pass's own k (the backward's: adding into dx).
+COMBINER_HD bool key_pool_fits(const Pass& p, const SegmentMax& m, bool backward) {
+  return key_pool_on_chip(p, m.segments, m.len) && m.batch == p.batch && m.heads == p.heads &&
+         m.dim == p.dim && m.dtype == p.dtype && m.x == p.k.data && m.stride[0] == p.k.batch &&
+         m.stride[1] == p.k.head && m.stride[2] == p.k.row && (!backward || m.accumulate);
 }
 // The dk/dv walk's CTAs: one per key tile of source A's segments (a pack group's: one), then
 // (by segment) of B's.
@@ -769,10 +811,10 @@ COMBINER_HD bool same_ctas(const Pass& a, const Pass& b) {
          within_segments(query_source_rows(b), query_source_rows(a));
 }
 // A forward pair: besides, neither merges, each writes its own o and lse (that neither reads
-// the other's outputs is the caller's to keep) and neither makes a delta.
+// the other's outputs is the caller's to keep), neither makes a delta and the first no key pool.
 COMBINER_HD bool pairable(const Forward& a, const Forward& b) {
   return same_ctas(a.pass, b.pass) && !a.merge && !b.merge && a.o != b.o && a.lse != b.lse &&
-         !a.delta.delta && !b.delta.delta;
+         !a.delta.delta && !b.delta.delta && a.key_pool.segments == 0;
 }
 // The rows of the query-side gradient a backward writes: its queries', or, where it runs its
 // pools' backward, q's rows that it pooled.
@@ -781,13 +823,14 @@ COMBINER_HD const Geometry& query_gradient_rows(const Backward& b) {
 }
 // A backward pair: besides, both one CTA per segment (segment_backward: the pair kernel is built
 // wherever that pass's kernel is, kernel_backward.cu segment_pair_kernel), neither making a delta,
-// every gradient row the second writes in CTA x one the first writes in CTA x, in segments that
-// share no row: no CTA touches a row another CTA writes. (That the second reads nothing the first
-// writes but its addends is the caller's to keep.)
+// the first no key pool, every gradient row the second writes in CTA x one the first writes in CTA
+// x, in segments that share no row: no CTA touches a row another CTA writes. (That the second reads
+// nothing the first writes but its addends is the caller's to keep.)
 COMBINER_HD bool pairable(const Backward& a, const Backward& b) {
   const Pass &p = a.pass, &r = b.pass;
   if (!segment_backward(p) || !segment_backward(r) || !same_ctas(p, r)) return false;
   if (a.made_delta || b.made_delta || a.summary_delta || b.summary_delta) return false;
+  if (a.key_pool.segments != 0) return false;
   const Geometry &aq = query_gradient_rows(a), &bq = query_gradient_rows(b);
   return disjoint(aq) && disjoint(p.key) && disjoint(p.value) && within_segments(bq, aq);
 }

@@ -340,6 +340,42 @@ __device__ __forceinline__ void pools_backward(const Backward& bw,
       N, [&](int c) { return dkv_key(p, false, cta, c); }, keys, d_keys, bw.dk, p.key);
 }
 
+// Backward::key_pool in its segment's CTA, after the walk has written dk's rows of its keys:
+// dy[g] added into dx at each column's arg-max of the key tile (still as loaded: dkv_tile's
+// layout), a column a thread, as the segment max kernel's backward (accumulate) adds it. The
+// first barrier orders the walk's stores of those rows before these loads of them, the second
+// these reads of the tile before the epilogue stages dq over it.
+template <typename T, int D>
+__device__ __forceinline__ void key_pool_backward(const Backward& bw, unsigned char* smem) {
+  constexpr int P = pitch<T, D>();
+  const SegmentMax& m = bw.key_pool;
+  const int64_t g = blockIdx.x, b = index_div(blockIdx.y, m.heads),
+                h = index_mod(blockIdx.y, m.heads);
+  const T* keys = reinterpret_cast<const T*>(smem);
+  __syncthreads();
+  const int d = threadIdx.x;
+  if (g < m.segments && d < D) {
+    float best = 0.f;
+    int at = -1;
+    for (int c = 0; c < int(m.len); ++c) {
+      const float v = scalar_float(keys[c * P + d]);
+      if (segment_max_takes(c, v, best)) {
+        best = v;
+        at = c;
+      }
+    }
+    const int64_t i = ((b * m.heads + h) * m.segments + g) * m.dim + d;
+    const float grad = m.dy_acc ? static_cast<const float*>(m.dy)[i]
+                                : scalar_float(static_cast<const T*>(m.dy)[i]);
+    if (at >= 0) {
+      T* e = static_cast<T*>(m.dx) + b * m.dx_stride[0] + h * m.dx_stride[1] +
+             (g * m.len + at) * m.dx_stride[2] + d;
+      *e = scalar_as<T>(scalar_float(*e) + grad);
+    }
+  }
+  __syncthreads();
+}
+
 // A segment_backward pass (kernel.h): one CTA per segment or pack group (as the query CTAs) runs
 // the dk/dv walk of its keys of source A, then of source B by segment, and after each adds dS K
 // into its dq (kept in shared memory while B's walk runs), which it writes last: the queries'
@@ -391,6 +427,9 @@ __device__ __forceinline__ void segment_backward_cta(const Backward& bw, unsigne
   if (bw.pools_dq.kind != GradOut::kNone) {
     pools_backward<T, D>(bw, dq, active, smem);
     return;
+  }
+  if constexpr (!PACKED) {
+    if (bw.key_pool.segments > 0) key_pool_backward<T, D>(bw, smem);
   }
   write_gradient<T, D>(
       reinterpret_cast<float*>(smem), bw.dq, dq, float(p.scale), active, [&](int r) -> int64_t {
@@ -453,6 +492,8 @@ namespace combiner::attention::fused {
 void backward_cuda(const Backward& bw, void* stream) {
   using namespace cuda_detail;
   const Pass& p = bw.pass;
+  if (bw.key_pool.segments > 0 && !key_pool_fits(p, bw.key_pool, true))
+    throw std::runtime_error("fused backward: a key pool its CTAs cannot take back");
   dispatch(p.dtype, p.dim, "fused backward", [&](auto type, auto dim) {
     using T = typename decltype(type)::type;
     constexpr int D = decltype(dim)::value;
@@ -519,6 +560,9 @@ void backward_pair_cuda(const BackwardPair& pair, void* stream) {
   const Pass& p = pair.first.pass;
   if (!pairable(pair.first, pair.second))
     throw std::runtime_error("fused backward (pair): the passes do not pair (kernel.h pairable)");
+  if (pair.second.key_pool.segments > 0 &&
+      !key_pool_fits(pair.second.pass, pair.second.key_pool, true))
+    throw std::runtime_error("fused backward (pair): a key pool its CTAs cannot take back");
   static_assert(sizeof(BackwardPair) <= 4096, "a kernel parameter of at most 4 KB");
   dispatch(p.dtype, p.dim, "fused backward (pair)", [&](auto type, auto dim) {
     using T = typename decltype(type)::type;

@@ -246,15 +246,20 @@ void backward_pair_all(const BackwardPair& pair) {
 
 }  // namespace cpu_model
 
+// Each CTA's key pool backward adds into rows of its own segment's dk, after that CTA's own
+// writes of them, and no other CTA touches them: after the whole pass, the same sums.
 void backward_cpu(const Backward& b) {
   cpu_model::dispatch(
       b.pass.dtype, [&](auto s, auto t) { cpu_model::backward_all<decltype(s), decltype(t)>(b); });
+  if (b.key_pool.segments > 0) segment_max_backward_cpu(one_part(b.key_pool));
 }
 
 void backward_pair_cpu(const BackwardPair& pair) {
   cpu_model::dispatch(pair.first.pass.dtype, [&](auto s, auto t) {
     cpu_model::backward_pair_all<decltype(s), decltype(t)>(pair);
   });
+  const SegmentMax& pool = pair.second.key_pool;
+  if (pool.segments > 0) segment_max_backward_cpu(one_part(pool));
 }
 
 }  // namespace combiner::attention::fused

@@ -115,6 +115,8 @@ void forward_cpu(const Forward& f) {
   cpu_model::dispatch(f.pass.dtype,
                       [&](auto s, auto t) { cpu_model::forward_all<decltype(s), decltype(t)>(f); });
   if (f.delta.delta) delta_cpu(f.delta);  // its own CTAs, reading nothing the pass writes
+  // Each CTA's segment from its key tile: what the pass writes, no pass reads.
+  if (f.key_pool.segments > 0) segment_max_forward_cpu(one_part(f.key_pool));
 }
 
 // The two passes write different tensors and read neither's outputs (pairable, and the

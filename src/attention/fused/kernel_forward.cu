@@ -14,12 +14,12 @@
 // the table and its command; at this code, forward + backward:
 //   variant      L 3072 MiB   floor at 4.8 TB/s   L 12288 MiB   floor
 //   flash             289.5   0.063 ms                 1,158   0.25 ms
-//   fixed             611.9   0.134 ms                 2,430   0.53 ms
-//   rowmajor          727.0   0.159 ms                 3,676   0.80 ms
+//   fixed             563.6   0.123 ms                 2,430   0.53 ms
+//   rowmajor          679.3   0.148 ms                 3,676   0.80 ms
 //   vertical        1,012.1   0.221 ms                 6,442   1.41 ms
 //   horizontal      1,815.1   0.397 ms                11,027   2.41 ms
 // Measured on an H200 (docs/perf/attention-vs-flash.csv, with kernels older than these counts),
-// as multiples of these floors: at L 3072 fixed 0.994 ms (7.4x), rowmajor 1.370 (8.6x), vertical
+// as multiples of these floors: at L 3072 fixed 0.994 ms (8.1x), rowmajor 1.370 (9.2x), vertical
 // 1.894 (8.6x), horizontal 2.958 (7.5x); at L 12288 4.25 ms (8.0x), 6.46 (8.0x), 8.77 (6.2x),
 // 13.12 (5.4x). flash took 0.981 and 9.84 ms (15.5x and 39x its bytes' floor: its limit is
 // arithmetic, 1,536 and 6,144 terms a query). Ours' floor is memory, not arithmetic:
@@ -233,6 +233,23 @@ __device__ __forceinline__ void forward_cta(const Forward& f, unsigned char* sme
   }
 
   cp_async_wait<0>();  // no copy in flight when the CTA ends (n_tiles = 0: only Q's)
+  if constexpr (!PACKED) {
+    if (f.key_pool.segments > 0 && n_tiles > 0 && g < f.key_pool.segments) {
+      // Forward::key_pool: the segment's max over its keys, from its one key tile (key_pool_fits),
+      // still in stage 0 until the epilogue's barrier below, a column a thread, as the segment max
+      // kernel takes it. Out of the loop, whose every tile would otherwise test for it.
+      const SegmentMax& m = f.key_pool;
+      const int d = threadIdx.x;
+      if (d < D) {
+        float best = 0.f;
+        for (int c = 0; c < a_count; ++c) {
+          const float v = scalar_float(ks[c * P + d]);
+          if (segment_max_takes(c, v, best)) best = v;
+        }
+        static_cast<T*>(m.y)[((b * m.heads + h) * m.segments + g) * m.dim + d] = scalar_as<T>(best);
+      }
+    }
+  }
   // Epilogue: o / l and lse, or the log-sum-exp merge with what an earlier pass left, through
   // the staged tile (kernel_epilogue.cuh): row r of the tile is query t0 + r (packed: the
   // tables' query r).
@@ -397,6 +414,8 @@ void forward_cuda(const Forward& f, void* stream) {
     if (d.delta && (d.batch != f.pass.batch || d.heads != f.pass.heads || d.dtype != f.pass.dtype ||
                     d.dim != f.pass.dim))
       throw std::runtime_error("fused forward: a delta of another batch, heads, dtype or dim");
+    if (f.key_pool.segments > 0 && !key_pool_fits(f.pass, f.key_pool, false))
+      throw std::runtime_error("fused forward: a key pool its CTAs cannot make (key_pool_fits)");
     const int64_t ctas = query_ctas(f.pass) + (d.delta ? delta_ctas<T, D>(d) : 0);
     const dim3 grid(unsigned(ctas), unsigned(f.pass.batch * f.pass.heads));
     if (segment_pack(f.pass) > 1)
@@ -416,6 +435,9 @@ void forward_pair_cuda(const ForwardPair& pair, void* stream) {
   using namespace cuda_detail;
   if (!pairable(pair.first, pair.second))
     throw std::runtime_error("fused forward (pair): the passes do not pair (kernel.h pairable)");
+  const SegmentMax& pool = pair.second.key_pool;
+  if (pool.segments > 0 && !key_pool_fits(pair.second.pass, pool, false))
+    throw std::runtime_error("fused forward (pair): a key pool its CTAs cannot make");
   static_assert(sizeof(ForwardPair) <= 4096, "a kernel parameter of at most 4 KB");
   const Pass& p = pair.first.pass;
   dispatch(p.dtype, p.dim, "fused forward (pair)", [&](auto type, auto dim) {

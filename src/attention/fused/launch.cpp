@@ -56,10 +56,12 @@ std::string shape(const fused::Pass& p) {
 }
 std::string describe(const fused::Forward& f) {
   return (f.merge ? "forward (merged): " : "forward: ") + shape(f.pass) +
+         (f.key_pool.segments > 0 ? ", its keys' segment max" : "") +
          (f.delta.delta ? ", and o's delta" : "");
 }
 std::string describe(const fused::ForwardPair& f) {
-  return "forward (two passes): " + shape(f.first.pass) + "; then " + shape(f.second.pass);
+  return "forward (two passes): " + shape(f.first.pass) + "; then " + shape(f.second.pass) +
+         (f.second.key_pool.segments > 0 ? ", its keys' segment max" : "");
 }
 std::string describe(const fused::Delta& d) {
   return "delta: " + n(d.rows) + " rows";
@@ -72,12 +74,21 @@ std::string describe(const fused::Backward& b) {
           : by_prefix                     ? "backward (dk dv, d summaries, dq): "
                                           : "backward (dk dv, dq): ") +
          shape(b.pass) + (b.pools_dq.kind != fused::GradOut::kNone ? ", and their backward" : "") +
+         (b.key_pool.segments > 0 ? ", and its keys' segment max backward" : "") +
          (b.summary_delta ? ", and u's delta" : "") + (b.made_delta ? ", making delta" : "");
 }
 std::string describe(const fused::BackwardPair& b) {
   return "backward (two passes, one CTA per segment): " + shape(b.first.pass) + "; then " +
          shape(b.second.pass) +
-         (b.second.pools_dq.kind != fused::GradOut::kNone ? ", and their backward" : "");
+         (b.second.pools_dq.kind != fused::GradOut::kNone ? ", and their backward" : "") +
+         (b.second.key_pool.segments > 0 ? ", and its keys' segment max backward" : "");
+}
+
+// A pass's key pool (fused::Forward::key_pool, Backward::key_pool), where it has one, fits it.
+void check_key_pool(const fused::Pass& p, const fused::SegmentMax& m, bool backward) {
+  TORCH_CHECK(m.segments == 0 || fused::key_pool_fits(p, m, backward),
+              "fused attention: a key pool its pass's CTAs cannot make (fused/kernel.h "
+              "key_pool_fits)");
 }
 std::string part(const fused::RunningMax& r) {
   return n(fused::running_max_lines(r)) + " lines of " + n(r.n) + (r.reverse ? ", reversed" : "");
@@ -187,11 +198,13 @@ void run(const torch::Tensor& on,
 }  // namespace
 
 void forward(const torch::Tensor& on, const fused::Forward& f) {
+  check_key_pool(f.pass, f.key_pool, false);
   run(on, f, 1, &fused::forward_cpu, COMBINER_CUDA(forward_cuda), &HostKernels::forward);
 }
 void forward_pair(const torch::Tensor& on, const fused::ForwardPair& f) {
   TORCH_CHECK(fused::pairable(f.first, f.second),
               "fused forward: two passes that do not pair in one launch");
+  check_key_pool(f.second.pass, f.second.key_pool, false);
   run(on,
       f,
       1,
@@ -203,6 +216,7 @@ void delta(const torch::Tensor& on, const fused::Delta& d) {
   run(on, d, 1, &fused::delta_cpu, COMBINER_CUDA(delta_cuda), &HostKernels::delta);
 }
 void backward(const torch::Tensor& on, const fused::Backward& b) {
+  check_key_pool(b.pass, b.key_pool, true);
   run(on,
       b,
       fused::backward_launches(b),
@@ -213,6 +227,7 @@ void backward(const torch::Tensor& on, const fused::Backward& b) {
 void backward_pair(const torch::Tensor& on, const fused::BackwardPair& b) {
   TORCH_CHECK(fused::pairable(b.first, b.second),
               "fused backward: two passes that do not pair in one launch");
+  check_key_pool(b.second.pass, b.second.key_pool, true);
   run(on,
       b,
       1,

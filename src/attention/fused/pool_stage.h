@@ -34,6 +34,18 @@ int64_t slot_rows(const std::vector<FusedPool>& pools, bool query_side);
 // or q they pool); plain segment maxes (one row per segment) are kept.
 bool remade_in_backward(const std::vector<FusedPool>& pools);
 
+// A key-side segment max made on chip (FusedPool::on_chip, key_pool_fits_on_chip): the
+// descriptor its local pass's forward takes (fused::Forward::key_pool: k's segments into ks's
+// rows, ks contiguous with the pool's rows), and its backward's (fused::Backward::key_pool: d_ks,
+// contiguous, its rows' gradient in k's dtype or float, added through it into dk in place).
+fused::SegmentMax on_chip_forward(const FusedPool& pool,
+                                  const torch::Tensor& k,
+                                  const torch::Tensor& ks);
+fused::SegmentMax on_chip_backward(const FusedPool& pool,
+                                   const torch::Tensor& k,
+                                   const torch::Tensor& d_ks,
+                                   const torch::Tensor& dk);
+
 // dk += the gradient through the key side's pools of d_ks (ks's gradient, any float dtype), and
 // dq += the query side's of d_qs (an undefined slot gradient adds nothing). dk, dq: k's and q's
 // gradients, in their dtype with a contiguous last axis; undefined: made here (zeros, then the

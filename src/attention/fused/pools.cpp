@@ -384,6 +384,34 @@ std::pair<torch::Tensor, torch::Tensor> make(const std::vector<FusedPool>& pools
   return {ks, qs};
 }
 
+fused::SegmentMax on_chip_forward(const FusedPool& pool,
+                                  const torch::Tensor& k,
+                                  const torch::Tensor& ks) {
+  TORCH_CHECK(ks.defined() && ks.is_contiguous() && ks.size(2) == pool.segments &&
+                  ks.scalar_type() == k.scalar_type(),
+              "fused pools: a segment max made on chip writes a contiguous slot of its rows");
+  auto m = pools_detail::segment_max_of(k, pool.segments, pool.len);
+  m.y = ks.data_ptr();
+  return m;
+}
+
+fused::SegmentMax on_chip_backward(const FusedPool& pool,
+                                   const torch::Tensor& k,
+                                   const torch::Tensor& d_ks,
+                                   const torch::Tensor& dk) {
+  TORCH_CHECK(d_ks.is_contiguous() && d_ks.size(2) == pool.segments &&
+                  dk.scalar_type() == k.scalar_type() && dk.sizes() == k.sizes() &&
+                  dk.stride(3) == 1,
+              "fused pools: a segment max's backward on chip reads a contiguous gradient of its "
+              "rows and adds into k's");
+  auto m = pools_detail::segment_max_of(k, pool.segments, pool.len);
+  m.dy = d_ks.data_ptr();
+  m.dy_acc = d_ks.scalar_type() != k.scalar_type();
+  pools_detail::set_dx(m, dk);
+  m.accumulate = true;
+  return m;
+}
+
 bool remade_in_backward(const std::vector<FusedPool>& pools) {
   return std::any_of(pools.begin(), pools.end(), [](const FusedPool& p) {
     return p.kind == FusedPool::Kind::kRunningMax;

@@ -196,6 +196,9 @@ void forward_cta(Ledger& l, const Forward& f, int64_t cta) {
                   p.dim);
       }
   }
+  const SegmentMax& pool = f.key_pool;  // its keys' segment max, from the key tile: y's row
+  const int64_t g = index_div(cta, query_chunks(p));
+  if (pool.segments > 0 && g < pool.segments) l.write(pool.y, g * pool.dim, es, pool.dim);
   for (const int64_t row : rows) {  // the epilogue: o and lse (merged: read first)
     const int64_t at = output_at(f, 0, 0, row);
     if (f.merge) {
@@ -254,6 +257,19 @@ void segment_cta(Ledger& l, const Backward& bw, int64_t cta) {
   }
   dkv_walk(l, bw, Keys::kSourceA, cta, 0);
   if (p.summaries) dkv_walk(l, bw, Keys::kSegmentSummaries, cta, 0);
+  const SegmentMax& pool = bw.key_pool;
+  if (pool.segments > 0 && cta < pool.segments) {
+    // Its keys' segment max backward: dy's row read, and one element of dk a column (at the
+    // arg-max, which depends on the data: counted as the segment's first row) read and written.
+    l.read(pool.dy,
+           cta * pool.dim,
+           pool.dy_acc ? acc_bytes(pool.dtype) : element_bytes(pool.dtype),
+           pool.dim,
+           Load::kPlain);
+    const int64_t at = cta * pool.len * pool.dx_stride[2], es = element_bytes(pool.dtype);
+    l.read(pool.dx, at, es, pool.dim, Load::kPlain);
+    l.write(pool.dx, at, es, pool.dim);
+  }
   if (bw.pools_dq.kind == GradOut::kNone) {
     for (const int64_t row : query_rows(p, cta)) write_grad(l, bw.dq, row, p);
     return;

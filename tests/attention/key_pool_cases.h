@@ -1,0 +1,118 @@
+// A local pass that makes its keys' segment maxes in its own CTAs and takes their backward there
+// (fused/kernel.h Forward::key_pool, Backward::key_pool: rowmajor's row maxes, fixed's block
+// maxes), held to the same pass without them followed by the segment max kernel each way:
+// o, lse and the maxes, then dq, dk and dv, to the bit. Shared by tests/attention (the CPU model)
+// and tests/emulated (the CUDA source).
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <torch/torch.h>
+
+#include "attention/fused/function.h"
+#include "attention/fused/fused.h"
+#include "attention/fused/kernel.h"
+#include "attention/fused/pool_stage.h"
+
+namespace combiner::attention::key_pool_cases {
+
+struct Case {
+  bool fixed;  // fixed's local pass (a pooled query a block), else rowmajor's (a row's queries)
+  int64_t L, W, D;
+  torch::ScalarType dtype;
+  bool ties = false;  // k drawn from a few integers: columns with several equal maxes
+};
+
+inline std::string name(const Case& c) {
+  return std::string(c.fixed ? "fixed" : "rowmajor") + " L " + std::to_string(c.L) + " W " +
+         std::to_string(c.W) + " D " + std::to_string(c.D) + " " + c10::toString(c.dtype) +
+         (c.ties ? ", ties" : "");
+}
+
+struct Kernels {
+  void (*forward)(const fused::Forward&);
+  void (*backward)(const fused::Backward&);
+  void (*segment_max)(const fused::SegmentMaxes&);
+  void (*segment_max_backward)(const fused::SegmentMaxes&);
+};
+
+// The case's local pass over its segments (every row but the last is a span).
+inline FusedPass local_pass(const Case& c) {
+  const int64_t spans = (c.L + c.W - 1) / c.W - 1;
+  FusedPass local;
+  local.query = c.fixed ? fused::Geometry{spans, 1, 1, 1, spans}
+                        : fused::Geometry{spans, c.W, c.W, 1, spans * c.W};
+  local.key = local.value = {spans, c.W, c.W, 1, spans * c.W};
+  local.mask = fused::Mask::kNone;
+  return local;
+}
+
+// "" where the pass with its key pool gives what the pass and the segment max kernel give.
+inline std::string check(const Case& c, const Kernels& kernels) {
+  const FusedPass local = local_pass(c);
+  const int64_t spans = local.key.segments, rows = local.query.limit;
+  torch::manual_seed(c.L + c.W + c.D);
+  const auto draw = [&](int64_t n) {
+    return (c.ties ? torch::randint(-2, 3, {1, 2, n, c.D}) : torch::randn({1, 2, n, c.D}))
+        .to(c.dtype);
+  };
+  const auto q = draw(rows), k = draw(c.L), v = draw(c.L), d_o = draw(rows);
+  if (!fused::key_pool_on_chip(fused_glue::make_pass(local, q, k, v, {}, {}, 1.0), spans, c.W))
+    return " the case's pass cannot make its key pool";
+  const auto acc = torch::TensorOptions().dtype(fused_glue::acc_type(c.dtype));
+  const auto d_ks = torch::randn({1, 2, spans, c.D}, acc);  // a fused call's float32 gradient
+  const auto dk_before = draw(c.L), dv_before = draw(c.L);  // what earlier passes added
+  const FusedPool pool = FusedPool::segment_max(false, spans, c.W);
+  const double scale = 1.0 / std::sqrt(double(c.D));
+  std::vector<torch::Tensor> o(2), lse(2), ks(2), dq(2), dk(2), dv(2);
+  for (const bool with : {false, true}) {
+    fused::Forward f;
+    f.pass = fused_glue::make_pass(local, q, k, v, {}, {}, scale);
+    o[with] = torch::full({1, 2, rows, c.D}, NAN).to(c.dtype);
+    lse[with] = torch::full({1, 2, rows}, NAN, acc);
+    ks[with] = torch::full({1, 2, spans, c.D}, NAN).to(c.dtype);
+    f.o = o[with].data_ptr();
+    for (int d = 0; d < 3; ++d) f.o_stride[d] = o[with].stride(d);
+    f.lse = lse[with].data_ptr();
+    if (with) f.key_pool = fused_pools::on_chip_forward(pool, k, ks[with]);
+    kernels.forward(f);
+    if (!with) kernels.segment_max(fused::one_part(fused_pools::on_chip_forward(pool, k, ks[0])));
+
+    const auto delta = (o[with].to(acc.dtype()) * d_o.to(acc.dtype())).sum(-1).contiguous();
+    dq[with] = torch::full({1, 2, rows, c.D}, NAN).to(c.dtype);
+    dk[with] = dk_before.clone();
+    dv[with] = dv_before.clone();
+    fused::Backward b;
+    b.pass = f.pass;
+    b.d_o = fused_glue::operand(d_o);
+    b.lse = lse[with].data_ptr();
+    b.delta = delta.data_ptr();
+    b.dq = fused_glue::grad_out(dq[with], fused::GradOut::kStore);
+    for (auto* out : {&b.dk, &b.dv}) {
+      *out = fused_glue::grad_out(out == &b.dk ? dk[with] : dv[with], fused::GradOut::kStore);
+      out->addend = out->data;  // added into in place, as after an earlier pass
+      out->addend_in_storage = true;
+    }
+    const auto pool_backward = fused_pools::on_chip_backward(pool, k, d_ks, dk[with]);
+    if (with) b.key_pool = pool_backward;
+    kernels.backward(b);
+    if (!with) kernels.segment_max_backward(fused::one_part(pool_backward));
+  }
+  std::string failed;
+  const auto same = [](const torch::Tensor& a, const torch::Tensor& b) {  // NaN where unwritten
+    return torch::equal(a.isnan(), b.isnan()) &&
+           torch::equal(a.nan_to_num(0, 0, 0), b.nan_to_num(0, 0, 0));
+  };
+  if (!same(o[1], o[0]) || !same(lse[1], lse[0])) failed += " o or lse not as without it;";
+  if (ks[1].isnan().any().item<bool>()) failed += " a max not written;";
+  if (!same(ks[1], ks[0])) failed += " the maxes not the segment max kernel's;";
+  if (!same(dq[1], dq[0]) || !same(dv[1], dv[0])) failed += " dq or dv not as without it;";
+  if (!same(dk[1], dk[0])) failed += " dk not the segment max kernel's backward's;";
+  if (same(dk[0], dk_before)) failed += " (the case adds nothing to dk);";
+  return failed;
+}
+
+}  // namespace combiner::attention::key_pool_cases

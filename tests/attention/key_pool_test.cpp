@@ -1,0 +1,83 @@
+// The keys' segment maxes made and taken back in a local pass's CTAs (fused/kernel.h
+// Forward::key_pool, Backward::key_pool) on the CPU model, held to the pass and the segment max
+// kernel; then the calls of rowmajor and fixed that take them, against the composed path.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "attention/attention.h"
+#include "attention/fused/launch.h"
+#include "key_pool_cases.h"
+
+namespace combiner::attention::key_pool_test {
+namespace {
+
+using key_pool_cases::Case;
+
+const key_pool_cases::Kernels kCpu = {&fused::forward_cpu,
+                                      &fused::backward_cpu,
+                                      &fused::segment_max_forward_cpu,
+                                      &fused::segment_max_backward_cpu};
+
+TEST(KeyPool, TheLocalPassMakesTheKeyMaxesAsTheSegmentMaxKernel) {
+  for (const Case& c : std::vector<Case>{{false, 288, 48, 64, torch::kBFloat16},
+                                         {false, 200, 40, 128, torch::kBFloat16, true},
+                                         {true, 240, 48, 32, torch::kFloat},
+                                         {true, 330, 64, 64, torch::kDouble, true},
+                                         {false, 390, 64, 16, torch::kFloat, true}})
+    EXPECT_EQ(key_pool_cases::check(c, kCpu), "") << key_pool_cases::name(c);
+}
+
+// A pass that cannot hold a segment's keys in its one key tile, or that packs segments, makes
+// none: the call keeps its pool launches there.
+TEST(KeyPool, OnlyAPassOfOneUnpackedKeyTileASegmentMakesThem) {
+  const auto q = torch::zeros({1, 2, 8, 64});
+  for (const auto& [W, fits] :
+       std::vector<std::pair<int64_t, bool>>{{48, true}, {64, true}, {96, false}, {24, false}}) {
+    const Case c{false, 8 * W, W, 64, torch::kFloat};
+    const FusedPool pool = FusedPool::segment_max(false, 7, W);
+    EXPECT_EQ(key_pool_fits_on_chip(key_pool_cases::local_pass(c), q, pool), fits) << "W " << W;
+  }
+}
+
+// At the benchmark's layout (L 3,072, rows and blocks of 48) in float64: rowmajor runs no pool
+// launch either way, fixed only its query maxes' (its local pass's queries), and each call's
+// gradients are the composed path's.
+TEST(KeyPool, TheCallsRunNoKeyPoolLaunch) {
+  for (const auto& [variant, pool_launches] : std::vector<std::pair<std::string, int>>{
+           {"combiner-axial-rowmajor", 0}, {"combiner-fixed", 2}}) {
+    const int64_t L = 3072, D = 16;
+    auto fused = make_attention({variant, 48, 48, "max"}, L, D),
+         composed = make_attention({variant, 48, 48, "max"}, L, D);
+    fused->set_path(AttentionImpl::Path::kFused);
+    composed->set_path(AttentionImpl::Path::kComposed);
+    torch::manual_seed(9);
+    const std::vector<int64_t> shape = {1, 2, L, D};
+    const auto draw = [&] { return torch::randn(shape, torch::kDouble).requires_grad_(); };
+    const auto q = draw(), k = draw(), v = draw();
+    const auto g = torch::randn(shape, torch::kDouble);
+    std::vector<fused_launch::LaunchTime> times;
+    std::vector<torch::Tensor> grads;
+    {
+      fused_launch::LaunchTimes timer;
+      grads = torch::autograd::grad({fused->forward(q, k, v)}, {q, k, v}, {g});
+      times = timer.times();
+    }
+    const auto expected = torch::autograd::grad({composed->forward(q, k, v)}, {q, k, v}, {g});
+    int pools = 0, made = 0, taken = 0;
+    for (const auto& t : times) {
+      pools += t.what.rfind("segment max", 0) == 0;
+      made += t.what.find("its keys' segment max") != std::string::npos;
+      taken += t.what.find("its keys' segment max backward") != std::string::npos;
+    }
+    EXPECT_EQ(pools, pool_launches) << variant;
+    EXPECT_EQ(made, 2) << variant;  // the forward and the backward
+    EXPECT_EQ(taken, 1) << variant;
+    for (int i = 0; i < 3; ++i)
+      EXPECT_LT((grads[i] - expected[i]).abs().max().item<double>(), 1e-10) << variant << " " << i;
+  }
+}
+
+}  // namespace
+}  // namespace combiner::attention::key_pool_test

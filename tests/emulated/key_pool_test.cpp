@@ -1,0 +1,37 @@
+// The keys' segment maxes made and taken back in a local pass's CTAs (fused/kernel.h
+// Forward::key_pool, Backward::key_pool) on the CUDA kernels' source: the pass and the emulated
+// segment max kernel's to the bit, under both schedules of the emulator's threads.
+#include <gtest/gtest.h>
+
+#include <vector>
+
+#include "attention/key_pool_cases.h"
+#include "simt/emulator.h"
+
+namespace combiner::attention::emulated_key_pool_test {
+namespace {
+
+using key_pool_cases::Case;
+
+const key_pool_cases::Kernels kCuda = {
+    [](const fused::Forward& f) { fused::forward_cuda(f, nullptr); },
+    [](const fused::Backward& b) { fused::backward_cuda(b, nullptr); },
+    [](const fused::SegmentMaxes& m) { fused::segment_max_forward_cuda(m, nullptr); },
+    [](const fused::SegmentMaxes& m) { fused::segment_max_backward_cuda(m, nullptr); }};
+
+TEST(SimtKeyPool, TheLocalPassMakesTheKeyMaxesAsTheSegmentMaxKernel) {
+  for (const Case& c : std::vector<Case>{{false, 288, 48, 64, torch::kBFloat16},
+                                         {false, 200, 40, 128, torch::kBFloat16, true},
+                                         {true, 240, 48, 32, torch::kFloat},
+                                         {true, 330, 64, 64, torch::kBFloat16, true}})
+    for (const auto schedule : {simt::Schedule::kForward, simt::Schedule::kReverse}) {
+      const simt::ScheduleScope scope(schedule);
+      const int64_t before = simt::launches();
+      EXPECT_EQ(key_pool_cases::check(c, kCuda), "") << key_pool_cases::name(c);
+      // Two forwards, two backwards, the segment max kernel each way.
+      EXPECT_EQ(simt::launches() - before, 6) << key_pool_cases::name(c);
+    }
+}
+
+}  // namespace
+}  // namespace combiner::attention::emulated_key_pool_test
