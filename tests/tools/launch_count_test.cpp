@@ -92,6 +92,27 @@ attention::BenchCase counted_case(const std::string& variant,
   return c;
 }
 
+// One counted case's launches, MiB allocated and a third figure (`which`: the peak or the
+// kernels' MiB), printed and held to their bounds.
+void expect_within(const std::string& name,
+                   const attention::BenchCase& c,
+                   int64_t launches,
+                   double allocated_mib,
+                   double attention::BenchResult::*which,
+                   double bound) {
+  const auto r = attention::time_case(c);
+  ASSERT_EQ(r.status, "ok") << name << ": " << r.detail;
+  std::printf("%s: %lld launches, %.6f MiB allocated, %.6f MiB %s\n",
+              name.c_str(),
+              static_cast<long long>(r.launches),
+              r.allocated_mib,
+              r.*which,
+              which == &attention::BenchResult::peak_mib ? "at the peak" : "by the kernels");
+  EXPECT_LE(r.launches, launches) << name;
+  EXPECT_LE(r.allocated_mib, allocated_mib) << name;
+  EXPECT_LE(r.*which, bound) << name;
+}
+
 // One forward + backward per fused variant at B 1 x 2 heads, L 256, s = W = 16, D 32, bfloat16
 // (the GPU's dtype), through the kernels' CPU model: launches, MiB allocated and the peak MiB of
 // live tensors. The bounds are this tree's counts: lower them when the glue shrinks, and never
@@ -116,18 +137,13 @@ TEST(LaunchCount, FusedVariantsStayWithinTheirBounds) {
       {"combiner-axial-vertical", {5, 0.3102, 0.2498}},
       {"combiner-axial-horizontal", {12, 0.4915, 0.2498}},
   };
-  for (const auto& [variant, bound] : bounds) {
-    const auto r = attention::time_case(counted_case(variant, 256, 16, 32));
-    ASSERT_EQ(r.status, "ok") << variant << ": " << r.detail;
-    std::printf("%s: %lld launches, %.6f MiB allocated, peak %.6f MiB\n",
-                variant.c_str(),
-                static_cast<long long>(r.launches),
-                r.allocated_mib,
-                r.peak_mib);
-    EXPECT_LE(r.launches, bound.launches) << variant;
-    EXPECT_LE(r.allocated_mib, bound.allocated_mib) << variant;
-    EXPECT_LE(r.peak_mib, bound.peak_mib) << variant;
-  }
+  for (const auto& [variant, bound] : bounds)
+    expect_within(variant,
+                  counted_case(variant, 256, 16, 32),
+                  bound.launches,
+                  bound.allocated_mib,
+                  &attention::BenchResult::peak_mib,
+                  bound.peak_mib);
 }
 
 // The 128-layer preset's attention (configs/cifar_axial.yaml: vertical, W 96, D 128) at B 1: its
@@ -135,15 +151,12 @@ TEST(LaunchCount, FusedVariantsStayWithinTheirBounds) {
 // pass and local pass share one each way, and the local pass remade in backward makes o's delta
 // in its launch (fused::Forward::delta). The same rule as above: lower, never raise.
 TEST(LaunchCount, ThePresetsVerticalStaysWithinItsBound) {
-  const auto r = attention::time_case(counted_case("combiner-axial-vertical", 3072, 96, 128));
-  ASSERT_EQ(r.status, "ok") << r.detail;
-  std::printf("preset vertical: %lld launches, %.4f MiB allocated, %.4f MiB by the kernels\n",
-              static_cast<long long>(r.launches),
-              r.allocated_mib,
-              r.kernel_mib);
-  EXPECT_LE(r.launches, 5);
-  EXPECT_LE(r.allocated_mib, 14.834);
-  EXPECT_LE(r.kernel_mib, 75.653);
+  expect_within("preset vertical",
+                counted_case("combiner-axial-vertical", 3072, 96, 128),
+                5,
+                14.834,
+                &attention::BenchResult::kernel_mib,
+                75.653);
 }
 
 // At L 3072, D 64, B 1: CIFAR-10's layout in the ablation configs (rows of 96) and the
@@ -162,19 +175,13 @@ TEST(LaunchCount, TheBenchmarkAndCifarLayoutsStayWithinTheirBounds) {
        std::vector<Bound>{{"combiner-axial-rowmajor", 96, 10, 6.0213, 27.637},
                           {"combiner-axial-horizontal", 96, 23, 16.2613, 83.987},
                           {"combiner-axial-rowmajor", 48, 5, 6.0924, 21.228},
-                          {"combiner-fixed", 48, 11, 3.1710, 17.613}}) {
-    const auto r = attention::time_case(counted_case(bound.variant, 3072, bound.segment, 64));
-    const std::string name = bound.variant + " at " + std::to_string(bound.segment);
-    ASSERT_EQ(r.status, "ok") << name << ": " << r.detail;
-    std::printf("%s: %lld launches, %.4f MiB allocated, %.4f MiB by the kernels\n",
-                name.c_str(),
-                static_cast<long long>(r.launches),
-                r.allocated_mib,
-                r.kernel_mib);
-    EXPECT_LE(r.launches, bound.launches) << name;
-    EXPECT_LE(r.allocated_mib, bound.allocated_mib) << name;
-    EXPECT_LE(r.kernel_mib, bound.kernel_mib) << name;
-  }
+                          {"combiner-fixed", 48, 11, 3.1710, 17.613}})
+    expect_within(bound.variant + " at " + std::to_string(bound.segment),
+                  counted_case(bound.variant, 3072, bound.segment, 64),
+                  bound.launches,
+                  bound.allocated_mib,
+                  &attention::BenchResult::kernel_mib,
+                  bound.kernel_mib);
 }
 
 // A block's linear layers under bf16 autocast (the trainer's) on the fused path (model::Linear):

@@ -162,8 +162,8 @@ struct Forward {
   // A plain max pool of the pass's keys made in its CTAs (key_pool.segments 0: none; where
   // key_pool_fits): segment g's max over its keys, as the segment max kernel writes it (x the
   // pass's k; y contiguous [B, H, segments, D]), from the key tile segment g's CTA loads: no
-  // pool launch and no read of k for it (rowmajor's row summaries' keys, by its local pass at
-  // rows of at most 64). A pair's first carries none (pairable).
+  // pool launch and no read of k for it (rowmajor's row maxes and fixed's block maxes, by their
+  // local pass at segments of at most 64). A pair's first carries none (pairable).
   SegmentMax key_pool;
 };
 
@@ -682,8 +682,8 @@ COMBINER_HD bool pools_on_chip(const Pass& p) {
 // SegmentMax reads them) can be made by the pass's CTAs and taken back by them
 // (Forward::key_pool, Backward::key_pool): one unpacked CTA per segment each way
 // (segment_backward), source A's segment g those rows, unmasked (the forward's one key tile
-// holds them all), and a query in every pooled segment (a CTA that runs). Rowmajor's local pass
-// at rows of at most 64 is such a pass.
+// holds them all), and a query in every pooled segment (a CTA that runs). Rowmajor's and fixed's
+// local passes at rows and blocks of at most 64 are such passes.
 COMBINER_HD bool key_pool_on_chip(const Pass& p, int64_t segments, int64_t len) {
   const Geometry& k = p.key;
   if (segments <= 0 || p.summaries || p.pooled || p.mask != Mask::kNone) return false;
