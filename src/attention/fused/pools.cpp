@@ -15,15 +15,6 @@ namespace pools_detail {
 using torch::autograd::AutogradContext;
 using torch::autograd::tensor_list;
 
-// One scan as a launch of its own.
-template <typename Scan>
-fused::ScanParts<Scan> one(const Scan& scan) {
-  fused::ScanParts<Scan> parts;
-  parts.part[0] = scan;
-  parts.count = 1;
-  return parts;
-}
-
 fused::Dtype scan_dtype(torch::ScalarType t) {
   return t == torch::kBFloat16 ? fused::Dtype::kBFloat16
          : t == torch::kDouble ? fused::Dtype::kFloat64
@@ -114,7 +105,7 @@ class RunningMaxFunction : public torch::autograd::Function<RunningMaxFunction> 
     r.dtype = scan_dtype(x.scalar_type());
     r.x = x.data_ptr();
     r.y = y.data_ptr();
-    fused_launch::running_max(x, one(r));
+    fused_launch::running_max(x, fused::one_part(r));
     ctx->save_for_backward({x});  // what the kernel read: a view of x_in, unless it was copied
     ctx->saved_data["dim"] = dim;
     ctx->saved_data["scan"] = scan;
@@ -142,7 +133,7 @@ class RunningMaxFunction : public torch::autograd::Function<RunningMaxFunction> 
     r.x = x.data_ptr();
     r.dy = dy.data_ptr();
     r.dx = dx.data_ptr();
-    fused_launch::running_max_backward(x, one(r));
+    fused_launch::running_max_backward(x, fused::one_part(r));
     if (segments > 0 && dx.size(2) > segments * len)
       dx.narrow(2, segments * len, dx.size(2) - segments * len).zero_();
     return {dx, {}, {}, {}, {}};
@@ -180,7 +171,7 @@ class SegmentMaxFunction : public torch::autograd::Function<SegmentMaxFunction> 
     auto m = segment_max_of(x, segments, len);
     auto y = torch::empty({m.batch, m.heads, segments, m.dim}, x.options());
     m.y = y.data_ptr();
-    fused_launch::segment_max(x, one(m));
+    fused_launch::segment_max(x, fused::one_part(m));
     ctx->save_for_backward({x});
     ctx->saved_data["segments"] = segments;
     ctx->saved_data["len"] = len;
@@ -194,7 +185,7 @@ class SegmentMaxFunction : public torch::autograd::Function<SegmentMaxFunction> 
     auto dx = torch::empty(x.sizes(), dy.options());
     m.dy = dy.data_ptr();
     set_dx(m, dx);
-    fused_launch::segment_max_backward(x, one(m));
+    fused_launch::segment_max_backward(x, fused::one_part(m));
     return {dx, {}, {}};
   }
 };
@@ -217,7 +208,7 @@ struct PoolLaunches {
         sides[i] |= side;
         return;
       }
-      launches.push_back(one(scan));
+      launches.push_back(fused::one_part(scan));
       sides.push_back(side);
     }
   };
