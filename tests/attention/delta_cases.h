@@ -85,6 +85,8 @@ class PassRun {
     }
   }
 
+  const fused::Pass& pass() const { return pass_; }
+
   Result run() {
     Result r;
     for (const bool fold : {false, true}) {
@@ -152,9 +154,14 @@ class PassRun {
 };
 
 // The checks both test files make: the gradients as without the fold, each row written once and
-// no other, the delta kernel's value to the bit. Returns what failed ("" if nothing).
-inline std::string check(const Case& c, const Kernels& kernels, bool made) {
-  const auto r = PassRun(c, kernels, made).run();
+// no other, the delta kernel's value to the bit. `walk`: o's made by a pass that is no one CTA per
+// segment, in its dk/dv walk (kernel.h walk_makes_delta), else by one that is. Returns what failed
+// ("" if nothing).
+inline std::string check(const Case& c, const Kernels& kernels, bool made, bool walk = false) {
+  PassRun run(c, kernels, made);
+  if (made && fused::walk_makes_delta(run.pass()) != walk)
+    return walk ? " not a pass whose walk makes delta" : " a pass whose walk makes delta";
+  const auto r = run.run();
   std::string failed;
   for (size_t i = 0; i < r.with.size(); ++i)
     if (!torch::equal(r.with[i], r.without[i])) failed += " gradient " + std::to_string(i) + ";";

@@ -50,6 +50,17 @@ TEST(PassDeltas, OsIsTheDeltaKernelsBitForBit) {
     EXPECT_EQ(delta_cases::check(c, kCpu, true), "") << delta_cases::name(c);
 }
 
+// o's delta made in the dk/dv walk of a pass of two key tiles a segment, the dq launch after it
+// reading it (kernel.h walk_makes_delta): every row by one CTA, the delta kernel's to the bit.
+TEST(PassDeltas, ADkvWalkMakesOsDeltaAsTheDeltaKernel) {
+  const std::vector<Case> cases = {
+      {true, 400, 100, 64, torch::kBFloat16},  // horizontal's rows of 100: causal
+      {false, 400, 4, 32, torch::kFloat},      // vertical's columns of 100 rows: strict
+      {true, 300, 100, 16, torch::kDouble}};
+  for (const auto& c : cases)
+    EXPECT_EQ(delta_cases::check(c, kCpu, true, true), "") << delta_cases::name(c);
+}
+
 // In the call: o's delta made by its first backward pass (vertical's row pass, horizontal's
 // column pass: one CTA per segment, every row once), u's by the passes that store u's gradient
 // (vertical's row pass, horizontal's suffix pass and column pass; horizontal's prefix half, whose
@@ -117,14 +128,29 @@ struct FusedBackward {
 };
 
 // combiner-fixed's u is its pooled queries' softmax over their own blocks, and its summaries are
-// read by prefix, so no joint pass makes u's delta: its local pass, one CTA per block over every
-// row of u, makes it as its query tile lands (Backward::made_delta), where a delta launch over u
-// and its gradient made it. In float64 the call's gradients are the composed path's.
-TEST(PassDeltas, FixedsLocalPassMakesUsDelta) {
-  const FusedBackward run({"combiner-fixed", 24, 24, "max"}, {2, 3, 200, 16}, 6);
-  EXPECT_EQ(run.count("backward", " x 1, keys", ", making delta"), 1);  // a pooled query a block
-  // o's: the joint pass reads the summaries by prefix, so runs no CTA a block.
+// read by prefix, so no joint pass makes u's delta: its local pass, over every row of u, makes it
+// as its query tile lands (Backward::made_delta), one CTA per block, or at blocks longer than a
+// key tile in its dk/dv walk, where a delta launch over u and its gradient made it. o's delta: the
+// joint pass reads its summaries by prefix, so runs no CTA a block; its dk/dv walk makes it
+// (kernel.h walk_makes_delta), where a delta launch made it. In float64 the call's gradients are
+// the composed path's.
+TEST(PassDeltas, FixedsPassesMakeOsAndUsDeltas) {
+  for (const int64_t s : {24, 96}) {  // one key tile a block; two (CIFAR-10's blocks of 96)
+    const FusedBackward run({"combiner-fixed", s, s, "max"}, {2, 3, 200 * s / 24, 16}, 6);
+    EXPECT_EQ(run.count("delta", ""), 0) << s;
+    EXPECT_EQ(run.count("backward", " x 1, keys", ", making delta"), 1) << s;  // u's
+    EXPECT_EQ(run.count("backward", "summaries", ", making delta"), 1) << s;   // o's
+    EXPECT_EQ(run.count("backward", " x 1, keys", "one CTA per segment"), s < 64 ? 1 : 0) << s;
+    run.expect_the_composed_gradients();
+  }
+}
+
+// At D 128 the dk/dv walk shares its launch with dq's CTAs (kernel.h interleaved_backward), which
+// would read rows of delta the walk is still writing: a delta launch makes o's.
+TEST(PassDeltas, FixedAtD128LaunchesOsDelta) {
+  const FusedBackward run({"combiner-fixed", 24, 24, "max"}, {1, 2, 200, 128}, 9);
   EXPECT_EQ(run.count("delta", ""), 1);
+  EXPECT_EQ(run.count("backward", "summaries", ", making delta"), 0);
   run.expect_the_composed_gradients();
 }
 

@@ -189,13 +189,16 @@ TEST(FusedTraffic, ScansTouchEachElementOnceATensor) {
 }
 
 // Each launch of a real call carries its bytes: a delta launch its o and dO rows and the deltas,
-// every launch at least one row, re-reads never fewer than the distinct bytes.
+// every launch at least one row, re-reads never fewer than the distinct bytes. (combiner-fixed at
+// D 128, whose dk/dv walk shares a launch with dq, so that a delta launch makes o's delta:
+// kernel.h walk_makes_delta.)
 TEST(FusedTraffic, EveryLaunchOfACallCarriesItsBytes) {
-  auto m = make_attention({"combiner-fixed", 8, 8, "max"}, 64, 8);
+  constexpr int64_t D = 128;
+  auto m = make_attention({"combiner-fixed", 8, 8, "max"}, 64, D);
   m->set_path(AttentionImpl::Path::kFused);
   torch::manual_seed(3);
-  auto q = torch::randn({2, 3, 64, 8}).requires_grad_(), k = torch::randn({2, 3, 64, 8}),
-       v = torch::randn({2, 3, 64, 8});
+  auto q = torch::randn({2, 3, 64, D}).requires_grad_(), k = torch::randn({2, 3, 64, D}),
+       v = torch::randn({2, 3, 64, D});
   std::vector<fused_launch::LaunchTime> times;
   {
     fused_launch::LaunchTimes timer;
@@ -209,7 +212,7 @@ TEST(FusedTraffic, EveryLaunchOfACallCarriesItsBytes) {
     EXPECT_GE(t.bytes.requested(), t.bytes.unique) << t.what;
     if (t.what == "delta: 64 rows") {
       saw_delta = true;
-      EXPECT_DOUBLE_EQ(t.bytes.unique, 6 * 64 * (2 * 8 * 4 + 4));
+      EXPECT_DOUBLE_EQ(t.bytes.unique, 6 * 64 * (2 * D * 4 + 4));
     }
   }
   EXPECT_TRUE(saw_delta);

@@ -1,8 +1,9 @@
 // The backward's deltas made inside the passes (fused/kernel.h Backward::summary_delta, u's, and
-// Backward::made_delta, o's), on the CUDA kernels' source: the emulated delta kernel's to the bit
-// (the same pieces and shuffles), each row written once, and the passes' gradients as without
-// them, under both schedules of the emulator's threads; and a forward's CTAs making o's delta
-// (Backward's first launch where it remakes a local pass, Forward::delta).
+// Backward::made_delta, o's, one CTA per segment or in the dk/dv walk), on the CUDA kernels'
+// source: the emulated delta kernel's to the bit (the same pieces and shuffles), each row written
+// once, and the passes' gradients as without them, under both schedules of the emulator's
+// threads; and a forward's CTAs making o's delta (Backward's first launch where it remakes a local
+// pass, Forward::delta).
 #include <gtest/gtest.h>
 
 #include <vector>
@@ -20,12 +21,12 @@ const delta_cases::Kernels kCuda = {
     [](const fused::Backward& b) { fused::backward_cuda(b, nullptr); },
     [](const fused::Delta& d) { fused::delta_cuda(d, nullptr); }};
 
-void check_both_schedules(const std::vector<Case>& cases, bool made) {
+void check_both_schedules(const std::vector<Case>& cases, bool made, bool walk = false) {
   for (const auto& c : cases)
     for (const auto schedule : {simt::Schedule::kForward, simt::Schedule::kReverse}) {
       const simt::ScheduleScope scope(schedule);
       const int64_t before = simt::launches();
-      EXPECT_EQ(delta_cases::check(c, kCuda, made), "") << delta_cases::name(c);
+      EXPECT_EQ(delta_cases::check(c, kCuda, made, walk), "") << delta_cases::name(c);
       EXPECT_GT(simt::launches(), before) << delta_cases::name(c) << ": no kernel was emulated";
     }
 }
@@ -50,6 +51,16 @@ TEST(SimtPassDeltas, OsIsTheDeltaKernelsBitForBit) {
                         {false, 200, 40, 64, torch::kBFloat16, true},
                         {false, 72, 8, 32, torch::kFloat, true},
                         {true, 200, 40, 64, torch::kBFloat16, true}},
+                       true);
+}
+
+// Made in the dk/dv kernel's walk, two key tiles a segment, and read by the dq kernel after it
+// (kernel.h walk_makes_delta): only the CTAs of each segment's first key tile write it.
+TEST(SimtPassDeltas, ADkvWalkMakesOsDeltaAsTheDeltaKernel) {
+  check_both_schedules({{true, 400, 100, 64, torch::kBFloat16},
+                        {false, 400, 4, 32, torch::kFloat},
+                        {true, 300, 100, 32, torch::kBFloat16}},
+                       true,
                        true);
 }
 

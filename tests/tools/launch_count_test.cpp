@@ -52,10 +52,10 @@ TEST(LaunchCount, LeafOpsCountViewsDoNot) {
 
 TEST(LaunchCount, FusedKernelsCountAsTheGpuLaunchesThem) {
   // combiner-fixed on the fused path (the kernels' CPU model): forward = the max pools of q and
-  // k (one launch), the local pass (u) and the joint pass; backward = o's delta, the joint
-  // pass's dk/dv, summary and dq kernels, the local pass's one kernel (its blocks of 8 fit one
-  // tile: kernel.h segment_backward; it makes u's delta, Backward::made_delta), and the pools'
-  // (one launch).
+  // k (one launch), the local pass (u) and the joint pass; backward = the joint pass's dk/dv
+  // kernel (which makes o's delta: kernel.h walk_makes_delta), summary and dq kernels, the local
+  // pass's one kernel (its blocks of 8 fit one tile: kernel.h segment_backward; it makes u's
+  // delta, Backward::made_delta), and the pools' (one launch).
   attention::AttentionOptions o{"combiner-fixed", 8, 8, "max"};
   auto module = attention::make_attention(o, 32, 8);
   module->set_path(attention::AttentionImpl::Path::kFused);
@@ -66,7 +66,7 @@ TEST(LaunchCount, FusedKernelsCountAsTheGpuLaunchesThem) {
   auto out = module->forward(q, k, v);
   EXPECT_EQ(counter.fused(), 1 + 2);
   out.sum().backward();
-  EXPECT_EQ(counter.fused(), 3 + 1 + 3 + 1 + 1);
+  EXPECT_EQ(counter.fused(), 3 + 3 + 1 + 1);
   EXPECT_GT(counter.launches(), counter.fused()) << "the zero fill of the glue counts too";
 }
 
@@ -132,7 +132,7 @@ TEST(LaunchCount, FusedVariantsStayWithinTheirBounds) {
     double allocated_mib, peak_mib;
   };
   const std::map<std::string, Bound> bounds = {
-      {"combiner-fixed", {11, 0.1438, 0.1438}},
+      {"combiner-fixed", {10, 0.1438, 0.1438}},
       {"combiner-axial-rowmajor", {7, 0.2553, 0.2553}},
       {"combiner-axial-vertical", {5, 0.3102, 0.2498}},
       {"combiner-axial-horizontal", {12, 0.4915, 0.2498}},
@@ -163,8 +163,9 @@ TEST(LaunchCount, ThePresetsVerticalStaysWithinItsBound) {
 // benchmark's (blocks and rows of 48). At rows of 96 rowmajor's and horizontal's row pass is two
 // query tiles a row, so their column pass, one CTA a column over every row of o, runs first in
 // backward and makes o's delta (no delta launch). At 48 rowmajor's and fixed's local pass makes
-// the key maxes in its CTAs and takes their backward there (no pool launch for them). The same
-// rule as above: lower, never raise.
+// the key maxes in its CTAs and takes their backward there (no pool launch for them). Fixed's
+// joint pass makes o's delta in its dk/dv walk, and at blocks of 96, two key tiles, so does its
+// local pass u's (no delta launch). The same rule as above: lower, never raise.
 TEST(LaunchCount, TheBenchmarkAndCifarLayoutsStayWithinTheirBounds) {
   struct Bound {
     std::string variant;
@@ -175,7 +176,8 @@ TEST(LaunchCount, TheBenchmarkAndCifarLayoutsStayWithinTheirBounds) {
        std::vector<Bound>{{"combiner-axial-rowmajor", 96, 10, 6.0213, 27.637},
                           {"combiner-axial-horizontal", 96, 23, 16.2613, 83.987},
                           {"combiner-axial-rowmajor", 48, 5, 6.0924, 21.228},
-                          {"combiner-fixed", 48, 11, 3.1710, 17.613}})
+                          {"combiner-fixed", 48, 10, 3.1710, 16.863},
+                          {"combiner-fixed", 96, 11, 3.1139, 18.021}})
     expect_within(bound.variant + " at " + std::to_string(bound.segment),
                   counted_case(bound.variant, 3072, bound.segment, 64),
                   bound.launches,

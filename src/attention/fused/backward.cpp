@@ -207,8 +207,13 @@ tensor_list FusedFunction::backward(AutogradContext* ctx, tensor_list grads) {
       !first_makes_delta && first_group != groups.end() && first_group->made_here &&
       !first_group->local.empty() &&
       std::none_of(steps.begin(), steps.end(), [](const Step& s) { return s.group < 0; });
-  const auto delta =
-      first_makes_delta || remake_makes_delta ? torch::empty_like(lse) : row_delta(o, d_o, lse);
+  // Else, where the first step's dk/dv walk can make it (its summaries read by prefix, each
+  // segment's first key tile walking all its queries: combiner-fixed's joint pass), that walk
+  // makes it, read by the launches after it.
+  const bool walk_makes = !first_makes_delta && !remake_makes_delta && total > 0 &&
+                          walk_makes_delta(steps[0], q, scale);
+  const auto delta = first_makes_delta || remake_makes_delta || walk_makes ? torch::empty_like(lse)
+                                                                           : row_delta(o, d_o, lse);
   auto delta_in_remake = remake_makes_delta ? delta_of(o, d_o, delta) : fused::Delta();
   // The local passes read q itself (no query-side pool, no qs given); else qs, or q pooled in
   // their tiles (FusedPass::pooled), whose gradient is qs's all the same.
@@ -297,7 +302,7 @@ tensor_list FusedFunction::backward(AutogradContext* ctx, tensor_list grads) {
       bw.dks = dks.summary_out();
       bw.du = du.summary_out();
     }
-    if (s == 0 && first_makes_delta) {
+    if (s == 0 && (first_makes_delta || walk_makes)) {
       bw.made_delta = delta.data_ptr();
       bw.o = operand(o);
     }
@@ -392,13 +397,14 @@ tensor_list FusedFunction::backward(AutogradContext* ctx, tensor_list grads) {
         return make_pass(steps[s].plan, local_queries(steps[s].plan, q, qs_g), k, v, {}, {}, scale);
       };
       // Where no joint pass made u's delta, the group's first local pass makes it, as the first
-      // joint pass makes o's (Backward::made_delta), where it runs alone, one CTA per segment,
-      // over every row of u (fixed's pooled queries): no delta launch.
+      // joint pass makes o's (Backward::made_delta), where it runs alone over every row of u
+      // (fixed's pooled queries), one CTA per segment or, at blocks longer than a key tile, in
+      // its dk/dv walk: no delta launch.
       size_t delta_maker = total;
       for (size_t s = 0; s < total && !u_delta.defined(); ++s) {
         if (!local_step(s)) continue;
         if (!(s > 0 && steps[s - 1].paired) && covers(steps[s].plan.query, u_g.size(2)) &&
-            fused::segment_backward(local_pass(s)))
+            fused::makes_delta_built(local_pass(s)))
           delta_maker = s;
         break;
       }

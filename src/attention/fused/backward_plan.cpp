@@ -103,6 +103,11 @@ bool makes_delta(const Step& step, const torch::Tensor& q, double scale) {
          fused::segment_backward(make_pass(step.plan, q, q, q, q, q, scale));
 }
 
+bool walk_makes_delta(const Step& step, const torch::Tensor& q, double scale) {
+  return !step.local && !step.paired && covers(step.plan.query, q.size(2)) &&
+         fused::walk_makes_delta(make_pass(step.plan, q, q, q, q, q, scale));
+}
+
 // One group of the whole slots (given, kept, or made in full): every pool, local pass and joint
 // pass that reads a slot.
 SummaryGroup whole_slots(const std::vector<FusedPass>& passes,

@@ -61,6 +61,10 @@ struct Step {
 // Whether `step`, run first, makes o's delta itself (fused::Backward::made_delta): a joint pass,
 // one CTA per segment (fused::segment_backward), whose queries are every row of o once.
 bool makes_delta(const Step& step, const torch::Tensor& q, double scale);
+// Whether `step`, run first, makes o's delta in its dk/dv walk (fused::walk_makes_delta): a joint
+// pass whose queries are every row of o once, where no pass can make it one CTA per segment
+// (combiner-fixed's, which reads its summaries by prefix).
+bool walk_makes_delta(const Step& step, const torch::Tensor& q, double scale);
 
 std::vector<Step> backward_steps(const std::vector<FusedPass>& passes,
                                  const std::vector<SummaryGroup>& groups,

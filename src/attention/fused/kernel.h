@@ -196,12 +196,15 @@ struct Backward {
   void* summary_delta = nullptr;
   int64_t summary_delta_rows = 0;
   bool summary_delta_of_a = false;
-  // Where the pass runs one CTA per segment (segment_backward) and its queries are every row of
-  // the call's output o ([B, H, query.limit, D], the rows of d_o), each once: it makes delta
+  // Where the pass's queries are every row of the call's output o ([B, H, query.limit, D], the
+  // rows of d_o), each once, and its walk can make delta (makes_delta_built): it makes delta
   // itself, each query tile's from its d_o rows and o's as they land in its source A walk (the
-  // delta kernel's value, in its order), and writes it to made_delta for its source B walk, which
-  // reads its rows back after the CTA's barrier, and for the passes after it (null: delta is read
-  // as given). `delta` is then made_delta; no delta launch.
+  // delta kernel's value, in its order), and writes it to made_delta for the passes after it
+  // (null: delta is read as given). `delta` is then made_delta; no delta launch. One CTA per
+  // segment (segment_backward) writes each of its rows and reads them back in its source B walk,
+  // after the CTA's barrier; otherwise each source A walk CTA makes the deltas of the query tiles
+  // it walks, the one of each segment's first key tile writes them, and the launches after the
+  // walk (the summaries' walk by prefix, dq) read them (walk_makes_delta).
   void* made_delta = nullptr;
   Operand o;
   // Where interleaved_backward allows it, the dk/dv walk and dq in one launch (false: in two,
@@ -727,6 +730,30 @@ COMBINER_HD int64_t dkv_ctas(const Pass& p) {
 //  - every source has the queries' segments, so that each segment owns its CTAs of each kind.
 COMBINER_HD constexpr bool interleaved_backward_built(int64_t dim) {
   return dim == 128;
+}
+// Whether a pass that is not segment_backward can make o's delta in its dk/dv walk
+// (Backward::made_delta): the CTA of each segment's first key tile walks every query of the
+// segment (a query tile's walk starts at the first that can see its keys: for key 0, query 0), so
+// every row is written by one CTA, in the walk's launch, before the launches that read it. Where:
+// unpacked; no summaries by segment (their walk shares the launch, and would read rows being
+// written); dq in a launch of its own (not at D 128, where interleaved_backward runs its CTAs
+// beside the walk's); every segment with a query has a key (else no CTA walks its queries).
+// Every walk CTA reads o's rows of the query tiles it walks (each key tile's CTA makes their
+// deltas again): unmasked, every row once a key tile (combiner-fixed's pooled queries, one row a
+// block); causal, the rows from the key tile's on. A segment of one key tile reads o once, where
+// the delta launch reads o and d_o.
+COMBINER_HD bool walk_makes_delta(const Pass& p) {
+  if (segment_backward(p) || segment_pack(p) != 1 || interleaved_backward_built(p.dim))
+    return false;
+  if (p.summaries && p.by_segment) return false;
+  for (int64_t g = 0; g < p.query.segments; ++g)
+    if (valid_count(p.query, g) > 0 && (g >= p.key.segments || valid_count(p.key, g) == 0))
+      return false;
+  return true;
+}
+// Whether the pass's backward can make o's delta itself (Backward::made_delta).
+COMBINER_HD bool makes_delta_built(const Pass& p) {
+  return segment_backward(p) || walk_makes_delta(p);
 }
 COMBINER_HD bool interleaved_backward(const Backward& b) {
   const Pass& p = b.pass;

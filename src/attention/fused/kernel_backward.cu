@@ -494,6 +494,8 @@ void backward_cuda(const Backward& bw, void* stream) {
   const Pass& p = bw.pass;
   if (bw.key_pool.segments > 0 && !key_pool_fits(p, bw.key_pool, true))
     throw std::runtime_error("fused backward: a key pool its CTAs cannot take back");
+  if (bw.made_delta && !makes_delta_built(p))
+    throw std::runtime_error("fused backward: o's delta asked of a pass that cannot make it");
   dispatch(p.dtype, p.dim, "fused backward", [&](auto type, auto dim) {
     using T = typename decltype(type)::type;
     constexpr int D = decltype(dim)::value;

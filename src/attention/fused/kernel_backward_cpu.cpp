@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <stdexcept>
 #include <vector>
 
 namespace combiner::attention::fused {
@@ -219,7 +220,11 @@ void backward_all(const Backward& bw) {
         continue;
       }
       // dk, dv first, as the kernels: dq may overwrite d_o in place (Backward in kernel.h).
-      // One launch on a GPU: source A's key tiles, then source B's by segment.
+      // One launch on a GPU: source A's key tiles, then source B's by segment. Where the walk
+      // makes o's delta (walk_makes_delta), the launches after it read its rows: the same
+      // values, made here first.
+      if (bw.made_delta)
+        for (int64_t cta = 0; cta < query_ctas(p); ++cta) make_delta_tile<S, T>(bw, b, h, cta);
       for (int64_t cta = 0; cta < key_ctas(p, false); ++cta)
         backward_dkv_tile<S, T>(bw, b, h, Keys::kSourceA, cta, 0);
       if (p.summaries && p.by_segment) {
@@ -249,6 +254,8 @@ void backward_pair_all(const BackwardPair& pair) {
 // Each CTA's key pool backward adds into rows of its own segment's dk, after that CTA's own
 // writes of them, and no other CTA touches them: after the whole pass, the same sums.
 void backward_cpu(const Backward& b) {
+  if (b.made_delta && !makes_delta_built(b.pass))
+    throw std::runtime_error("fused backward: o's delta asked of a pass that cannot make it");
   cpu_model::dispatch(
       b.pass.dtype, [&](auto s, auto t) { cpu_model::backward_all<decltype(s), decltype(t)>(b); });
   if (b.key_pool.segments > 0) segment_max_backward_cpu(one_part(b.key_pool));

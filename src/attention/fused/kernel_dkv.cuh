@@ -29,11 +29,16 @@ constexpr int kDsPitch = kKeyTile + 4;
 
 // Backward::made_delta: delta = d_o . o for each of a walk tile's ROWS queries (row(i): its row
 // of o and d_o, or -1), d_o as the tile holds it, o's row read here, summed as the delta kernel
-// sums it (piece_dot); into the tile's deltas (0 where no row) and made[row] for the passes after
-// this one.
+// sums it (piece_dot); into the tile's deltas (0 where no row) and, where `write`, into
+// made[row] for the launches and passes after this walk.
 template <typename T, int D, int ROWS, typename RowFn>
-__device__ __forceinline__ void make_deltas(
-    const T* d_o_tile, const T* o0, int64_t o_row, RowFn row, float* deltas, float* made) {
+__device__ __forceinline__ void make_deltas(const T* d_o_tile,
+                                            const T* o0,
+                                            int64_t o_row,
+                                            RowFn row,
+                                            float* deltas,
+                                            float* made,
+                                            bool write) {
   constexpr int E = 16 / int(sizeof(T)), kPieces = D / E, P = pitch<T, D>();
   constexpr int kPerThread = ROWS * kPieces / kThreads;
   static_assert(ROWS * kPieces % kThreads == 0, "whole pieces per thread");
@@ -55,7 +60,7 @@ __device__ __forceinline__ void make_deltas(
     const float sum = piece_dot<kPieces>(o, d_o);
     if (c == 0) {
       deltas[r] = at[i] >= 0 ? sum : 0.f;
-      if (at[i] >= 0) made[at[i]] = sum;
+      if (at[i] >= 0 && write) made[at[i]] = sum;
     }
   }
 }
@@ -178,8 +183,12 @@ __device__ __forceinline__ bool dkv_tile(const Backward& bw, int64_t cta, unsign
   // the row table.
   const float* lse0 = static_cast<const float*>(bw.lse) + (b * p.heads + h) * p.query.limit;
   const float* delta0 = static_cast<const float*>(bw.delta) + (b * p.heads + h) * p.query.limit;
-  // kernel.h Backward::made_delta: each query tile's delta made here, not loaded.
-  const bool make_delta = A && DQ && bw.made_delta != nullptr;
+  // kernel.h Backward::made_delta: each query tile's delta made here, not loaded (written out by
+  // a segment's one CTA, or, by the walk alone, by its first key tile's). Built where a pass can
+  // ask it: one CTA per segment (DQ), or an unpacked walk whose dq has a launch of its own
+  // (walk_makes_delta).
+  constexpr bool kMakesDelta = A && (DQ || (!PACKED && !interleaved_backward_built(D)));
+  const bool make_delta = kMakesDelta && bw.made_delta != nullptr;
   auto load_queries = [&](int64_t f0, int stage) {
     if constexpr (!PACKED && !SUMMARY) {
       // By segment: query f is row f of segment g, its rows row_stride apart.
@@ -263,7 +272,7 @@ __device__ __forceinline__ bool dkv_tile(const Backward& bw, int64_t cta, unsign
     }
     __syncthreads();
     const int stage = tile & 1;
-    if constexpr (A && DQ) {
+    if constexpr (kMakesDelta) {
       if (make_delta) {
         const T* o0 = at<T>(bw.o, b, h, 0);
         float* made = static_cast<float*>(bw.made_delta) + (b * p.heads + h) * p.query.limit;
@@ -278,7 +287,8 @@ __device__ __forceinline__ bool dkv_tile(const Backward& bw, int64_t cta, unsign
               return row_of(p.query, g, f);
             },
             deltas + stage * MQ,
-            made);
+            made,
+            DQ || j0 == 0);  // by the walk alone, the segment's first key tile's CTA writes
         __syncthreads();
       }
     }

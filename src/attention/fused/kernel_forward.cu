@@ -14,13 +14,13 @@
 // the table and its command; at this code, forward + backward:
 //   variant      L 3072 MiB   floor at 4.8 TB/s   L 12288 MiB   floor
 //   flash             289.5   0.063 ms                 1,158   0.25 ms
-//   fixed             563.6   0.123 ms                 2,430   0.53 ms
+//   fixed             539.6   0.118 ms                 2,334   0.51 ms
 //   rowmajor          679.3   0.148 ms                 3,676   0.80 ms
 //   vertical        1,012.1   0.221 ms                 6,442   1.41 ms
 //   horizontal      1,815.1   0.397 ms                11,027   2.41 ms
 // Measured on an H200 (docs/perf/attention-vs-flash.csv, with kernels older than these counts),
-// as multiples of these floors: at L 3072 fixed 0.994 ms (8.1x), rowmajor 1.370 (9.2x), vertical
-// 1.894 (8.6x), horizontal 2.958 (7.5x); at L 12288 4.25 ms (8.0x), 6.46 (8.0x), 8.77 (6.2x),
+// as multiples of these floors: at L 3072 fixed 0.994 ms (8.4x), rowmajor 1.370 (9.2x), vertical
+// 1.894 (8.6x), horizontal 2.958 (7.5x); at L 12288 4.25 ms (8.3x), 6.46 (8.0x), 8.77 (6.2x),
 // 13.12 (5.4x). flash took 0.981 and 9.84 ms (15.5x and 39x its bytes' floor: its limit is
 // arithmetic, 1,536 and 6,144 terms a query). Ours' floor is memory, not arithmetic:
 // combiner-fixed at L 12288 takes ~112 terms a query (its block prefix, 48 on average, and 63.5

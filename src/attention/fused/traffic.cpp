@@ -134,9 +134,18 @@ void dkv_walk(Ledger& l, const Backward& bw, Keys keys, int64_t cta, int64_t par
   if (keys == Keys::kPrefixSummaries && f.end <= f.begin) return;  // loads and adds nothing
   for (const auto& key : tile)
     if (key.valid) read_key(l, p, !a, key);
+  // Making o's delta in the walk alone (walk_makes_delta): each CTA reads o's rows of its
+  // queries, and the segment's first key tile's writes their delta.
+  const bool walk_delta = a && bw.made_delta && !segment_backward(p);
   for (int64_t i = f.begin; i < f.end; ++i) {
     const TileIndex q = dkv_query(p, keys, cta, tile[0], i);
-    if (q.valid) read_query(l, bw, q, Load::kTile, a && bw.made_delta);
+    if (!q.valid) continue;
+    read_query(l, bw, q, Load::kTile, a && bw.made_delta);
+    if (walk_delta) {
+      const int64_t row = row_of(p.query, q.g, q.i);
+      read_row(l, bw.o, row, p.dim, element_bytes(p.dtype), Load::kPlain);
+      if (tile[0].i == 0) l.write(bw.made_delta, row, acc_bytes(p.dtype), 1);
+    }
   }
   for (const auto& key : tile) {
     if (!key.valid) continue;
@@ -319,7 +328,7 @@ Traffic traffic(const Backward& bw) {
     if (rows.empty()) continue;
     for (int64_t r = 0; r < kQueryTile; ++r) {
       const TileIndex q = tile_query(p, cta, r);
-      if (q.valid) read_query(l, bw, q, Load::kPlain, bw.made_delta != nullptr);
+      if (q.valid) read_query(l, bw, q, Load::kPlain);  // delta: given, or made by the walk
     }
     read_key_tiles(l, p, cta);
     for (const int64_t row : rows) write_grad(l, bw.dq, row, p);
