@@ -79,6 +79,16 @@ void pair_steps(std::vector<Step>& steps, const torch::Tensor& q, double scale) 
   }
 }
 
+// Whether `step` is a joint pass run alone over every row of o once whose pass (q standing in for
+// its slots: only their geometry counts) meets `can`.
+bool alone_over_o(const Step& step,
+                  const torch::Tensor& q,
+                  double scale,
+                  bool (*can)(const fused::Pass&)) {
+  return !step.local && !step.paired && covers(step.plan.query, q.size(2)) &&
+         can(make_pass(step.plan, q, q, q, q, q, scale));
+}
+
 // The joint passes reading no slot, first, wait for nothing: where the first of them cannot make
 // o's delta and the first group's first joint pass can (makes_delta), that pass runs first and
 // they run just after it, in its group, so that no delta launch runs before them (rowmajor's and
@@ -99,13 +109,11 @@ void delta_maker_first(std::vector<Step>& steps, const torch::Tensor& q, double 
 }  // namespace
 
 bool makes_delta(const Step& step, const torch::Tensor& q, double scale) {
-  return !step.local && !step.paired && covers(step.plan.query, q.size(2)) &&
-         fused::segment_backward(make_pass(step.plan, q, q, q, q, q, scale));
+  return alone_over_o(step, q, scale, &fused::segment_backward);
 }
 
 bool walk_makes_delta(const Step& step, const torch::Tensor& q, double scale) {
-  return !step.local && !step.paired && covers(step.plan.query, q.size(2)) &&
-         fused::walk_makes_delta(make_pass(step.plan, q, q, q, q, q, scale));
+  return alone_over_o(step, q, scale, &fused::walk_makes_delta);
 }
 
 // One group of the whole slots (given, kept, or made in full): every pool, local pass and joint
