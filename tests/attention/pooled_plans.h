@@ -33,18 +33,19 @@ inline Plan vertical(int64_t L, int64_t W, bool on_chip) {
 }
 
 // A prefix pass along each row and a suffix pass right to left; the running maxes of k and q
-// along the rows both ways (the suffixes' in the second half of ks and qs).
-inline Plan horizontal(int64_t L, int64_t W, bool on_chip) {
+// along the rows both ways (the suffixes' in the second half of ks and qs). Each pass runs over
+// `len` columns of each row, from its first or its last.
+inline Plan horizontal_over(int64_t L, int64_t W, bool on_chip, int64_t len) {
   const int64_t spans = (L + W - 1) / W - 1, n = spans * W;
   Plan p;
   for (const bool query_side : {false, true})
     for (const bool reverse : {false, true})
       p.pools.push_back(FusedPool::running_max(query_side, spans, W, 3, reverse, reverse ? n : 0));
   FusedPass prefix, suffix;
-  prefix.query = {spans, W, W, 1, 2 * n};
-  prefix.key = prefix.value = {spans, W, W, 1, n};
-  suffix.query = {spans, W, W, -1, 2 * n, n + W - 1};
-  suffix.key = suffix.value = {spans, W, W, -1, n, W - 1};
+  prefix.query = {spans, len, W, 1, 2 * n};
+  prefix.key = prefix.value = {spans, len, W, 1, n};
+  suffix.query = {spans, len, W, -1, 2 * n, n + W - 1};
+  suffix.key = suffix.value = {spans, len, W, -1, n, W - 1};
   prefix.mask = suffix.mask = fused::Mask::kCausal;
   if (on_chip) {
     prefix.pooling(prefix.query);
@@ -54,6 +55,12 @@ inline Plan horizontal(int64_t L, int64_t W, bool on_chip) {
   for (auto& pool : p.pools) pool.on_chip = on_chip;
   p.joint = horizontal_joint_passes(L, W);
   return p;
+}
+
+// As the variant plans it: where the passes pool on chip, over the W - 1 columns whose summaries
+// are read (fused_axial.cpp); else over whole rows, as the scans' backward reads every row.
+inline Plan horizontal(int64_t L, int64_t W, bool on_chip) {
+  return horizontal_over(L, W, on_chip, on_chip ? W - 1 : W);
 }
 
 }  // namespace combiner::attention::pooled_plans

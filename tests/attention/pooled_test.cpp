@@ -82,6 +82,12 @@ TEST(PooledPass, IsThePoolKernelsBitForBit) {
       {horizontal, {392, 48, 32, torch::kFloat}, 7},     // rows of 48, the last short
       {horizontal, {200, 40, 128, torch::kBFloat16}, 7},
       {horizontal, {96, 12, 16, torch::kDouble}, 7}};
+  const auto expect_equal = [](const auto& a, const auto& b, const std::string& what) {
+    EXPECT_TRUE(torch::equal(a.o, b.o)) << what;
+    EXPECT_TRUE(torch::equal(a.dq, b.dq)) << what;
+    EXPECT_TRUE(torch::equal(a.dk, b.dk)) << what;
+    EXPECT_TRUE(torch::equal(a.dv, b.dv)) << what;
+  };
   for (const auto& c : cases) {
     const auto& s = c.shape;
     const auto on_chip = c.plan(s.L, s.W, true);
@@ -89,12 +95,17 @@ TEST(PooledPass, IsThePoolKernelsBitForBit) {
       ASSERT_TRUE(pools_fit_on_chip(local, torch::empty({1, 1, s.L, s.D}, s.dtype))) << name(s);
     const auto a = run(on_chip, s.L, s.D, s.dtype);
     const auto b = run(c.plan(s.L, s.W, false), s.L, s.D, s.dtype);
-    EXPECT_TRUE(torch::equal(a.o, b.o)) << name(s);
-    EXPECT_TRUE(torch::equal(a.dq, b.dq)) << name(s);
-    EXPECT_TRUE(torch::equal(a.dk, b.dk)) << name(s);
-    EXPECT_TRUE(torch::equal(a.dv, b.dv)) << name(s);
+    expect_equal(a, b, name(s));
     EXPECT_GT(a.dq.abs().sum().item<double>(), 0) << name(s);
     EXPECT_EQ(b.launches.size() - a.launches.size(), c.fewer) << name(s);
+    if (c.plan != horizontal) continue;
+    // Horizontal's pooled passes run over the W - 1 columns of each row whose summaries are
+    // read, the scans' plan over whole rows: the same again with the scans over W - 1 columns
+    // (on a GPU a packed tile of other segment lengths sums in another order: only this pair
+    // is the same bits there, tests/emulated/pooled_test.cpp).
+    expect_equal(a,
+                 run(pooled_plans::horizontal_over(s.L, s.W, false, s.W - 1), s.L, s.D, s.dtype),
+                 name(s) + ", the scans over W - 1 columns");
   }
 }
 
@@ -119,7 +130,21 @@ TEST(PooledPass, MovesFourteenSlotsFewer) {
   // each way (fused::ForwardPair, BackwardPair): the pooled prefix pass reads q's rows that the
   // row pass has just read (forward and backward) and adds into the dq rows it has just read and
   // written (backward), where the scans' plan reads qs and stores qs's gradient.
-  EXPECT_DOUBLE_EQ(bytes(horizontal, false) - bytes(horizontal, true), 32 * slot);
+  // (Horizontal's passes over whole rows on chip, as the scans' plan runs them.)
+  double whole_rows = 0;
+  for (const auto& t :
+       run(pooled_plans::horizontal_over(L, W, true, W), L, D, torch::kFloat).launches)
+    whole_rows += t.bytes.unique;
+  EXPECT_DOUBLE_EQ(bytes(horizontal, false) - whole_rows, 32 * slot);
+  // Its passes over the W - 1 columns of each row whose summaries are read rather than all W:
+  // per span row, a row of each tensor the passes read or write for that column, fewer. The
+  // forward's prefix pass writes u and ks (q, k and v rows the row pass in its launch reads);
+  // the suffix pass and the two passes made again in backward read q, k, v and write u and ks;
+  // the backward's prefix pass reads u's and ks's gradients; the suffix pass reads q, k, v and
+  // those two and adds into dq, dk and dv (each read and written): 30 rows; and 8 floats, u's
+  // lse written by each of the four forwards and read with u's delta by each of the backwards.
+  const double row = 2.0 * 2 * D * 4, lse = 2.0 * 2 * 4;
+  EXPECT_DOUBLE_EQ(whole_rows - bytes(horizontal, true), spans * (30 * row + 8 * lse));
 }
 
 // The variants take pooled passes where each column (vertical) or row (horizontal) is one tile,

@@ -135,7 +135,7 @@ TEST(LaunchCount, FusedVariantsStayWithinTheirBounds) {
       {"combiner-fixed", {10, 0.1438, 0.1438}},
       {"combiner-axial-rowmajor", {7, 0.2553, 0.2553}},
       {"combiner-axial-vertical", {5, 0.3102, 0.2498}},
-      {"combiner-axial-horizontal", {12, 0.4915, 0.2498}},
+      {"combiner-axial-horizontal", {10, 0.4915, 0.2498}},
   };
   for (const auto& [variant, bound] : bounds)
     expect_within(variant,
@@ -165,7 +165,9 @@ TEST(LaunchCount, ThePresetsVerticalStaysWithinItsBound) {
 // backward and makes o's delta (no delta launch). At 48 rowmajor's and fixed's local pass makes
 // the key maxes in its CTAs and takes their backward there (no pool launch for them). Fixed's
 // joint pass makes o's delta in its dk/dv walk, and at blocks of 96, two key tiles, so does its
-// local pass u's (no delta launch). The same rule as above: lower, never raise.
+// local pass u's (no delta launch). At 48 horizontal's local passes make only the summaries its
+// joint passes read, whose gradients then need no zero fill. The same rule as above: lower,
+// never raise.
 TEST(LaunchCount, TheBenchmarkAndCifarLayoutsStayWithinTheirBounds) {
   struct Bound {
     std::string variant;
@@ -176,6 +178,7 @@ TEST(LaunchCount, TheBenchmarkAndCifarLayoutsStayWithinTheirBounds) {
        std::vector<Bound>{{"combiner-axial-rowmajor", 96, 10, 6.0213, 27.637},
                           {"combiner-axial-horizontal", 96, 23, 16.2613, 83.987},
                           {"combiner-axial-rowmajor", 48, 5, 6.0924, 21.228},
+                          {"combiner-axial-horizontal", 48, 10, 12.0447, 56.258},
                           {"combiner-fixed", 48, 10, 3.1710, 16.863},
                           {"combiner-fixed", 96, 11, 3.1139, 18.021}})
     expect_within(bound.variant + " at " + std::to_string(bound.segment),

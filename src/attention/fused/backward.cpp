@@ -101,7 +101,7 @@ std::vector<torch::Tensor> make_buffers(const std::vector<BufferSpec>& specs) {
     made[i] = s.zeroed ? zeros.narrow(0, offsets[i], bytes_of(s))
                              .view(s.options.dtype().toScalarType())
                              .view(s.sizes)
-                       : torch::empty(s.sizes, s.options);
+                       : unset(s.sizes, s.options);
   }
   return made;
 }
@@ -114,7 +114,25 @@ struct GradPlan {
   BufferSpec buffer;        // no sizes: no gradient
 };
 
-GradPlan plan_grad(const torch::Tensor& x, const Readers& readers, bool shared) {
+// Whether the first of `writers` stores every row that the later ones add into and that
+// `read_after` (the rows read once they are done; null: every row) names.
+bool first_stores_what_is_read(const Readers& writers,
+                               const std::vector<fused::Geometry>* read_after,
+                               int64_t rows) {
+  if (covers(writers[0].second, rows)) return true;
+  if (read_after == nullptr) return false;
+  std::vector<fused::Geometry> reads = *read_after;
+  for (size_t i = 1; i < writers.size(); ++i) reads.push_back(writers[i].second);
+  return names_only(reads, named_rows(writers[0].second, rows));
+}
+
+// `read_after`: the rows of the gradient read after its readers have written it (by the local
+// passes, or the pools' backward; null: every row, as where it is returned). Rows none of them
+// reads need not be zeros.
+GradPlan plan_grad(const torch::Tensor& x,
+                   const Readers& readers,
+                   bool shared,
+                   const std::vector<fused::Geometry>* read_after = nullptr) {
   GradPlan g;
   if (!x.defined() || (readers.empty() && !shared)) return g;
   const int64_t rows = x.size(2);
@@ -124,7 +142,8 @@ GradPlan plan_grad(const torch::Tensor& x, const Readers& readers, bool shared) 
                  readers[0].second.limit == rows;
   g.buffer.sizes = x.sizes().vec();
   g.buffer.options = g.in_place ? x.options() : x.options().dtype(acc_type(x.scalar_type()));
-  g.buffer.zeroed = g.in_place ? !covers(readers[0].second, rows) : !g.slabs_fill;
+  g.buffer.zeroed =
+      g.in_place ? !first_stores_what_is_read(readers, read_after, rows) : !g.slabs_fill;
   return g;
 }
 
@@ -184,8 +203,18 @@ tensor_list FusedFunction::backward(AutogradContext* ctx, tensor_list grads) {
       if (!ks.defined()) ks = ks_pooled;
       if (!qs.defined()) qs = qs_pooled;
       if (!local.empty() && !u.defined())
-        std::tie(u, lse_u) = local_stage(
-            local, q, qs, k, v, ks, local_rows(local, qs, pools), scale, nullptr, {}, pools);
+        std::tie(u, lse_u) = local_stage(local,
+                                         q,
+                                         qs,
+                                         k,
+                                         v,
+                                         ks,
+                                         local_rows(local, qs, pools),
+                                         passes,
+                                         scale,
+                                         nullptr,
+                                         {},
+                                         pools);
     }
   }
   const bool split = groups[0].made_here;  // else the one group of the whole slots
@@ -212,8 +241,9 @@ tensor_list FusedFunction::backward(AutogradContext* ctx, tensor_list grads) {
   // makes it, read by the launches after it.
   const bool walk_makes = !first_makes_delta && !remake_makes_delta && total > 0 &&
                           walk_makes_delta(steps[0], q, scale);
-  const auto delta = first_makes_delta || remake_makes_delta || walk_makes ? torch::empty_like(lse)
-                                                                           : row_delta(o, d_o, lse);
+  const auto delta = first_makes_delta || remake_makes_delta || walk_makes
+                         ? unset(lse.sizes(), lse.options())
+                         : row_delta(o, d_o, lse);
   auto delta_in_remake = remake_makes_delta ? delta_of(o, d_o, delta) : fused::Delta();
   // The local passes read q itself (no query-side pool, no qs given); else qs, or q pooled in
   // their tiles (FusedPass::pooled), whose gradient is qs's all the same.
@@ -291,7 +321,7 @@ tensor_list FusedFunction::backward(AutogradContext* ctx, tensor_list grads) {
     if (bw.dk.kind == GradOut::kAtomic && writes_slabs(key)) {
       const bool written = key.first == 0 && key.row_stride == 1 && key.seg_len >= key.limit;
       const std::vector<int64_t> shape{B, H, key.segments * key.limit, D};
-      slabs = written ? torch::empty(shape, lse.options()) : torch::zeros(shape, lse.options());
+      slabs = written ? unset(shape, lse.options()) : torch::zeros(shape, lse.options());
       bw.dk = grad_out(slabs, GradOut::kStoreAcc);
       bw.dk.segment_rows = key.limit;
     }
@@ -350,23 +380,51 @@ tensor_list FusedFunction::backward(AutogradContext* ctx, tensor_list grads) {
                                            v,
                                            ks_g,
                                            group.hi - group.lo,
+                                           group.joint_plan,
                                            scale,
                                            nullptr,
                                            std::exchange(delta_in_remake, fused::Delta()),
                                            group.pools);
       qs_g = torch::Tensor();
     }
-    const GradPlan dks_plan = plan_grad(ks_g, ks_uses[gi], by_prefix[gi]),
-                   du_plan = plan_grad(u_g, u_uses[gi], by_prefix[gi]);
+    const auto local_step = [&](size_t s) { return steps[s].group == int(gi) && steps[s].local; };
+    // The local passes' backward runs where u has a gradient, their d_o.
+    const bool local_runs =
+        !group.local.empty() && u_g.defined() && (!u_uses[gi].empty() || by_prefix[gi]);
+    // Pools made on chip by the group's pooled local passes: their backward runs in those passes'
+    // epilogues where q's and k's gradients are stored in the kernel dtype
+    // (kernel.h Backward::pools_dq), reading ks's gradient at their keys' rows alone.
+    bool fold = local_runs && group.made_here && ks_g.defined() &&
+                (!ks_uses[gi].empty() || by_prefix[gi]) && dq.buffer.defined() &&
+                dq.buffer.scalar_type() == dtype && dk.buffer.scalar_type() == dtype &&
+                std::all_of(group.pools.begin(), group.pools.end(), [](const FusedPool& p) {
+                  return p.on_chip;
+                });
+    // The rows of u's and ks's gradients read after the joint passes: u's by the local passes,
+    // as their d_o (and u's delta), and ks's by the pools' backward in their epilogues; every
+    // row where the gradient is returned or a scan takes it back.
+    std::vector<fused::Geometry> local_queries_read, pooled_keys_read;
+    for (size_t s = 0; s < total; ++s) {
+      if (!local_step(s)) continue;
+      fold = fold && steps[s].plan.pooled && dk.out(s).kind == GradOut::kStore;
+      local_queries_read.push_back(steps[s].plan.query);
+      pooled_keys_read.push_back(steps[s].plan.pooled_keys);
+    }
+    const GradPlan dks_plan = plan_grad(
+                       ks_g, ks_uses[gi], by_prefix[gi], fold ? &pooled_keys_read : nullptr),
+                   du_plan = plan_grad(
+                       u_g, u_uses[gi], by_prefix[gi], local_runs ? &local_queries_read : nullptr);
     // Where one joint pass writes all of du (u its source A's or its source B's by segment,
     // stored: its one reader, in place), it also makes u's delta for the local passes, in the
     // epilogue that stores du (Backward::summary_delta): no delta launch reading u and du again.
-    // Rows of u it does not read have du 0 and delta 0.
+    // Rows of u it does not read have du 0 and delta 0, where a local pass reads them.
     const size_t u_writer = u_uses[gi].size() == 1 ? u_uses[gi][0].first : total;
     BufferSpec u_delta_spec;
-    if (!group.local.empty() && u_writer < total && !by_prefix[gi] && du_plan.in_place)
+    if (local_runs && u_writer < total && !by_prefix[gi] && du_plan.in_place)
       u_delta_spec = {
-          lse_u_g.sizes().vec(), lse_u_g.options(), !covers(u_uses[gi][0].second, u_g.size(2))};
+          lse_u_g.sizes().vec(),
+          lse_u_g.options(),
+          !first_stores_what_is_read({u_uses[gi][0]}, &local_queries_read, u_g.size(2))};
     // The group's buffers, the zeroed ones in one fill.
     auto made = make_buffers({dks_plan.buffer, du_plan.buffer, u_delta_spec});
     Grad dks = bind_grad(dks_plan, std::move(made[0]), ks_uses[gi], total),
@@ -390,9 +448,8 @@ tensor_list FusedFunction::backward(AutogradContext* ctx, tensor_list grads) {
     Grad dqs = slot_grad(qs_g, qs_uses[gi], total, false);
     bool group_pools_done = false;  // the pools' backward ran in the local pass's epilogue
     bool key_pool_done = false;     // a key side's segment max's backward ran in a local pass
-    if (!group.local.empty() && du.buffer.defined()) {
+    if (local_runs) {
       const auto d_o_u = kernel_ready(du.buffer, dtype);
-      const auto local_step = [&](size_t s) { return steps[s].group == int(gi) && steps[s].local; };
       const auto local_pass = [&](size_t s) {
         return make_pass(steps[s].plan, local_queries(steps[s].plan, q, qs_g), k, v, {}, {}, scale);
       };
@@ -409,7 +466,7 @@ tensor_list FusedFunction::backward(AutogradContext* ctx, tensor_list grads) {
         break;
       }
       const auto delta_u = u_delta.defined()     ? u_delta
-                           : delta_maker < total ? torch::empty_like(lse_u_g)
+                           : delta_maker < total ? unset(lse_u_g.sizes(), lse_u_g.options())
                                                  : row_delta(u_g, d_o_u, lse_u_g);
       const auto u_for_delta = delta_maker < total ? u_g : torch::Tensor();
       u_g = torch::Tensor();  // (a group's own: its last read, but for its delta's maker)
@@ -420,15 +477,14 @@ tensor_list FusedFunction::backward(AutogradContext* ctx, tensor_list grads) {
           if (steps[s].group == int(gi) && steps[s].local)
             dqs.by_pass[s] = grad_out(d_o_u, GradOut::kStore);
       }
-      // Pools made on chip by the group's pooled local pass: their backward runs in its epilogue
-      // where q's and k's gradients are stored in the kernel dtype (kernel.h Backward::pools_dq).
-      bool fold = group.made_here && dks.buffer.defined() && dq.buffer.defined() &&
-                  dq.buffer.scalar_type() == dtype && dk.buffer.scalar_type() == dtype &&
-                  std::all_of(group.pools.begin(), group.pools.end(), [](const FusedPool& p) {
-                    return p.on_chip;
-                  });
-      for (size_t s = 0; s < total; ++s)
-        if (local_step(s)) fold = fold && steps[s].plan.pooled && dk.out(s).kind == GradOut::kStore;
+      // A pooled pass's queries live in its tiles alone: their gradient has no buffer unless the
+      // local passes store it over u's (every row once), so their pools' backward must fold.
+      TORCH_CHECK(fold || dqs_over_du[gi] ||
+                      std::none_of(group.pools.begin(),
+                                   group.pools.end(),
+                                   [](const FusedPool& p) { return p.on_chip && p.query_side; }),
+                  "fused attention: pooled local passes over part of u's rows need their pools' "
+                  "backward in their own epilogues");
       const auto d_ks_pooled = fold ? kernel_ready(dks.buffer, dtype) : torch::Tensor();
       // A key side's segment max made on chip by a local pass: its backward in that pass's
       // CTAs, into dk in place, where the pass stores dk's rows in the kernel dtype

@@ -6,11 +6,26 @@
 #include "attention/fused/pool_stage.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <limits>
 #include <vector>
 
 namespace combiner::attention::fused_glue {
+
+namespace {
+std::atomic<bool> poisoned{false};
+}  // namespace
+
+torch::Tensor unset(at::IntArrayRef sizes, const torch::TensorOptions& options) {
+  auto t = torch::empty(sizes, options);
+  if (poisoned.load(std::memory_order_relaxed)) t.fill_(std::numeric_limits<double>::quiet_NaN());
+  return t;
+}
+
+bool poison_unset(bool on) {
+  return poisoned.exchange(on);
+}
 
 // Whether the segments of g own disjoint rows that together are every row 0..rows-1: blocks,
 // columns, or whole blocks read right to left (which exist whole or not at all); the segments
@@ -230,12 +245,14 @@ fused::Geometry pool_rows(const FusedPool& p, bool slot) {
           first + n,  // along each segment
           first + (p.reverse ? p.len - 1 : 0)};
 }
-// Whether a and b name the same rows, index by index.
-bool names_same_rows(const fused::Geometry& a, const fused::Geometry& b) {
-  if (a.segments != b.segments || a.seg_len != b.seg_len) return false;
+// Whether b names the first rows of each of a's lines, index by index (all of them, or the
+// first b.seg_len of each: a running max made over the first steps of each line is the pool's
+// value at those steps).
+bool names_line_starts(const fused::Geometry& a, const fused::Geometry& b) {
+  if (a.segments != b.segments || b.seg_len > a.seg_len) return false;
   for (int64_t g = 0; g < a.segments; ++g) {
-    const int64_t n = fused::valid_count(a, g);
-    if (n != fused::valid_count(b, g)) return false;
+    const int64_t n = fused::valid_count(b, g);
+    if (n > fused::valid_count(a, g)) return false;
     for (int64_t t = 0; t < n; ++t)
       if (fused::row_of(a, g, t) != fused::row_of(b, g, t)) return false;
   }
@@ -243,10 +260,43 @@ bool names_same_rows(const fused::Geometry& a, const fused::Geometry& b) {
 }
 }  // namespace
 
+std::vector<char> named_rows(const fused::Geometry& g, int64_t rows) {
+  std::vector<char> named(rows, 0);
+  for (int64_t s = 0; s < g.segments; ++s)
+    for (int64_t t = 0; t < fused::valid_count(g, s); ++t) {
+      const int64_t r = fused::row_of(g, s, t);
+      if (r >= 0 && r < rows) named[r] = 1;
+    }
+  return named;
+}
+
+bool names_only(const std::vector<fused::Geometry>& reads, const std::vector<char>& written) {
+  const int64_t rows = int64_t(written.size());
+  for (const auto& g : reads)
+    for (int64_t s = 0; s < g.segments; ++s)
+      for (int64_t t = 0; t < fused::valid_count(g, s); ++t) {
+        const int64_t r = fused::row_of(g, s, t);
+        if (r < 0 || r >= rows || !written[r]) return false;
+      }
+  return true;
+}
+
+std::vector<fused::Geometry> slot_reads(const std::vector<FusedPass>& passes,
+                                        bool values,
+                                        int64_t rows) {
+  std::vector<fused::Geometry> reads;
+  for (const auto& p : passes) {
+    if (p.a_from_summaries) reads.push_back(values ? p.value : p.key);
+    if (p.summaries && p.by_segment) reads.push_back(values ? p.summary_value : p.summary_key);
+    if (p.summaries && !p.by_segment) reads.push_back({1, rows, rows, 1, rows});
+  }
+  return reads;
+}
+
 void check_pooled(const torch::Tensor& q,
                   const std::vector<FusedPass>& local,
                   const std::vector<FusedPool>& pools,
-                  int64_t Lu) {
+                  const std::vector<FusedPass>& passes) {
   std::vector<char> matched(pools.size(), 0);
   bool any = false;
   for (const auto& pass : local) {
@@ -266,8 +316,8 @@ void check_pooled(const torch::Tensor& q,
         const FusedPool& p = pools[i];
         if (!p.on_chip || p.query_side != query_side || matched[i]) continue;
         if (p.kind == FusedPool::Kind::kRunningMax &&
-            names_same_rows(pool_rows(p, false), pass.key) &&
-            names_same_rows(pool_rows(p, true), into)) {
+            names_line_starts(pool_rows(p, false), pass.key) &&
+            names_line_starts(pool_rows(p, true), into)) {
           matched[i] = 1;
           ++found;
           break;
@@ -297,9 +347,21 @@ void check_pooled(const torch::Tensor& q,
                 i,
                 ") has no local pass that makes it");
   if (!any) return;
-  const auto writes = local_writes(local, Lu);
-  TORCH_CHECK(std::all_of(writes.begin(), writes.end(), [](int64_t w) { return w == 1; }),
-              "fused attention: a local stage that pools on chip must write every row of u once");
+  // The running maxes made on chip write ks's rows of their passes' keys (pooled_keys), which
+  // may be the first steps of each line only: the joint passes read none of the others.
+  const int64_t ks_rows = fused_pools::slot_rows(pools, /*query_side=*/false);
+  std::vector<char> written(ks_rows, 0);
+  for (const auto& pool : pools)
+    if (!pool.query_side && !(pool.on_chip && pool.kind == FusedPool::Kind::kRunningMax))
+      for (int64_t r = pool.first; r < pool.first + pool.rows(); ++r) written[r] = 1;
+  for (const auto& pass : local) {
+    if (!pass.pooled) continue;
+    const auto made = named_rows(pass.pooled_keys, ks_rows);
+    for (int64_t r = 0; r < ks_rows; ++r) written[r] = written[r] || made[r];
+  }
+  TORCH_CHECK(names_only(slot_reads(passes, /*values=*/false, ks_rows), written),
+              "fused attention: a joint pass reads a row of ks that no pool or pooled local pass "
+              "makes");
 }
 
 // Whether no two indices (g, t) of g name the same row: each row is then written by one CTA,

@@ -45,14 +45,39 @@ void check_local(int64_t Lu,
 // Pools made on chip (FusedPool::on_chip) and the local passes that make them
 // (FusedPass::pooled): each such pass fits on chip for q (pools_fit_on_chip) and makes one
 // running max of k and one of q over its keys' rows (into its pooled_keys' rows of ks and its
-// queries' rows of qs), each pool made on chip by one pass, and the local queries write each of
-// u's Lu rows once (so that qs's gradient is written over u's). Nothing where none is asked for.
+// queries' rows of qs): each pool's lines, or the first steps of each, made on chip by one pass;
+// the joint `passes` read only the rows of ks that are made. Nothing where none is asked for.
 void check_pooled(const torch::Tensor& q,
                   const std::vector<FusedPass>& local,
                   const std::vector<FusedPool>& pools,
-                  int64_t Lu);
+                  const std::vector<FusedPass>& passes);
 // How many local queries write each of u's Lu rows.
 std::vector<int64_t> local_writes(const std::vector<FusedPass>& local, int64_t Lu);
+
+// Which of rows 0..rows-1 g's indices name.
+std::vector<char> named_rows(const fused::Geometry& g, int64_t rows);
+// Whether every row the geometries of `reads` name is marked in `written` (and below its size).
+bool names_only(const std::vector<fused::Geometry>& reads, const std::vector<char>& written);
+// The geometries through which the joint passes read the slot ks (or, with `values`, u) of
+// `rows` rows: source A from the summaries, source B by segment; by prefix, every row.
+std::vector<fused::Geometry> slot_reads(const std::vector<FusedPass>& passes,
+                                        bool values,
+                                        int64_t rows);
+
+// A buffer the glue allocates without zeros, where the plan writes every row before any kernel
+// reads it, or no kernel reads the rows it leaves: torch::empty, or NaN while poison_unset is on
+// (tests), so that a kernel reading a row nobody wrote shows in its output.
+torch::Tensor unset(at::IntArrayRef sizes, const torch::TensorOptions& options);
+// Turns unset()'s NaN fill on or off; returns what it was.
+bool poison_unset(bool on);
+// poison_unset(on) for a scope.
+struct PoisonUnsetScope {
+  explicit PoisonUnsetScope(bool on = true) : was(poison_unset(on)) {}
+  ~PoisonUnsetScope() { poison_unset(was); }
+  PoisonUnsetScope(const PoisonUnsetScope&) = delete;
+  PoisonUnsetScope& operator=(const PoisonUnsetScope&) = delete;
+  bool was;
+};
 
 // Whether the segments of g own disjoint rows that together are every row 0..rows-1.
 bool covers(const fused::Geometry& g, int64_t rows);

@@ -163,7 +163,7 @@ fused::Delta delta_of(const torch::Tensor& o,
 torch::Tensor row_delta(const torch::Tensor& o,
                         const torch::Tensor& d_o,
                         const torch::Tensor& lse) {
-  auto delta = torch::empty_like(lse);
+  auto delta = unset(lse.sizes(), lse.options());
   fused_launch::delta(o, delta_of(o, d_o, delta));
   return delta;
 }
@@ -209,16 +209,19 @@ std::pair<torch::Tensor, torch::Tensor> local_stage(const std::vector<FusedPass>
                                                     const torch::Tensor& v,
                                                     const torch::Tensor& ks,
                                                     int64_t Lu,
+                                                    const std::vector<FusedPass>& readers,
                                                     double scale,
                                                     const fused::Forward* with,
                                                     const fused::Delta& delta,
                                                     const std::vector<FusedPool>& pools) {
   const int64_t B = q.size(0), H = q.size(1), D = q.size(3);
   const auto writes = local_writes(local, Lu);
-  const bool every_row = std::find(writes.begin(), writes.end(), 0) == writes.end();
+  std::vector<char> written(Lu, 0);
+  for (int64_t r = 0; r < Lu; ++r) written[r] = writes[r] > 0;
+  const bool read_rows_written = names_only(slot_reads(readers, /*values=*/true, Lu), written);
   const auto options = q.options();
-  auto u = every_row ? torch::empty({B, H, Lu, D}, options) : torch::zeros({B, H, Lu, D}, options);
-  auto lse_u = torch::empty({B, H, Lu}, options.dtype(acc_type(q.scalar_type())));
+  auto u = read_rows_written ? unset({B, H, Lu, D}, options) : torch::zeros({B, H, Lu, D}, options);
+  auto lse_u = unset({B, H, Lu}, options.dtype(acc_type(q.scalar_type())));
   TORCH_CHECK(!delta.delta || (!with && !local.empty()),
               "fused attention: a local stage's delta needs a local pass and no joint one");
   bool delta_made = !delta.delta;
@@ -293,8 +296,8 @@ torch::Tensor FusedFunction::forward(AutogradContext* ctx,
   // o [B, H, Lq, D] laid out as [B, Lq, H, D], as SDPA's: the model's merge of the heads,
   // o.transpose(1, 2).reshape({B, Lq, H * D}), is then a view, and the output projection keeps
   // the tensor this call keeps, not a copy of it.
-  auto o = torch::empty({B, Lq, H, D}, q.options()).transpose(1, 2);
-  auto lse = torch::empty({B, H, Lq}, acc);
+  auto o = unset({B, Lq, H, D}, q.options()).transpose(1, 2);
+  auto lse = unset({B, H, Lq}, acc);
   // A joint pass over a local pass's CTAs runs in its launch, first of the joint passes.
   torch::Tensor u = kernel_ready(u_in, dtype), lse_u;
   const size_t paired = local.empty() ? passes.size() : paired_joint(passes, local, q, scale);
@@ -309,6 +312,7 @@ torch::Tensor FusedFunction::forward(AutogradContext* ctx,
                                      v,
                                      ks,
                                      local_rows(local, qs, pools),
+                                     passes,
                                      scale,
                                      paired < passes.size() ? &with : nullptr,
                                      {},
@@ -400,7 +404,7 @@ torch::Tensor fused_attention_with_local(const torch::Tensor& q,
   if (qs_rows == 0)
     for (const auto& p : local) fused_glue::fits(p.query, q.size(2), "local query of q");
   fused_glue::check_local(query_rows, k, v, local);
-  fused_glue::check_pooled(q, local, pools, query_rows);
+  fused_glue::check_pooled(q, local, pools, passes);
   fused_glue::check_operands(q, k, v, ks_rows, query_rows, passes);
   return fused_glue::FusedFunction::apply(q,
                                           k,

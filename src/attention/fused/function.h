@@ -45,13 +45,13 @@ torch::Tensor row_delta(const torch::Tensor& o, const torch::Tensor& d_o, const 
 
 // The local stage: u [B, H, Lu, D] (and its lse) from its passes over their queries
 // (local_queries) and k, v, each pass storing its own rows (rows no local query writes are
-// zeros); a pooled pass (FusedPass::pooled) also writes its keys' running max into ks. `with`, a
-// joint pass's forward writing neither u nor ks, runs in the launch of the first local pass over
-// its CTAs (fused::same_ctas, and pairable: fused::ForwardPair), else just before it, else last.
-// `delta`, where its delta is set (the backward's, of the call's o), is made by the first local
-// pass's launch, by CTAs of its own (fused::Forward::delta; not with `with`). A key-side segment
-// max of `pools` made on chip is made by the local pass that fits it, into ks
-// (fused::Forward::key_pool).
+// zeros where a joint pass of `readers` reads them, else left as allocated); a pooled pass
+// (FusedPass::pooled) also writes its keys' running max into ks. `with`, a joint pass's forward
+// writing neither u nor ks, runs in the launch of the first local pass over its CTAs
+// (fused::same_ctas, and pairable: fused::ForwardPair), else just before it, else last. `delta`,
+// where its delta is set (the backward's, of the call's o), is made by the first local pass's
+// launch, by CTAs of its own (fused::Forward::delta; not with `with`). A key-side segment max of
+// `pools` made on chip is made by the local pass that fits it, into ks (fused::Forward::key_pool).
 std::pair<torch::Tensor, torch::Tensor> local_stage(const std::vector<FusedPass>& local,
                                                     const torch::Tensor& q,
                                                     const torch::Tensor& qs,
@@ -59,6 +59,7 @@ std::pair<torch::Tensor, torch::Tensor> local_stage(const std::vector<FusedPass>
                                                     const torch::Tensor& v,
                                                     const torch::Tensor& ks,
                                                     int64_t Lu,
+                                                    const std::vector<FusedPass>& readers,
                                                     double scale,
                                                     const fused::Forward* with = nullptr,
                                                     const fused::Delta& delta = {},

@@ -189,7 +189,8 @@ torch::Tensor fused_combiner_horizontal(const torch::Tensor& q,
   const int64_t spans = (L + W - 1) / W - 1;  // the whole rows whose prefixes/suffixes are spans
   const double scale = score_scale(D);
   const auto passes = horizontal_joint_passes(L, W);
-  if (spans == 0) return fused_attention(q, k, v, {}, {}, passes, scale);
+  // (A row of one column has neither prefix nor suffix.)
+  if (spans == 0 || W == 1) return fused_attention(q, k, v, {}, {}, passes, scale);
   // ks, qs: rows 0..spans*W-1 the inclusive prefixes, the next spans*W the inclusive suffixes.
   std::vector<FusedPool> pools;
   const auto both = [&](const torch::Tensor& x, bool query_side) -> torch::Tensor {
@@ -206,23 +207,33 @@ torch::Tensor fused_combiner_horizontal(const torch::Tensor& q,
   };
   const auto ks = both(k, false), qs = both(q, true);
   // u[(r, c)]: the prefix's pooled query over keys 0..c of row r (causal), and the suffix's over
-  // keys c..W-1: the same causal pass with each row of queries and keys read right to left.
+  // keys c..W-1: the same causal pass with each row of queries and keys read right to left. The
+  // passes read prefixes (r, c - 1) for c >= 1 and suffixes (r, c + 1) for c <= W - 2 only.
   const int64_t n = spans * W;
-  FusedPass prefix, suffix;
-  prefix.query = {spans, W, W, 1, 2 * n};
-  prefix.key = prefix.value = {spans, W, W, 1, n};
-  prefix.mask = suffix.mask = fused::Mask::kCausal;
-  suffix.query = {spans, W, W, -1, 2 * n, /*first=*/n + W - 1};
-  suffix.key = suffix.value = {spans, W, W, -1, n, /*first=*/W - 1};
+  const auto local_passes = [&](int64_t len) {
+    FusedPass prefix, suffix;
+    prefix.query = {spans, len, W, 1, 2 * n};
+    prefix.key = prefix.value = {spans, len, W, 1, n};
+    prefix.mask = suffix.mask = fused::Mask::kCausal;
+    suffix.query = {spans, len, W, -1, 2 * n, /*first=*/n + W - 1};
+    suffix.key = suffix.value = {spans, len, W, -1, n, /*first=*/W - 1};
+    return std::vector<FusedPass>{prefix, suffix};
+  };
   // All four pools max pools in the call, and each row one tile (W <= 64; L 3072 at W 48): each
   // local pass pools q and k along its rows in its own tiles, into the prefix or suffix half of
-  // ks (its queries' rows), and the pool kernels do not run.
-  if (pools.size() == 4 && pools_fit_on_chip(prefix, q) && pools_fit_on_chip(suffix, q)) {
-    prefix.pooling(prefix.query);
-    suffix.pooling(suffix.query);
+  // ks (its queries' rows), and the pool kernels do not run. Then the passes make only what is
+  // read: each row's first W - 1 prefixes (columns 0..W-2) and last W - 1 suffixes (columns
+  // W-1..1), whose keys are the row's first and last W - 1. Row r's whole prefix and whole suffix
+  // are neither made nor read, nor their gradients zeroed for the local passes' backward.
+  auto local = local_passes(W - 1);
+  if (pools.size() == 4 && pools_fit_on_chip(local[0], q) && pools_fit_on_chip(local[1], q)) {
+    local[0].pooling(local[0].query);
+    local[1].pooling(local[1].query);
     for (auto& p : pools) p.on_chip = true;
+  } else {
+    local = local_passes(W);  // the scans' backward reads every row of ks's and qs's gradients
   }
-  return fused_attention_with_local(q, k, v, ks, qs, {prefix, suffix}, passes, scale, pools);
+  return fused_attention_with_local(q, k, v, ks, qs, local, passes, scale, pools);
 }
 
 }  // namespace combiner::attention

@@ -2,6 +2,7 @@
 // or the CPU model (fused/kernel.h): the running max (RunningMax) and the max over whole
 // segments of a [B, H, rows, D] tensor (SegmentMax). Saved for backward: x alone; the arg-maxes
 // are found again by the same scan.
+#include "attention/fused/checks.h"
 #include "attention/fused/fused.h"
 #include "attention/fused/launch.h"
 #include "attention/fused/pool_stage.h"
@@ -332,8 +333,10 @@ int64_t slot_rows(const std::vector<FusedPool>& pools, bool query_side) {
 }
 
 namespace {
-// One side's slot: [B, H, rows, D] like x, every row written by its pool (else zeros); none for
-// the query side's pools made on chip, which the local pass holds in its tiles alone.
+// One side's slot: [B, H, rows, D] like x, every row written by its pool (else zeros), or, where
+// a pooled local pass makes a pool's first steps of each line only, the rows it leaves read by
+// no pass (check_pooled); none for the query side's pools made on chip, which the local pass
+// holds in its tiles alone.
 torch::Tensor slot_for(const std::vector<FusedPool>& pools,
                        bool query_side,
                        const torch::Tensor& x) {
@@ -347,7 +350,7 @@ torch::Tensor slot_for(const std::vector<FusedPool>& pools,
   const auto options = x.options().memory_format(torch::MemoryFormat::Contiguous);
   const std::vector<int64_t> shape = {x.size(0), x.size(1), rows, x.size(3)};
   // The pools write disjoint rows (checks.cpp), so `written` == rows means every row.
-  return written == rows ? torch::empty(shape, options) : torch::zeros(shape, options);
+  return written == rows ? fused_glue::unset(shape, options) : torch::zeros(shape, options);
 }
 
 // dx checked, or made (zeros) where undefined.
