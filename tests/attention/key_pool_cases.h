@@ -115,4 +115,46 @@ inline std::string check(const Case& c, const Kernels& kernels) {
   return failed;
 }
 
+// "" where fixed's local pass making its queries, the blocks' maxes of q (Forward::query_pool),
+// gives what the segment max kernel and the pass reading its output give: the maxes, o and lse,
+// to the bit. (Their backward is the pool kernel's either way.)
+inline std::string check_query_pool(const Case& c, const Kernels& kernels) {
+  const FusedPass local = local_pass(c);
+  const int64_t spans = local.key.segments;
+  torch::manual_seed(c.L + c.W + c.D + 1);
+  const auto draw = [&](int64_t n) {
+    return (c.ties ? torch::randint(-2, 3, {1, 2, n, c.D}) : torch::randn({1, 2, n, c.D}))
+        .to(c.dtype);
+  };
+  const auto q = draw(c.L), k = draw(c.L), v = draw(c.L);
+  const auto acc = torch::TensorOptions().dtype(fused_glue::acc_type(c.dtype));
+  const FusedPool pool = FusedPool::segment_max(true, spans, c.W);
+  const double scale = 1.0 / std::sqrt(double(c.D));
+  std::vector<torch::Tensor> o(2), lse(2), qs(2);
+  for (const bool with : {false, true}) {
+    qs[with] = torch::full({1, 2, spans, c.D}, NAN).to(c.dtype);
+    fused::Forward f;
+    f.pass = fused_glue::make_pass(local, qs[with], k, v, {}, {}, scale);
+    if (!fused::query_pool_on_chip(f.pass, spans, c.W))
+      return " the case's pass cannot make its queries";
+    o[with] = torch::full({1, 2, spans, c.D}, NAN).to(c.dtype);
+    lse[with] = torch::full({1, 2, spans}, NAN, acc);
+    f.o = o[with].data_ptr();
+    for (int d = 0; d < 3; ++d) f.o_stride[d] = o[with].stride(d);
+    f.lse = lse[with].data_ptr();
+    const auto made = fused_pools::on_chip_forward(pool, q, qs[with]);
+    if (with)
+      f.query_pool = made;
+    else
+      kernels.segment_max(fused::one_part(made));
+    kernels.forward(f);
+  }
+  std::string failed;
+  if (qs[1].isnan().any().item<bool>()) failed += " a max not written;";
+  if (!torch::equal(qs[1], qs[0])) failed += " the maxes not the segment max kernel's;";
+  if (!torch::equal(o[1], o[0]) || !torch::equal(lse[1], lse[0]))
+    failed += " o or lse not as the pass's over them;";
+  return failed;
+}
+
 }  // namespace combiner::attention::key_pool_cases

@@ -29,6 +29,14 @@ TEST(KeyPool, TheLocalPassMakesTheKeyMaxesAsTheSegmentMaxKernel) {
     EXPECT_EQ(key_pool_cases::check(c, kCpu), "") << key_pool_cases::name(c);
 }
 
+TEST(KeyPool, FixedsLocalPassMakesItsQueriesAsTheSegmentMaxKernel) {
+  for (const Case& c : std::vector<Case>{{true, 240, 48, 32, torch::kFloat},
+                                         {true, 330, 64, 64, torch::kDouble, true},
+                                         {true, 200, 40, 128, torch::kBFloat16, true},
+                                         {true, 198, 33, 16, torch::kBFloat16}})
+    EXPECT_EQ(key_pool_cases::check_query_pool(c, kCpu), "") << key_pool_cases::name(c);
+}
+
 // A pass that cannot hold a segment's keys in its one key tile, or that packs segments, makes
 // none: the call keeps its pool launches there.
 TEST(KeyPool, OnlyAPassOfOneUnpackedKeyTileASegmentMakesThem) {
@@ -42,11 +50,11 @@ TEST(KeyPool, OnlyAPassOfOneUnpackedKeyTileASegmentMakesThem) {
 }
 
 // At the benchmark's layout (L 3,072, rows and blocks of 48) in float64: rowmajor runs no pool
-// launch either way, fixed only its query maxes' (its local pass's queries), and each call's
-// gradients are the composed path's.
+// launch either way, fixed only its query maxes' backward (its local pass makes them, its
+// queries, in the forward), and each call's gradients are the composed path's.
 TEST(KeyPool, TheCallsRunNoKeyPoolLaunch) {
   for (const auto& [variant, pool_launches] : std::vector<std::pair<std::string, int>>{
-           {"combiner-axial-rowmajor", 0}, {"combiner-fixed", 2}}) {
+           {"combiner-axial-rowmajor", 0}, {"combiner-fixed", 1}}) {
     const int64_t L = 3072, D = 16;
     auto fused = make_attention({variant, 48, 48, "max"}, L, D),
          composed = make_attention({variant, 48, 48, "max"}, L, D);
@@ -65,13 +73,15 @@ TEST(KeyPool, TheCallsRunNoKeyPoolLaunch) {
       times = timer.times();
     }
     const auto expected = torch::autograd::grad({composed->forward(q, k, v)}, {q, k, v}, {g});
-    int pools = 0, made = 0, taken = 0;
+    int pools = 0, made = 0, taken = 0, queries = 0;
     for (const auto& t : times) {
       pools += t.what.rfind("segment max", 0) == 0;
       made += t.what.find("its keys' segment max") != std::string::npos;
       taken += t.what.find("its keys' segment max backward") != std::string::npos;
+      queries += t.what.find("its queries the segment max of q's rows") != std::string::npos;
     }
     EXPECT_EQ(pools, pool_launches) << variant;
+    EXPECT_EQ(queries, variant == "combiner-fixed" ? 1 : 0) << variant;
     EXPECT_EQ(made, 2) << variant;  // the forward and the backward
     EXPECT_EQ(taken, 1) << variant;
     for (int i = 0; i < 3; ++i)

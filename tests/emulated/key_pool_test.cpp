@@ -33,5 +33,18 @@ TEST(SimtKeyPool, TheLocalPassMakesTheKeyMaxesAsTheSegmentMaxKernel) {
     }
 }
 
+TEST(SimtKeyPool, FixedsLocalPassMakesItsQueriesAsTheSegmentMaxKernel) {
+  for (const Case& c : std::vector<Case>{{true, 240, 48, 32, torch::kFloat},
+                                         {true, 330, 64, 64, torch::kBFloat16, true},
+                                         {true, 200, 40, 128, torch::kBFloat16, true},
+                                         {true, 198, 33, 64, torch::kFloat}})
+    for (const auto schedule : {simt::Schedule::kForward, simt::Schedule::kReverse}) {
+      const simt::ScheduleScope scope(schedule);
+      const int64_t before = simt::launches();
+      EXPECT_EQ(key_pool_cases::check_query_pool(c, kCuda), "") << key_pool_cases::name(c);
+      EXPECT_EQ(simt::launches() - before, 3) << key_pool_cases::name(c);  // two passes, a pool
+    }
+}
+
 }  // namespace
 }  // namespace combiner::attention::emulated_key_pool_test

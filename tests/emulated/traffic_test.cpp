@@ -1,8 +1,10 @@
 // The fused launches' traffic model (attention/fused/traffic.h) against the kernels' own source:
 // what the emulated kernels copy into their tiles by cp.async, in bytes, is what the model says
 // their CTAs load, over a whole forward and backward of every fused variant, at layouts whose
-// segments are packed two or more to a tile (W 8 and 16), split into two query tiles (W 96) or
-// read summaries by prefix (combiner-fixed), in both dtypes and at D 64 and 128.
+// segments are packed two or more to a tile (W 8 and 16), one to a tile (48: fixed's local pass
+// making its keys' maxes and its queries, horizontal's passes over 47 columns a row), split into
+// two query tiles (W 96) or read summaries by prefix (combiner-fixed), in both dtypes and at D 64
+// and 128.
 #include <gtest/gtest.h>
 
 #include <torch/torch.h>
@@ -29,6 +31,7 @@ TEST(SimtTraffic, TheKernelsLoadWhatTheModelCounts) {
   const std::vector<TrafficCase> cases = {
       {"combiner-fixed", 64, 8, 64, torch::kBFloat16},
       {"combiner-fixed", 288, 96, 64, torch::kFloat},
+      {"combiner-fixed", 240, 48, 64, torch::kBFloat16},
       {"combiner-axial-rowmajor", 64, 8, 64, torch::kBFloat16},
       {"combiner-axial-rowmajor", 288, 96, 128, torch::kBFloat16},
       {"combiner-axial-vertical", 64, 8, 64, torch::kFloat},
@@ -36,6 +39,7 @@ TEST(SimtTraffic, TheKernelsLoadWhatTheModelCounts) {
       {"combiner-axial-vertical", 288, 96, 64, torch::kBFloat16},
       {"combiner-axial-horizontal", 64, 8, 64, torch::kBFloat16},
       {"combiner-axial-horizontal", 288, 96, 64, torch::kFloat},
+      {"combiner-axial-horizontal", 240, 48, 32, torch::kBFloat16},
   };
   for (const auto& c : cases) {
     const std::string name = c.variant + " L " + std::to_string(c.length) + " layout " +

@@ -482,7 +482,10 @@ tensor_list FusedFunction::backward(AutogradContext* ctx, tensor_list grads) {
       TORCH_CHECK(fold || dqs_over_du[gi] ||
                       std::none_of(group.pools.begin(),
                                    group.pools.end(),
-                                   [](const FusedPool& p) { return p.on_chip && p.query_side; }),
+                                   [](const FusedPool& p) {
+                                     return p.on_chip && p.query_side &&
+                                            p.kind == FusedPool::Kind::kRunningMax;
+                                   }),
                   "fused attention: pooled local passes over part of u's rows need their pools' "
                   "backward in their own epilogues");
       const auto d_ks_pooled = fold ? kernel_ready(dks.buffer, dtype) : torch::Tensor();

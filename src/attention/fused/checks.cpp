@@ -330,15 +330,17 @@ void check_pooled(const torch::Tensor& q,
                   query_side ? "queries' rows of qs" : "pooled keys' rows of ks");
     }
   }
-  // A key side's segment max made on chip: by a local pass over its segments of k, into the
-  // whole key slot (the kernels write its rows contiguous).
+  // A segment max made on chip: by a local pass over its segments of k (its keys), or of q (its
+  // queries), into the whole slot of its side (the kernels write its rows contiguous).
   for (size_t i = 0; i < pools.size(); ++i) {
     const FusedPool& p = pools[i];
     if (!p.on_chip || p.kind != FusedPool::Kind::kSegmentMax) continue;
-    TORCH_CHECK(!p.query_side && fused_pools::slot_rows(pools, false) == p.segments,
-                "fused attention: a segment max made on chip pools k into the whole ks slot");
+    TORCH_CHECK(fused_pools::slot_rows(pools, p.query_side) == p.segments,
+                "fused attention: a segment max made on chip pools ",
+                p.query_side ? "q into the whole qs" : "k into the whole ks",
+                " slot");
     matched[i] = std::any_of(local.begin(), local.end(), [&](const FusedPass& pass) {
-      return key_pool_fits_on_chip(pass, q, p);
+      return p.query_side ? query_pool_fits_on_chip(pass, q, p) : key_pool_fits_on_chip(pass, q, p);
     });
   }
   for (size_t i = 0; i < pools.size(); ++i)

@@ -231,9 +231,12 @@ std::pair<torch::Tensor, torch::Tensor> local_stage(const std::vector<FusedPass>
       f.delta = delta;
       delta_made = true;
     }
-    for (const auto& pool : pools)  // its keys' segment max, made on chip
+    for (const auto& pool : pools) {  // its keys' or its queries' segment max, made on chip
       if (pool.on_chip && key_pool_fits_on_chip(pass, q, pool))
         f.key_pool = fused_pools::on_chip_forward(pool, k, ks);
+      if (pool.on_chip && query_pool_fits_on_chip(pass, q, pool))
+        f.query_pool = fused_pools::on_chip_forward(pool, q, qs);
+    }
     if (pass.pooled) {
       TORCH_CHECK(ks.defined() && ks.stride(3) == 1,
                   "fused attention: a pooled local pass needs the ks slot to write into");
@@ -435,6 +438,15 @@ bool key_pool_fits_on_chip(const FusedPass& local, const torch::Tensor& q, const
   if (pool.kind != FusedPool::Kind::kSegmentMax || pool.query_side || pool.first != 0) return false;
   const auto p = fused_glue::make_pass(local, q, q, q, {}, {}, 1.0);
   return !local.a_from_summaries && fused::key_pool_on_chip(p, pool.segments, pool.len);
+}
+
+bool query_pool_fits_on_chip(const FusedPass& local,
+                             const torch::Tensor& q,
+                             const FusedPool& pool) {
+  if (pool.kind != FusedPool::Kind::kSegmentMax || !pool.query_side || pool.first != 0)
+    return false;
+  const auto p = fused_glue::make_pass(local, q, q, q, {}, {}, 1.0);
+  return !local.a_from_summaries && fused::query_pool_on_chip(p, pool.segments, pool.len);
 }
 
 std::string fused_cuda_unavailable(const torch::Tensor& q, const torch::Tensor& v) {

@@ -93,9 +93,12 @@ torch::Tensor fused_combiner_fixed(const torch::Tensor& q,
   local.key = local.value = {spans, s, s, 1, spans * s};
   local.mask = fused::Mask::kNone;
   // Each block one key tile (s <= 64; L 3072 at s 48): the local pass makes the blocks' key maxes
-  // from its key tiles and takes their backward (the query maxes, its queries, keep their scans).
+  // from its key tiles and takes their backward; and, each block one CTA (s > 32: shorter blocks
+  // share tiles), makes its queries, the blocks' query maxes, from the block's rows of q it loads
+  // in its query tile (their backward stays the pool kernel's).
   for (auto& p : pools)
-    if (key_pool_fits_on_chip(local, q, p)) p.on_chip = true;
+    if (key_pool_fits_on_chip(local, q, p) || query_pool_fits_on_chip(local, q, p))
+      p.on_chip = true;
   return fused_attention_with_local(q, k, v, ks, q_span, {local}, passes, scale, pools);
 }
 

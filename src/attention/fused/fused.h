@@ -137,6 +137,11 @@ bool pools_fit_on_chip(const FusedPass& local, const torch::Tensor& q);
 // then the pool may be FusedPool::on_chip (rowmajor's row maxes at rows of at most 64; fixed's
 // block maxes at blocks of at most 64).
 bool key_pool_fits_on_chip(const FusedPass& local, const torch::Tensor& q, const FusedPool& pool);
+// Whether `local` can make a query-side segment max pool over q's segments as its own queries
+// in its CTAs, writing them to the qs slot it reads them from (fused/kernel.h
+// query_pool_on_chip): then the pool may be FusedPool::on_chip (fixed's pooled queries at blocks
+// of 33 to 64). Its backward stays the pool kernel's.
+bool query_pool_fits_on_chip(const FusedPass& local, const torch::Tensor& q, const FusedPool& pool);
 
 // The joint passes of each variant over L = `length`, merged by log-sum-exp. n = ceil(L / W)
 // rows, spans = n - 1 (every block / row but the last).

@@ -165,6 +165,13 @@ struct Forward {
   // pool launch and no read of k for it (rowmajor's row maxes and fixed's block maxes, by their
   // local pass at segments of at most 64). A pair's first carries none (pairable).
   SegmentMax key_pool;
+  // A plain max pool of q made by the pass's CTAs as their one query each (query_pool.segments
+  // 0: none; where query_pool_fits): segment g's CTA loads x's rows g * len + t into its query
+  // tile, takes their max (the segment max kernel's value) as its query, and writes it to y's
+  // row g, which is the pass's own query row (pass.q is y): no pool launch (combiner-fixed's
+  // pooled queries, by its local pass at blocks of at most 64). Its backward is the pool
+  // kernel's, reading y's gradient. A pair carries none (pairable).
+  SegmentMax query_pool;
 };
 
 // Backward of one pass, given the final lse and delta of its queries (contiguous
@@ -704,6 +711,24 @@ COMBINER_HD bool key_pool_fits(const Pass& p, const SegmentMax& m, bool backward
          m.dim == p.dim && m.dtype == p.dtype && m.x == p.k.data && m.stride[0] == p.k.batch &&
          m.stride[1] == p.k.head && m.stride[2] == p.k.row && (!backward || m.accumulate);
 }
+// Whether a plain max pool of `segments` segments of `len` rows can be made as the pass's
+// queries by its CTAs (Forward::query_pool): one unpacked CTA per segment, whose one query
+// (segment g's is row g: query.first 0, seg_stride 1) is the max of rows that fit one query
+// tile, and no summaries or pooled queries besides. Fixed's local pass at blocks of at most 64
+// (at least 33: shorter blocks pack) is such a pass.
+COMBINER_HD bool query_pool_on_chip(const Pass& p, int64_t segments, int64_t len) {
+  const Geometry& q = p.query;
+  if (segments <= 0 || len < 1 || len > kQueryTile || p.summaries || p.pooled) return false;
+  return segment_pack(p) == 1 && q.segments == segments && q.seg_len == 1 && q.first == 0 &&
+         q.seg_stride == 1 && q.limit == segments;
+}
+// Whether `m` makes the pass's queries so: y, contiguous [B, H, segments, D], is pass.q.
+COMBINER_HD bool query_pool_fits(const Pass& p, const SegmentMax& m) {
+  return query_pool_on_chip(p, m.segments, m.len) && m.batch == p.batch && m.heads == p.heads &&
+         m.dim == p.dim && m.dtype == p.dtype && m.y == p.q.data && !m.accumulate &&
+         p.q.row == m.dim && p.q.head == m.segments * m.dim &&
+         p.q.batch == m.heads * m.segments * m.dim;
+}
 // The dk/dv walk's CTAs: one per key tile of source A's segments (a pack group's: one), then
 // (by segment) of B's.
 COMBINER_HD int64_t key_ctas(const Pass& p, bool b) {
@@ -838,10 +863,12 @@ COMBINER_HD bool same_ctas(const Pass& a, const Pass& b) {
          within_segments(query_source_rows(b), query_source_rows(a));
 }
 // A forward pair: besides, neither merges, each writes its own o and lse (that neither reads
-// the other's outputs is the caller's to keep), neither makes a delta and the first no key pool.
+// the other's outputs is the caller's to keep), neither makes a delta or a query pool, and the
+// first no key pool.
 COMBINER_HD bool pairable(const Forward& a, const Forward& b) {
   return same_ctas(a.pass, b.pass) && !a.merge && !b.merge && a.o != b.o && a.lse != b.lse &&
-         !a.delta.delta && !b.delta.delta && a.key_pool.segments == 0;
+         !a.delta.delta && !b.delta.delta && a.key_pool.segments == 0 &&
+         a.query_pool.segments == 0 && b.query_pool.segments == 0;
 }
 // The rows of the query-side gradient a backward writes: its queries', or, where it runs its
 // pools' backward, q's rows that it pooled.

@@ -112,6 +112,9 @@ void delta_all(const Delta& d) {
 }  // namespace cpu_model
 
 void forward_cpu(const Forward& f) {
+  // The CTAs' queries made from their rows of x before they read them (Forward::query_pool): the
+  // segment max kernel's values.
+  if (f.query_pool.segments > 0) segment_max_forward_cpu(one_part(f.query_pool));
   cpu_model::dispatch(f.pass.dtype,
                       [&](auto s, auto t) { cpu_model::forward_all<decltype(s), decltype(t)>(f); });
   if (f.delta.delta) delta_cpu(f.delta);  // its own CTAs, reading nothing the pass writes

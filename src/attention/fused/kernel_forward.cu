@@ -14,10 +14,10 @@
 // the table and its command; at this code, forward + backward:
 //   variant      L 3072 MiB   floor at 4.8 TB/s   L 12288 MiB   floor
 //   flash             289.5   0.063 ms                 1,158   0.25 ms
-//   fixed             539.6   0.118 ms                 2,334   0.51 ms
+//   fixed             539.1   0.118 ms                 2,334   0.51 ms
 //   rowmajor          679.3   0.148 ms                 3,676   0.80 ms
 //   vertical        1,012.1   0.221 ms                 6,442   1.41 ms
-//   horizontal      1,815.1   0.397 ms                11,027   2.41 ms
+//   horizontal      1,800.2   0.393 ms                11,027   2.41 ms
 // Measured on an H200 (docs/perf/attention-vs-flash.csv, with kernels older than these counts),
 // as multiples of these floors: at L 3072 fixed 0.994 ms (8.4x), rowmajor 1.370 (9.2x), vertical
 // 1.894 (8.6x), horizontal 2.958 (7.5x); at L 12288 4.25 ms (8.3x), 6.46 (8.0x), 8.77 (6.2x),
@@ -61,8 +61,9 @@ __host__ __device__ constexpr int forward_blocks_per_sm() {
 
 // PACKED: the CTA's tile holds a pack group's segments (kernel.h segment_pack), each query and
 // key column found through the index tables (kernel_tile.cuh PackedTables); else one chunk of
-// one segment, indexed t0 + r and j0 + c.
-template <typename T, int D, bool PACKED>
+// one segment, indexed t0 + r and j0 + c. QUERY_POOL: whether Forward::query_pool is built (not
+// in a pair, which carries none: pairable; there its code cost bf16 D 32 a spill).
+template <typename T, int D, bool PACKED, bool QUERY_POOL = !PACKED>
 __device__ __forceinline__ void forward_cta(const Forward& f, unsigned char* smem) {
   constexpr int P = pitch<T, D>(), M = kQueryTile, N = kKeyTile;
   static_assert(M == kStagedRows && staged_bytes<D>() <= forward_tile_bytes<T, D>(),
@@ -93,6 +94,10 @@ __device__ __forceinline__ void forward_cta(const Forward& f, unsigned char* sme
   const T* q0 = at<T>(p.q, b, h, 0);
   const T* k0 = at<T>(p.k, b, h, 0);
   const T* v0 = at<T>(p.v, b, h, 0);
+  // Forward::query_pool: the segment's rows of x in the query tile, their max its query (below).
+  const SegmentMax& qp = f.query_pool;
+  const bool query_pool = QUERY_POOL && qp.segments > 0;
+  const T* x0 = query_pool ? static_cast<const T*>(qp.x) + b * qp.stride[0] + h * qp.stride[1] : q0;
   load_rows<T, D, M>(
       qs,
       [&](int r) -> const T* {
@@ -100,6 +105,7 @@ __device__ __forceinline__ void forward_cta(const Forward& f, unsigned char* sme
           const int t = tables.q_idx(r);
           return t >= 0 ? q0 + query_source_row(p, g + tables.q_seg(r), t) * p.q.row : nullptr;
         }
+        if (query_pool) return r < qp.len ? x0 + (g * qp.len + r) * qp.stride[2] : nullptr;
         return t0 + r < q_count ? q0 + query_source_row(p, g, t0 + r) * p.q.row : nullptr;
       },
       q0);
@@ -118,6 +124,24 @@ __device__ __forceinline__ void forward_cta(const Forward& f, unsigned char* sme
   };
   if (n_tiles > 0) load_keys(0, 0);
   cp_async_commit();
+  if (query_pool) {
+    // The max of the segment's rows, a column a thread as the segment max kernel takes it: the
+    // tile's row 0, the CTA's one query, and y's row g. (Its first key tile has landed too.)
+    cp_async_wait<0>();
+    __syncthreads();
+    const int d = threadIdx.x;
+    if (d < D) {
+      float best = 0.f;
+      for (int r = 0; r < int(qp.len); ++r) {
+        const float v = scalar_float(qs[r * P + d]);
+        if (segment_max_takes(r, v, best)) best = v;
+      }
+      qs[d] = scalar_as<T>(best);
+      static_cast<T*>(qp.y)[((b * qp.heads + h) * qp.segments + g) * qp.dim + d] =
+          scalar_as<T>(best);
+    }
+    __syncthreads();
+  }
 
   const int tw = t0 + warp * 16;  // this warp's first query (unpacked)
   // This thread's two query rows (16 warp + gq and + 8): packed, their segment and index.
@@ -390,10 +414,10 @@ template <typename T, int D, bool PACKED>
 __global__ void __launch_bounds__(kThreads, forward_blocks_per_sm<T, D>())
     forward_pair_kernel(const __grid_constant__ ForwardPair pair) {
   COMBINER_DYNAMIC_SHARED(unsigned char, smem);
-  forward_cta<T, D, PACKED>(pair.first, smem);
+  forward_cta<T, D, PACKED, false>(pair.first, smem);
   if (blockIdx.x >= query_ctas(pair.second.pass)) return;
   __syncthreads();
-  forward_cta<T, D, PACKED>(pair.second, smem);
+  forward_cta<T, D, PACKED, false>(pair.second, smem);
 }
 
 }  // namespace combiner::attention::fused::cuda_detail
@@ -416,6 +440,9 @@ void forward_cuda(const Forward& f, void* stream) {
       throw std::runtime_error("fused forward: a delta of another batch, heads, dtype or dim");
     if (f.key_pool.segments > 0 && !key_pool_fits(f.pass, f.key_pool, false))
       throw std::runtime_error("fused forward: a key pool its CTAs cannot make (key_pool_fits)");
+    if (f.query_pool.segments > 0 && !query_pool_fits(f.pass, f.query_pool))
+      throw std::runtime_error(
+          "fused forward: a query pool its CTAs cannot make (query_pool_fits)");
     const int64_t ctas = query_ctas(f.pass) + (d.delta ? delta_ctas<T, D>(d) : 0);
     const dim3 grid(unsigned(ctas), unsigned(f.pass.batch * f.pass.heads));
     if (segment_pack(f.pass) > 1)

@@ -56,6 +56,7 @@ std::string shape(const fused::Pass& p) {
 }
 std::string describe(const fused::Forward& f) {
   return (f.merge ? "forward (merged): " : "forward: ") + shape(f.pass) +
+         (f.query_pool.segments > 0 ? ", its queries the segment max of q's rows" : "") +
          (f.key_pool.segments > 0 ? ", its keys' segment max" : "") +
          (f.delta.delta ? ", and o's delta" : "");
 }
@@ -199,6 +200,9 @@ void run(const torch::Tensor& on,
 
 void forward(const torch::Tensor& on, const fused::Forward& f) {
   check_key_pool(f.pass, f.key_pool, false);
+  TORCH_CHECK(f.query_pool.segments == 0 || fused::query_pool_fits(f.pass, f.query_pool),
+              "fused attention: a query pool its pass's CTAs cannot make (fused/kernel.h "
+              "query_pool_fits)");
   run(on, f, 1, &fused::forward_cpu, COMBINER_CUDA(forward_cuda), &HostKernels::forward);
 }
 void forward_pair(const torch::Tensor& on, const fused::ForwardPair& f) {

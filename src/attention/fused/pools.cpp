@@ -333,16 +333,22 @@ int64_t slot_rows(const std::vector<FusedPool>& pools, bool query_side) {
 }
 
 namespace {
+// A query side's running max made on chip: its pooled local pass holds it in its tiles alone.
+// (A query side's segment max made on chip is written to its slot by the local pass whose
+// queries it is: Forward::query_pool.)
+bool in_tiles(const FusedPool& p) {
+  return p.query_side && p.on_chip && p.kind == FusedPool::Kind::kRunningMax;
+}
+
 // One side's slot: [B, H, rows, D] like x, every row written by its pool (else zeros), or, where
 // a pooled local pass makes a pool's first steps of each line only, the rows it leaves read by
-// no pass (check_pooled); none for the query side's pools made on chip, which the local pass
-// holds in its tiles alone.
+// no pass (check_pooled); none for the pools held in tiles alone.
 torch::Tensor slot_for(const std::vector<FusedPool>& pools,
                        bool query_side,
                        const torch::Tensor& x) {
   int64_t rows = 0, written = 0;
   for (const auto& p : pools) {
-    if (p.query_side != query_side || (query_side && p.on_chip)) continue;
+    if (p.query_side != query_side || in_tiles(p)) continue;
     rows = std::max(rows, p.first + p.rows());
     written += p.rows();
   }

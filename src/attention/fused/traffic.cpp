@@ -181,16 +181,25 @@ void delta_traffic(Ledger& l, const Delta& d) {
   }
 }
 
-// One query CTA of a forward: its queries (a pooled pass's from pooled_query's rows), its key
-// tiles, a pooled pass's keys' running max, and its epilogue.
+// One query CTA of a forward: its queries (a pooled pass's from pooled_query's rows; made by a
+// query pool from its segment's rows of x, written to y), its key tiles, a pooled pass's keys'
+// running max, and its epilogue.
 void forward_cta(Ledger& l, const Forward& f, int64_t cta) {
   const Pass& p = f.pass;
   const int64_t es = element_bytes(p.dtype), acc = acc_bytes(p.dtype);
   const auto rows = query_rows(p, cta);
   if (rows.empty()) return;
-  for (int64_t r = 0; r < kQueryTile; ++r) {
-    const TileIndex q = tile_query(p, cta, r);
-    if (q.valid) read_row(l, p.q, query_source_row(p, q.g, q.i), p.dim, es, Load::kTile);
+  const SegmentMax& made = f.query_pool;
+  if (made.segments > 0) {
+    const Operand x = {made.x, made.stride[0], made.stride[1], made.stride[2]};
+    for (int64_t t = 0; t < made.len; ++t)
+      read_row(l, x, cta * made.len + t, p.dim, es, Load::kTile);
+    l.write(made.y, cta * made.dim, es, made.dim);
+  } else {
+    for (int64_t r = 0; r < kQueryTile; ++r) {
+      const TileIndex q = tile_query(p, cta, r);
+      if (q.valid) read_row(l, p.q, query_source_row(p, q.g, q.i), p.dim, es, Load::kTile);
+    }
   }
   read_key_tiles(l, p, cta);
   if (f.pooled_keys) {  // a pooled pass: its keys' running max, from its tile of source A
