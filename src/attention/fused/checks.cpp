@@ -263,7 +263,7 @@ bool names_line_starts(const fused::Geometry& a, const fused::Geometry& b) {
 std::vector<char> named_rows(const fused::Geometry& g, int64_t rows) {
   std::vector<char> named(rows, 0);
   for (int64_t s = 0; s < g.segments; ++s)
-    for (int64_t t = 0; t < fused::valid_count(g, s); ++t) {
+    for (int64_t t = 0, n = fused::valid_count(g, s); t < n; ++t) {
       const int64_t r = fused::row_of(g, s, t);
       if (r >= 0 && r < rows) named[r] = 1;
     }
@@ -274,7 +274,7 @@ bool names_only(const std::vector<fused::Geometry>& reads, const std::vector<cha
   const int64_t rows = int64_t(written.size());
   for (const auto& g : reads)
     for (int64_t s = 0; s < g.segments; ++s)
-      for (int64_t t = 0; t < fused::valid_count(g, s); ++t) {
+      for (int64_t t = 0, n = fused::valid_count(g, s); t < n; ++t) {
         const int64_t r = fused::row_of(g, s, t);
         if (r < 0 || r >= rows || !written[r]) return false;
       }
