@@ -63,11 +63,51 @@ TEST(Pairable, NotOverOtherRowsNorWhereAPassMakesADelta) {
   ASSERT_TRUE(fused::pairable(a, b));
   a.made_delta = x.data_ptr();
   EXPECT_FALSE(fused::pairable(a, b));
-  // Segments that are not one tile (rows of 96: two query tiles): none.
-  EXPECT_FALSE(pair(horizontal_joint_passes(L, 96)[0],
-                    pooled_plans::horizontal(L, 96, /*on_chip=*/false).local[0],
-                    L,
-                    64));
+}
+
+// Rowmajor's local pass: u[(r, c)], q's row r over row r's keys, unmasked, for every row but the
+// last (fused_axial.cpp).
+FusedPass rowmajor_local(int64_t L, int64_t W) {
+  const int64_t spans = L / W - 1;
+  FusedPass local;
+  local.query = {spans, W, W, 1, spans * W};
+  local.key = local.value = {spans, W, W, 1, spans * W};
+  local.mask = fused::Mask::kNone;
+  return local;
+}
+
+// Segments longer than a tile (rows of 96 or 192: two or three query and key tiles) pair as two
+// walks (walks_pairable): the key tiles' CTAs of both passes in one launch, then their query
+// tiles'. Not at D 128, where each pass's walk and dq share a launch already; not where a pass
+// writes dq over its d_o, which the other's dq CTAs could be reading.
+TEST(Pairable, RowsLongerThanATilePairAsTwoWalks) {
+  for (const int64_t W : {96, 192}) {
+    const int64_t L = 64 * W;
+    const auto row = rowmajor_joint_passes(L, W)[0];
+    EXPECT_TRUE(pair(row, rowmajor_local(L, W), L, 64)) << "W " << W;
+    EXPECT_TRUE(pair(row, rowmajor_local(L, W), L, 32)) << "W " << W;
+    EXPECT_FALSE(pair(row, rowmajor_local(L, W), L, 128)) << "W " << W;
+    // The column pass reads the summaries: it does not pair.
+    EXPECT_FALSE(pair(rowmajor_joint_passes(L, W)[1], rowmajor_local(L, W), L, 64)) << "W " << W;
+  }
+  const int64_t L = 3072, W = 96;
+  const auto x = torch::empty({1, 2, L, 64}, torch::kBFloat16);
+  const auto d_u = torch::empty({1, 2, L - W, 64}, torch::kBFloat16);
+  fused::Backward a, b;
+  a.pass = fused_glue::make_pass(rowmajor_joint_passes(L, W)[0], x, x, x, x, x, 0.125);
+  b.pass = fused_glue::make_pass(rowmajor_local(L, W), x, x, x, x, x, 0.125);
+  ASSERT_TRUE(fused::pairable(a, b));
+  EXPECT_EQ(fused::backward_launches(fused::BackwardPair{a, b}), 2);
+  b.d_o = fused_glue::operand(d_u);
+  b.dq = fused_glue::grad_out(d_u, fused::GradOut::kStore);  // dq over its d_o
+  EXPECT_FALSE(fused::pairable(a, b));
+  // Horizontal's row pass and its prefix pass at rows of 96 are two walks too, where the prefix
+  // pass's queries' gradient is not written over u's (the glue writes it there, and runs them
+  // apart).
+  EXPECT_TRUE(pair(horizontal_joint_passes(L, W)[0],
+                   pooled_plans::horizontal(L, W, /*on_chip=*/false).local[0],
+                   L,
+                   64));
 }
 
 void split_pair(const fused::ForwardPair& pair, void*) {
@@ -116,6 +156,9 @@ TEST(PairedPasses, AreTheTwoLaunchesBitForBit) {
       {Variant::kVertical, 520, 4, 32, torch::kBFloat16, false},
       {Variant::kRowmajor, 200, 40, 64, torch::kBFloat16},  // rows of 40
       {Variant::kRowmajor, 96, 12, 32, torch::kFloat},      // rows of 12: packed
+      {Variant::kRowmajor, 480, 96, 64, torch::kBFloat16},  // rows of 96: two walks
+      {Variant::kRowmajor, 480, 96, 64, torch::kFloat},
+      {Variant::kRowmajor, 600, 150, 32, torch::kBFloat16},  // three tiles, the last part-full
       {Variant::kHorizontal, 392, 48, 32, torch::kFloat},   // with its prefix pass
       {Variant::kHorizontal, 200, 40, 64, torch::kBFloat16}};
   for (const auto& c : cases)

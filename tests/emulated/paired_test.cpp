@@ -2,8 +2,8 @@
 // source: the pair kernels, each CTA running the first pass's segment and then the second's (in
 // the backward over the rows the first has just written), against the same fused calls with each
 // pair's passes launched in turn (also emulated), to the bit, under both schedules of the
-// emulator's threads (attention/pair_cases.h). The same for a backward's walk and dq in one
-// launch.
+// emulator's threads (attention/pair_cases.h): one CTA per segment, and two walks (rowmajor's
+// rows of 96 and 150). The same for a backward's walk and dq in one launch.
 #include <gtest/gtest.h>
 
 #include <vector>
@@ -48,6 +48,8 @@ TEST(SimtPairedPasses, AreTheTwoLaunchesBitForBit) {
                                    {Variant::kVertical, 640, 10, 64, torch::kFloat},
                                    {Variant::kVertical, 520, 4, 32, torch::kBFloat16, false},
                                    {Variant::kRowmajor, 96, 12, 32, torch::kFloat},
+                                   {Variant::kRowmajor, 480, 96, 64, torch::kBFloat16},
+                                   {Variant::kRowmajor, 600, 150, 32, torch::kFloat},
                                    {Variant::kHorizontal, 200, 40, 64, torch::kBFloat16}};
   for (const auto& c : cases)
     for (const auto schedule : {simt::Schedule::kForward, simt::Schedule::kReverse}) {

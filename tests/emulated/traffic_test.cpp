@@ -3,8 +3,8 @@
 // their CTAs load, over a whole forward and backward of every fused variant, at layouts whose
 // segments are packed two or more to a tile (W 8 and 16), one to a tile (48: fixed's local pass
 // making its keys' maxes and its queries, horizontal's passes over 47 columns a row), split into
-// two query tiles (W 96) or read summaries by prefix (combiner-fixed), in both dtypes and at D 64
-// and 128.
+// two query tiles (W 96: rowmajor's row pass and local pass, at D 64 two walks in a pair of
+// launches) or read summaries by prefix (combiner-fixed), in both dtypes and at D 64 and 128.
 #include <gtest/gtest.h>
 
 #include <torch/torch.h>
@@ -34,6 +34,7 @@ TEST(SimtTraffic, TheKernelsLoadWhatTheModelCounts) {
       {"combiner-fixed", 240, 48, 64, torch::kBFloat16},
       {"combiner-axial-rowmajor", 64, 8, 64, torch::kBFloat16},
       {"combiner-axial-rowmajor", 288, 96, 128, torch::kBFloat16},
+      {"combiner-axial-rowmajor", 288, 96, 64, torch::kBFloat16},  // two walks paired
       {"combiner-axial-vertical", 64, 8, 64, torch::kFloat},
       {"combiner-axial-vertical", 256, 16, 128, torch::kBFloat16},
       {"combiner-axial-vertical", 288, 96, 64, torch::kBFloat16},

@@ -52,22 +52,32 @@ FusedPass within(FusedPass p, const SummaryGroup& group) {
 
 // Whether joint step `a`, reading no slot, and local step `b` may run in one launch
 // (fused::pairable), judged from their plans: b's pools' backward in its epilogue where it pools
-// on chip (the glue may still decide otherwise; the launch checks again).
-bool may_pair(const Step& a, const Step& b, const torch::Tensor& q, double scale) {
+// on chip; and, b's queries pooled (`pooled_queries`: a query side's slot, whose gradient its
+// local passes may write over u's, their d_o), not as two walks (the glue may still decide
+// otherwise; the launch checks again).
+bool may_pair(
+    const Step& a, const Step& b, bool pooled_queries, const torch::Tensor& q, double scale) {
   fused::Backward first, second;
   first.pass = make_pass(a.plan, q, q, q, {}, {}, scale);
   second.pass = make_pass(b.plan, q, q, q, {}, {}, scale);
   if (b.plan.pooled) second.pools_dq.kind = GradOut::kStore;
+  if (pooled_queries && !fused::segment_backward(second.pass)) return false;
   return fused::pairable(first, second);
 }
 
 // Joint passes reading no slot that pair with a local pass move to just before it (backward_steps).
-void pair_steps(std::vector<Step>& steps, const torch::Tensor& q, double scale) {
+void pair_steps(std::vector<Step>& steps,
+                const std::vector<SummaryGroup>& groups,
+                const torch::Tensor& q,
+                double scale) {
   for (size_t l = 0; l < steps.size(); ++l) {
     if (!steps[l].local || (l > 0 && steps[l - 1].paired)) continue;
+    const auto& pools = groups[size_t(steps[l].group)].pools;
+    const bool pooled_queries = std::any_of(
+        pools.begin(), pools.end(), [](const FusedPool& p) { return p.query_side; });
     for (size_t a = 0; a < l; ++a) {
       if (steps[a].local || steps[a].group >= 0 || steps[a].paired ||
-          !may_pair(steps[a], steps[l], q, scale))
+          !may_pair(steps[a], steps[l], pooled_queries, q, scale))
         continue;
       Step moved = steps[a];
       moved.paired = true;
@@ -211,7 +221,7 @@ std::vector<Step> backward_steps(const std::vector<FusedPass>& passes,
     for (size_t j = 0; !g.joint.empty() && j < g.local.size(); ++j)
       steps.push_back({true, j, int(gi), g.local[j]});
   }
-  pair_steps(steps, q, scale);
+  pair_steps(steps, groups, q, scale);
   delta_maker_first(steps, q, scale);
   return steps;
 }

@@ -875,18 +875,45 @@ COMBINER_HD bool pairable(const Forward& a, const Forward& b) {
 COMBINER_HD const Geometry& query_gradient_rows(const Backward& b) {
   return b.pools_dq.kind != GradOut::kNone ? b.pass.pooled_query : b.pass.query;
 }
+// Two walks in two launches (not one CTA per segment, nor at D 128, where each pass's walk and dq
+// already share a launch: interleaved_backward): both passes' dk/dv walks in one launch, then
+// both dq in another, where there were four. Key CTA x is the same key tile of the same segment
+// (or pack group) in both, so unpacked their segments are as many key tiles long; neither pass
+// has a pool's backward (those are segment_backward's), and neither writes dq over a d_o, which
+// another CTA of the dq launch may read. Rowmajor's row pass and its local pass at rows of 96
+// (CIFAR-10) and 192 (ImageNet-64), D 64: each row two or three query and key tiles.
+COMBINER_HD bool walks_pairable(const Backward& a, const Backward& b) {
+  const Pass &p = a.pass, &r = b.pass;
+  if (segment_backward(p) || segment_backward(r) || interleaved_backward_built(p.dim))
+    return false;
+  if (b.key_pool.segments != 0 || a.pools_dq.kind != GradOut::kNone ||
+      b.pools_dq.kind != GradOut::kNone)
+    return false;
+  const auto over_d_o = [](const Backward& x) {
+    return x.dq.data != nullptr && x.dq.data == x.d_o.data;
+  };
+  if (over_d_o(a) || over_d_o(b)) return false;
+  return segment_pack(p) > 1 ||
+         ceil_div(p.key.seg_len, kKeyTile) == ceil_div(r.key.seg_len, kKeyTile);
+}
 // A backward pair: besides, both one CTA per segment (segment_backward: the pair kernel is built
-// wherever that pass's kernel is, kernel_backward.cu segment_pair_kernel), neither making a delta,
-// the first no key pool, every gradient row the second writes in CTA x one the first writes in CTA
-// x, in segments that share no row: no CTA touches a row another CTA writes. (That the second reads
-// nothing the first writes but its addends is the caller's to keep.)
+// wherever that pass's kernel is, kernel_backward.cu segment_pair_kernel) or two walks
+// (walks_pairable), neither making a delta, the first no key pool, every gradient row the second
+// writes in CTA x one the first writes in CTA x, in segments that share no row: no CTA touches a
+// row another CTA writes. (That the second reads nothing the first writes but its addends is the
+// caller's to keep.)
 COMBINER_HD bool pairable(const Backward& a, const Backward& b) {
   const Pass &p = a.pass, &r = b.pass;
-  if (!segment_backward(p) || !segment_backward(r) || !same_ctas(p, r)) return false;
+  const bool segments = segment_backward(p) && segment_backward(r);
+  if (!(segments || walks_pairable(a, b)) || !same_ctas(p, r)) return false;
   if (a.made_delta || b.made_delta || a.summary_delta || b.summary_delta) return false;
   if (a.key_pool.segments != 0) return false;
   const Geometry &aq = query_gradient_rows(a), &bq = query_gradient_rows(b);
   return disjoint(aq) && disjoint(p.key) && disjoint(p.value) && within_segments(bq, aq);
+}
+// A pair's launches: one, or two for two walks (dk/dv, then dq).
+COMBINER_HD int64_t backward_launches(const BackwardPair& b) {
+  return segment_backward(b.first.pass) ? 1 : 2;
 }
 
 // ---- the CPU model (fused/kernel_cpu.cpp): float32, float64, bfloat16 (float32 arithmetic) ----

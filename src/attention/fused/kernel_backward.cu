@@ -12,6 +12,9 @@
 //   and its dq tile in turn.
 //   interleaved kernel (kernel.h interleaved_backward, D 128): the dk/dv kernel's CTAs and the dq
 //   kernel's in one launch, a segment's in turn, so that the dq CTAs read its rows from L2.
+//   pair kernels (kernel.h BackwardPair): one CTA per segment of two passes, or two walks (the
+//   dkv kernel's CTA x of each, then, in a second launch, the dq kernel's), each CTA the first
+//   pass's, then the second's, with the shared memory of the kernel they pair.
 // Shared memory (D = 32 / 64 / 128): dq bf16 30 / 54 / 102 KB, fp32 71 / 119 / 215 KB (packed:
 // 2 KB more); dkv bf16 33 / 57 / 70 KB, fp32 74 / 122 / 143 KB (D = 128 walks 32-query
 // tiles); interleaved, the larger of the two.
@@ -463,6 +466,28 @@ __global__ void __launch_bounds__(kThreads, 1)
   segment_backward_cta<T, D, PACKED, false>(pair.second, smem);
 }
 
+// Two walks (kernel.h walks_pairable) in two launches: CTA x runs the first pass's key tile x,
+// then the second's, which adds into the dk, dv rows the first has just stored; then, in the
+// second launch, the same for their query tiles' dq. Each part an inlined copy, as above.
+template <typename T, int D, bool PACKED>
+__global__ void __launch_bounds__(kThreads, 1)
+    dkv_pair_kernel(const __grid_constant__ BackwardPair pair) {
+  COMBINER_DYNAMIC_SHARED(unsigned char, smem);
+  dkv_tile<T, D, Keys::kSourceA, PACKED>(pair.first, blockIdx.x, smem);
+  if (blockIdx.x >= key_ctas(pair.second.pass, false)) return;
+  __syncthreads();
+  dkv_tile<T, D, Keys::kSourceA, PACKED>(pair.second, blockIdx.x, smem);
+}
+template <typename T, int D, bool PACKED>
+__global__ void __launch_bounds__(kThreads, dq_blocks_per_sm<T, D>())
+    dq_pair_kernel(const __grid_constant__ BackwardPair pair) {
+  COMBINER_DYNAMIC_SHARED(unsigned char, smem);
+  dq_cta<T, D, PACKED>(pair.first, blockIdx.x, smem);
+  if (blockIdx.x >= query_ctas(pair.second.pass)) return;
+  __syncthreads();
+  dq_cta<T, D, PACKED>(pair.second, blockIdx.x, smem);
+}
+
 // The summaries' dk/dv walk (by prefix): CTA (summary tile, part).
 template <typename T, int D>
 __global__ void __launch_bounds__(kThreads, 1)
@@ -570,13 +595,29 @@ void backward_pair_cuda(const BackwardPair& pair, void* stream) {
     using T = typename decltype(type)::type;
     constexpr int D = decltype(dim)::value;
     constexpr Dtype dtype = sizeof(T) == 4 ? Dtype::kFloat32 : Dtype::kBFloat16;
+    const unsigned heads = unsigned(p.batch * p.heads);
+    const bool packed = segment_pack(p) > 1;
     if constexpr (segment_backward_built(dtype, D)) {
-      const dim3 grid(unsigned(query_ctas(p)), unsigned(p.batch * p.heads));
-      const char* what = "fused backward (two passes, one CTA per segment)";
-      if (segment_pack(p) > 1)
-        launch(segment_pair_kernel<T, D, true>, grid, segment_smem<T, D>(), stream, what, pair);
-      else
-        launch(segment_pair_kernel<T, D, false>, grid, segment_smem<T, D>(), stream, what, pair);
+      if (segment_backward(p)) {
+        const dim3 grid(unsigned(query_ctas(p)), heads);
+        const char* what = "fused backward (two passes, one CTA per segment)";
+        if (packed)
+          launch(segment_pair_kernel<T, D, true>, grid, segment_smem<T, D>(), stream, what, pair);
+        else
+          launch(segment_pair_kernel<T, D, false>, grid, segment_smem<T, D>(), stream, what, pair);
+        return;
+      }
+    }
+    if constexpr (!interleaved_backward_built(D)) {
+      const dim3 dkv_grid(unsigned(dkv_ctas(p)), heads), dq_grid(unsigned(query_ctas(p)), heads);
+      const char *dkv = "fused backward (two passes, dk, dv)", *dq = "fused backward (two passes, dq)";
+      if (packed) {
+        launch(dkv_pair_kernel<T, D, true>, dkv_grid, dkv_smem<T, D>(), stream, dkv, pair);
+        launch(dq_pair_kernel<T, D, true>, dq_grid, dq_smem<T, D, true>(), stream, dq, pair);
+      } else {
+        launch(dkv_pair_kernel<T, D, false>, dkv_grid, dkv_smem<T, D>(), stream, dkv, pair);
+        launch(dq_pair_kernel<T, D, false>, dq_grid, dq_smem<T, D, false>(), stream, dq, pair);
+      }
     }
   });
 }

@@ -237,16 +237,30 @@ void backward_all(const Backward& bw) {
     }
 }
 
-// Two passes in one launch (BackwardPair): each CTA the first's, then the second's.
+// Two passes in one launch (BackwardPair): each CTA the first's, then the second's; two walks
+// (walks_pairable) in two such launches, the dk/dv walks', then dq's.
 template <typename S, typename T>
 void backward_pair_all(const BackwardPair& pair) {
-  const Pass& p = pair.first.pass;
+  const Pass &p = pair.first.pass, &r = pair.second.pass;
   for (int64_t b = 0; b < p.batch; ++b)
-    for (int64_t h = 0; h < p.heads; ++h)
-      for (int64_t cta = 0; cta < query_ctas(p); ++cta) {
-        segment_cta<S, T>(pair.first, b, h, cta);
-        if (cta < query_ctas(pair.second.pass)) segment_cta<S, T>(pair.second, b, h, cta);
+    for (int64_t h = 0; h < p.heads; ++h) {
+      if (segment_backward(p)) {
+        for (int64_t cta = 0; cta < query_ctas(p); ++cta) {
+          segment_cta<S, T>(pair.first, b, h, cta);
+          if (cta < query_ctas(r)) segment_cta<S, T>(pair.second, b, h, cta);
+        }
+        continue;
       }
+      for (int64_t cta = 0; cta < key_ctas(p, false); ++cta) {
+        backward_dkv_tile<S, T>(pair.first, b, h, Keys::kSourceA, cta, 0);
+        if (cta < key_ctas(r, false))
+          backward_dkv_tile<S, T>(pair.second, b, h, Keys::kSourceA, cta, 0);
+      }
+      for (int64_t cta = 0; cta < query_ctas(p); ++cta) {
+        backward_dq_tile<S, T>(pair.first, b, h, cta);
+        if (cta < query_ctas(r)) backward_dq_tile<S, T>(pair.second, b, h, cta);
+      }
+    }
 }
 
 }  // namespace cpu_model

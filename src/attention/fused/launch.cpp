@@ -79,7 +79,10 @@ std::string describe(const fused::Backward& b) {
          (b.summary_delta ? ", and u's delta" : "") + (b.made_delta ? ", making delta" : "");
 }
 std::string describe(const fused::BackwardPair& b) {
-  return "backward (two passes, one CTA per segment): " + shape(b.first.pass) + "; then " +
+  return std::string(fused::segment_backward(b.first.pass)
+                         ? "backward (two passes, one CTA per segment): "
+                         : "backward (two passes, dk dv, dq): ") +
+         shape(b.first.pass) + "; then " +
          shape(b.second.pass) +
          (b.second.pools_dq.kind != fused::GradOut::kNone ? ", and their backward" : "") +
          (b.second.key_pool.segments > 0 ? ", and its keys' segment max backward" : "");
@@ -234,7 +237,7 @@ void backward_pair(const torch::Tensor& on, const fused::BackwardPair& b) {
   check_key_pool(b.second.pass, b.second.key_pool, true);
   run(on,
       b,
-      1,
+      fused::backward_launches(b),
       &fused::backward_pair_cpu,
       COMBINER_CUDA(backward_pair_cuda),
       &HostKernels::backward_pair);

@@ -70,7 +70,8 @@ void forward(const torch::Tensor& on, const fused::Forward& f);
 void forward_pair(const torch::Tensor& on, const fused::ForwardPair& f);
 void delta(const torch::Tensor& on, const fused::Delta& d);
 void backward(const torch::Tensor& on, const fused::Backward& b);
-// Two one-CTA-per-segment backwards in one launch (fused::pairable(b.first, b.second)).
+// Two one-CTA-per-segment backwards in one launch, or two walks in two (fused::pairable(b.first,
+// b.second)).
 void backward_pair(const torch::Tensor& on, const fused::BackwardPair& b);
 // The scans: every part in one launch.
 void running_max(const torch::Tensor& on, const fused::RunningMaxes& r);

@@ -313,6 +313,20 @@ void segment_cta(Ledger& l, const Backward& bw, int64_t cta) {
   }
 }
 
+// One CTA of the dq kernel: its queries (delta given, or made by the walk), its key tiles, and
+// its rows of dq.
+void dq_cta(Ledger& l, const Backward& bw, int64_t cta) {
+  const Pass& p = bw.pass;
+  const auto rows = query_rows(p, cta);
+  if (rows.empty()) return;
+  for (int64_t r = 0; r < kQueryTile; ++r) {
+    const TileIndex q = tile_query(p, cta, r);
+    if (q.valid) read_query(l, bw, q, Load::kPlain);
+  }
+  read_key_tiles(l, p, cta);
+  for (const int64_t row : rows) write_grad(l, bw.dq, row, p);
+}
+
 }  // namespace
 
 Traffic traffic(const Backward& bw) {
@@ -332,21 +346,24 @@ Traffic traffic(const Backward& bw) {
       for (int64_t part = 0; part < parts; ++part)
         dkv_walk(l, bw, Keys::kPrefixSummaries, st, part);
   }
-  for (int64_t cta = 0; cta < query_ctas(p); ++cta) {  // the dq kernel
-    const auto rows = query_rows(p, cta);
-    if (rows.empty()) continue;
-    for (int64_t r = 0; r < kQueryTile; ++r) {
-      const TileIndex q = tile_query(p, cta, r);
-      if (q.valid) read_query(l, bw, q, Load::kPlain);  // delta: given, or made by the walk
-    }
-    read_key_tiles(l, p, cta);
-    for (const int64_t row : rows) write_grad(l, bw.dq, row, p);
-  }
+  for (int64_t cta = 0; cta < query_ctas(p); ++cta) dq_cta(l, bw, cta);
   return l.total(heads_of(p.batch, p.heads));
 }
 
 Traffic traffic(const BackwardPair& pair) {
-  return pair_traffic(pair, &segment_cta);
+  if (segment_backward(pair.first.pass)) return pair_traffic(pair, &segment_cta);
+  // Two walks: each launch's CTAs in one ledger, as one pass's walk and dq are.
+  const Pass &p = pair.first.pass, &r = pair.second.pass;
+  Ledger l;
+  for (int64_t cta = 0; cta < key_ctas(p, false); ++cta) {
+    dkv_walk(l, pair.first, Keys::kSourceA, cta, 0);
+    if (cta < key_ctas(r, false)) dkv_walk(l, pair.second, Keys::kSourceA, cta, 0);
+  }
+  for (int64_t cta = 0; cta < query_ctas(p); ++cta) {
+    dq_cta(l, pair.first, cta);
+    if (cta < query_ctas(r)) dq_cta(l, pair.second, cta);
+  }
+  return l.total(heads_of(p.batch, p.heads));
 }
 
 // The scans read and write each element of their lines once a tensor, with plain loads: counted
