@@ -1,8 +1,8 @@
-// A local pass that makes its keys' segment maxes in its own CTAs and takes their backward there
-// (fused/kernel.h Forward::key_pool, Backward::key_pool: rowmajor's row maxes, fixed's block
-// maxes), held to the same pass without them followed by the segment max kernel each way:
-// o, lse and the maxes, then dq, dk and dv, to the bit. Shared by tests/attention (the CPU model)
-// and tests/emulated (the CUDA source).
+// A local pass that makes its keys' segment maxes in its own CTAs and, where each segment is one
+// key tile, takes their backward there (fused/kernel.h Forward::key_pool, Backward::key_pool:
+// rowmajor's row maxes, fixed's block maxes), held to the same pass without them followed by the
+// segment max kernel each way: o, lse and the maxes, then dq, dk and dv, to the bit. Shared by
+// tests/attention (the CPU model) and tests/emulated (the CUDA source).
 #pragma once
 
 #include <cmath>
@@ -60,8 +60,11 @@ inline std::string check(const Case& c, const Kernels& kernels) {
         .to(c.dtype);
   };
   const auto q = draw(rows), k = draw(c.L), v = draw(c.L), d_o = draw(rows);
-  if (!fused::key_pool_on_chip(fused_glue::make_pass(local, q, k, v, {}, {}, 1.0), spans, c.W))
+  const auto pass = fused_glue::make_pass(local, q, k, v, {}, {}, 1.0);
+  if (!fused::key_pool_on_chip(pass, spans, c.W))
     return " the case's pass cannot make its key pool";
+  // Segments of more than one key tile: the pass makes the maxes, the kernel takes them back.
+  const bool takes_back = fused::key_pool_backward_on_chip(pass, spans, c.W);
   const auto acc = torch::TensorOptions().dtype(fused_glue::acc_type(c.dtype));
   const auto d_ks = torch::randn({1, 2, spans, c.D}, acc);  // a fused call's float32 gradient
   const auto dk_before = draw(c.L), dv_before = draw(c.L);  // what earlier passes added
@@ -97,9 +100,9 @@ inline std::string check(const Case& c, const Kernels& kernels) {
       out->addend_in_storage = true;
     }
     const auto pool_backward = fused_pools::on_chip_backward(pool, k, d_ks, dk[with]);
-    if (with) b.key_pool = pool_backward;
+    if (with && takes_back) b.key_pool = pool_backward;
     kernels.backward(b);
-    if (!with) kernels.segment_max_backward(fused::one_part(pool_backward));
+    if (!with || !takes_back) kernels.segment_max_backward(fused::one_part(pool_backward));
   }
   std::string failed;
   const auto same = [](const torch::Tensor& a, const torch::Tensor& b) {  // NaN where unwritten

@@ -25,7 +25,11 @@ TEST(KeyPool, TheLocalPassMakesTheKeyMaxesAsTheSegmentMaxKernel) {
                                          {false, 200, 40, 128, torch::kBFloat16, true},
                                          {true, 240, 48, 32, torch::kFloat},
                                          {true, 330, 64, 64, torch::kDouble, true},
-                                         {false, 390, 64, 16, torch::kFloat, true}})
+                                         {false, 390, 64, 16, torch::kFloat, true},
+                                         // more than one key tile a segment: the forward only
+                                         {false, 480, 96, 64, torch::kBFloat16},
+                                         {false, 600, 150, 32, torch::kFloat, true},
+                                         {true, 960, 192, 32, torch::kBFloat16, true}})
     EXPECT_EQ(key_pool_cases::check(c, kCpu), "") << key_pool_cases::name(c);
 }
 
@@ -37,27 +41,46 @@ TEST(KeyPool, FixedsLocalPassMakesItsQueriesAsTheSegmentMaxKernel) {
     EXPECT_EQ(key_pool_cases::check_query_pool(c, kCpu), "") << key_pool_cases::name(c);
 }
 
-// A pass that cannot hold a segment's keys in its one key tile, or that packs segments, makes
-// none: the call keeps its pool launches there.
-TEST(KeyPool, OnlyAPassOfOneUnpackedKeyTileASegmentMakesThem) {
+// A pass that packs segments makes none: the call keeps its pool launches there. One whose
+// segments are more than a key tile makes them, but leaves their backward to the pool kernel.
+TEST(KeyPool, AnUnpackedPassMakesThemAndOfOneKeyTileASegmentTakesThemBack) {
   const auto q = torch::zeros({1, 2, 8, 64});
-  for (const auto& [W, fits] :
-       std::vector<std::pair<int64_t, bool>>{{48, true}, {64, true}, {96, false}, {24, false}}) {
-    const Case c{false, 8 * W, W, 64, torch::kFloat};
-    const FusedPool pool = FusedPool::segment_max(false, 7, W);
-    EXPECT_EQ(key_pool_fits_on_chip(key_pool_cases::local_pass(c), q, pool), fits) << "W " << W;
+  struct Expected {
+    int64_t W;
+    bool made, taken_back;
+  };
+  for (const auto& e : std::vector<Expected>{{48, true, true},
+                                             {64, true, true},
+                                             {96, true, false},
+                                             {192, true, false},
+                                             {24, false, false}}) {
+    const Case c{false, 8 * e.W, e.W, 64, torch::kFloat};
+    const FusedPool pool = FusedPool::segment_max(false, 7, e.W);
+    const auto local = key_pool_cases::local_pass(c);
+    EXPECT_EQ(key_pool_fits_on_chip(local, q, pool), e.made) << "W " << e.W;
+    EXPECT_EQ(key_pool_backward_fits_on_chip(local, q, pool), e.taken_back) << "W " << e.W;
   }
 }
 
 // At the benchmark's layout (L 3,072, rows and blocks of 48) in float64: rowmajor runs no pool
 // launch either way, fixed only its query maxes' backward (its local pass makes them, its
-// queries, in the forward), and each call's gradients are the composed path's.
-TEST(KeyPool, TheCallsRunNoKeyPoolLaunch) {
-  for (const auto& [variant, pool_launches] : std::vector<std::pair<std::string, int>>{
-           {"combiner-axial-rowmajor", 0}, {"combiner-fixed", 1}}) {
+// queries, in the forward). At CIFAR-10's (96: two key tiles a segment) the local pass makes the
+// key maxes in the forward and the pool kernel takes them back: rowmajor one pool launch, fixed
+// two (its query maxes, then both backwards). Each call's gradients are the composed path's.
+TEST(KeyPool, TheCallsMakeTheirKeyMaxesInTheLocalPass) {
+  struct Expected {
+    std::string variant;
+    int64_t W;
+    int pool_launches, made, taken, queries;
+  };
+  for (const auto& [variant, W, pool_launches, made_expected, taken_expected, queries_expected] :
+       std::vector<Expected>{{"combiner-axial-rowmajor", 48, 0, 2, 1, 0},
+                             {"combiner-fixed", 48, 1, 2, 1, 1},
+                             {"combiner-axial-rowmajor", 96, 1, 1, 0, 0},
+                             {"combiner-fixed", 96, 2, 1, 0, 0}}) {
     const int64_t L = 3072, D = 16;
-    auto fused = make_attention({variant, 48, 48, "max"}, L, D),
-         composed = make_attention({variant, 48, 48, "max"}, L, D);
+    auto fused = make_attention({variant, W, W, "max"}, L, D),
+         composed = make_attention({variant, W, W, "max"}, L, D);
     fused->set_path(AttentionImpl::Path::kFused);
     composed->set_path(AttentionImpl::Path::kComposed);
     torch::manual_seed(9);
@@ -80,12 +103,13 @@ TEST(KeyPool, TheCallsRunNoKeyPoolLaunch) {
       taken += t.what.find("its keys' segment max backward") != std::string::npos;
       queries += t.what.find("its queries the segment max of q's rows") != std::string::npos;
     }
-    EXPECT_EQ(pools, pool_launches) << variant;
-    EXPECT_EQ(queries, variant == "combiner-fixed" ? 1 : 0) << variant;
-    EXPECT_EQ(made, 2) << variant;  // the forward and the backward
-    EXPECT_EQ(taken, 1) << variant;
+    const std::string name = variant + " at " + std::to_string(W);
+    EXPECT_EQ(pools, pool_launches) << name;
+    EXPECT_EQ(queries, queries_expected) << name;
+    EXPECT_EQ(made, made_expected) << name;  // the forward's, and the backward's (taken back)
+    EXPECT_EQ(taken, taken_expected) << name;
     for (int i = 0; i < 3; ++i)
-      EXPECT_LT((grads[i] - expected[i]).abs().max().item<double>(), 1e-10) << variant << " " << i;
+      EXPECT_LT((grads[i] - expected[i]).abs().max().item<double>(), 1e-10) << name << " " << i;
   }
 }
 

@@ -159,7 +159,7 @@ TEST(PairedPasses, AreTheTwoLaunchesBitForBit) {
       {Variant::kRowmajor, 480, 96, 64, torch::kBFloat16},  // rows of 96: two walks
       {Variant::kRowmajor, 480, 96, 64, torch::kFloat},
       {Variant::kRowmajor, 600, 150, 32, torch::kBFloat16},  // three tiles, the last part-full
-      {Variant::kHorizontal, 392, 48, 32, torch::kFloat},   // with its prefix pass
+      {Variant::kHorizontal, 392, 48, 32, torch::kFloat},    // with its prefix pass
       {Variant::kHorizontal, 200, 40, 64, torch::kBFloat16}};
   for (const auto& c : cases)
     EXPECT_EQ(pair_cases::check(c, nullptr, &split), "") << pair_cases::name(c);

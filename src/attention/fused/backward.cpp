@@ -499,7 +499,8 @@ tensor_list FusedFunction::backward(AutogradContext* ctx, tensor_list grads) {
         for (size_t later = s + 1; later < total; ++later)  // the last to write dk's rows
           if (dk.out(later).kind != GradOut::kNone) return nullptr;
         for (const auto& p : group.pools)
-          if (p.on_chip && key_pool_fits_on_chip(steps[s].plan, q, p) && !key_pool_done) return &p;
+          if (p.on_chip && key_pool_backward_fits_on_chip(steps[s].plan, q, p) && !key_pool_done)
+            return &p;
         return nullptr;
       };
       for (size_t s = 0; s < total; ++s) {

@@ -73,8 +73,8 @@ void pair_steps(std::vector<Step>& steps,
   for (size_t l = 0; l < steps.size(); ++l) {
     if (!steps[l].local || (l > 0 && steps[l - 1].paired)) continue;
     const auto& pools = groups[size_t(steps[l].group)].pools;
-    const bool pooled_queries = std::any_of(
-        pools.begin(), pools.end(), [](const FusedPool& p) { return p.query_side; });
+    const bool pooled_queries =
+        std::any_of(pools.begin(), pools.end(), [](const FusedPool& p) { return p.query_side; });
     for (size_t a = 0; a < l; ++a) {
       if (steps[a].local || steps[a].group >= 0 || steps[a].paired ||
           !may_pair(steps[a], steps[l], pooled_queries, q, scale))

@@ -440,6 +440,14 @@ bool key_pool_fits_on_chip(const FusedPass& local, const torch::Tensor& q, const
   return !local.a_from_summaries && fused::key_pool_on_chip(p, pool.segments, pool.len);
 }
 
+bool key_pool_backward_fits_on_chip(const FusedPass& local,
+                                    const torch::Tensor& q,
+                                    const FusedPool& pool) {
+  const auto p = fused_glue::make_pass(local, q, q, q, {}, {}, 1.0);
+  return key_pool_fits_on_chip(local, q, pool) &&
+         fused::key_pool_backward_on_chip(p, pool.segments, pool.len);
+}
+
 bool query_pool_fits_on_chip(const FusedPass& local,
                              const torch::Tensor& q,
                              const FusedPool& pool) {

@@ -133,10 +133,14 @@ torch::Tensor fused_attention_with_local(const torch::Tensor& q,
 // with a running max of k and one of q along dim 2, from row 0, over its keys' rows.
 bool pools_fit_on_chip(const FusedPass& local, const torch::Tensor& q);
 // Whether `local` can make a key-side segment max pool over its keys' segments in its own CTAs
-// and take its backward there (fused/kernel.h key_pool_on_chip, at q's dtype and head dim):
-// then the pool may be FusedPool::on_chip (rowmajor's row maxes at rows of at most 64; fixed's
-// block maxes at blocks of at most 64).
+// (fused/kernel.h key_pool_on_chip, at q's dtype and head dim): then the pool may be
+// FusedPool::on_chip (rowmajor's row maxes, fixed's block maxes).
 bool key_pool_fits_on_chip(const FusedPass& local, const torch::Tensor& q, const FusedPool& pool);
+// Whether it can also take that pool's backward in its own CTAs (key_pool_backward_on_chip: rows
+// and blocks of at most 64); else the pool kernel's backward runs.
+bool key_pool_backward_fits_on_chip(const FusedPass& local,
+                                    const torch::Tensor& q,
+                                    const FusedPool& pool);
 // Whether `local` can make a query-side segment max pool over q's segments as its own queries
 // in its CTAs, writing them to the qs slot it reads them from (fused/kernel.h
 // query_pool_on_chip): then the pool may be FusedPool::on_chip (fixed's pooled queries at blocks

@@ -137,8 +137,9 @@ torch::Tensor fused_combiner_rowmajor(const torch::Tensor& q,
   local.query = {spans, W, W, 1, spans * W};
   local.key = local.value = {spans, W, W, 1, spans * W};
   local.mask = fused::Mask::kNone;
-  // Each row one tile (W <= 64; L 3072 at W 48): the local pass makes the rows' key maxes from
-  // its key tiles and takes their backward, and the pool kernels do not run.
+  // The local pass makes the rows' key maxes (from its key tiles; a row of more than one, from
+  // k's rows again) and no pool launch runs in the forward; each row one tile (W <= 64; L 3072 at
+  // W 48), it takes their backward too, and the pool kernels do not run.
   if (pools.size() == 1 && key_pool_fits_on_chip(local, q, pools[0])) pools[0].on_chip = true;
   return fused_attention_with_local(q, k, v, ks, {}, {local}, passes, scale, pools);
 }

@@ -161,9 +161,11 @@ struct Forward {
   Delta delta;
   // A plain max pool of the pass's keys made in its CTAs (key_pool.segments 0: none; where
   // key_pool_fits): segment g's max over its keys, as the segment max kernel writes it (x the
-  // pass's k; y contiguous [B, H, segments, D]), from the key tile segment g's CTA loads: no
-  // pool launch and no read of k for it (rowmajor's row maxes and fixed's block maxes, by their
-  // local pass at segments of at most 64). A pair's first carries none (pairable).
+  // pass's k; y contiguous [B, H, segments, D]), by segment g's first query tile's CTA: from
+  // the key tile it loads, where the segment is one (no pool launch and no read of k for it:
+  // rowmajor's row maxes and fixed's block maxes, by their local pass at segments of at most
+  // 64), else from k's rows read again after its walk, while L2 holds them (no pool launch). A
+  // pair's first carries none (pairable).
   SegmentMax key_pool;
   // A plain max pool of q made by the pass's CTAs as their one query each (query_pool.segments
   // 0: none; where query_pool_fits): segment g's CTA loads x's rows g * len + t into its query
@@ -689,15 +691,15 @@ COMBINER_HD bool pools_on_chip(const Pass& p) {
          p.query.row_stride == p.key.row_stride && segment_backward(p);
 }
 // Whether a plain max pool of `segments` segments of `len` keys (rows g * len + t of k, as
-// SegmentMax reads them) can be made by the pass's CTAs and taken back by them
-// (Forward::key_pool, Backward::key_pool): one unpacked CTA per segment each way
-// (segment_backward), source A's segment g those rows, unmasked (the forward's one key tile
-// holds them all), and a query in every pooled segment (a CTA that runs). Rowmajor's and fixed's
-// local passes at rows and blocks of at most 64 are such passes.
+// SegmentMax reads them) can be made by the pass's CTAs (Forward::key_pool): unpacked, source A's
+// segment g those rows, unmasked, and a query in every pooled segment (a CTA that runs). The
+// first query tile's CTA of segment g takes the max from its one key tile, or, where the
+// segment is longer than a tile, from k's rows again after its walk. Rowmajor's and fixed's
+// local passes are such passes.
 COMBINER_HD bool key_pool_on_chip(const Pass& p, int64_t segments, int64_t len) {
   const Geometry& k = p.key;
   if (segments <= 0 || p.summaries || p.pooled || p.mask != Mask::kNone) return false;
-  if (segment_pack(p) != 1 || !segment_backward(p) || segments > p.query.segments) return false;
+  if (segment_pack(p) != 1 || segments > p.query.segments) return false;
   if (k.first != 0 || k.row_stride != 1 || k.seg_stride != len || k.seg_len != len ||
       segments > k.segments || k.limit < segments * len)
     return false;
@@ -705,11 +707,19 @@ COMBINER_HD bool key_pool_on_chip(const Pass& p, int64_t segments, int64_t len) 
     if (valid_count(p.query, g) == 0) return false;
   return true;
 }
+// Whether the pass's CTAs can also take such a pool's backward (Backward::key_pool): one CTA
+// per segment (segment_backward), whose one key tile holds the segment's rows and their arg-max.
+// Rowmajor's and fixed's local passes at rows and blocks of at most 64.
+COMBINER_HD bool key_pool_backward_on_chip(const Pass& p, int64_t segments, int64_t len) {
+  return key_pool_on_chip(p, segments, len) && segment_backward(p);
+}
 // Whether `m` is such a pool of the pass's own k (the backward's: adding into dx).
 COMBINER_HD bool key_pool_fits(const Pass& p, const SegmentMax& m, bool backward) {
-  return key_pool_on_chip(p, m.segments, m.len) && m.batch == p.batch && m.heads == p.heads &&
-         m.dim == p.dim && m.dtype == p.dtype && m.x == p.k.data && m.stride[0] == p.k.batch &&
-         m.stride[1] == p.k.head && m.stride[2] == p.k.row && (!backward || m.accumulate);
+  return (backward ? key_pool_backward_on_chip(p, m.segments, m.len)
+                   : key_pool_on_chip(p, m.segments, m.len)) &&
+         m.batch == p.batch && m.heads == p.heads && m.dim == p.dim && m.dtype == p.dtype &&
+         m.x == p.k.data && m.stride[0] == p.k.batch && m.stride[1] == p.k.head &&
+         m.stride[2] == p.k.row && (!backward || m.accumulate);
 }
 // Whether a plain max pool of `segments` segments of `len` rows can be made as the pass's
 // queries by its CTAs (Forward::query_pool): one unpacked CTA per segment, whose one query
@@ -884,8 +894,7 @@ COMBINER_HD const Geometry& query_gradient_rows(const Backward& b) {
 // (CIFAR-10) and 192 (ImageNet-64), D 64: each row two or three query and key tiles.
 COMBINER_HD bool walks_pairable(const Backward& a, const Backward& b) {
   const Pass &p = a.pass, &r = b.pass;
-  if (segment_backward(p) || segment_backward(r) || interleaved_backward_built(p.dim))
-    return false;
+  if (segment_backward(p) || segment_backward(r) || interleaved_backward_built(p.dim)) return false;
   if (b.key_pool.segments != 0 || a.pools_dq.kind != GradOut::kNone ||
       b.pools_dq.kind != GradOut::kNone)
     return false;

@@ -610,7 +610,8 @@ void backward_pair_cuda(const BackwardPair& pair, void* stream) {
     }
     if constexpr (!interleaved_backward_built(D)) {
       const dim3 dkv_grid(unsigned(dkv_ctas(p)), heads), dq_grid(unsigned(query_ctas(p)), heads);
-      const char *dkv = "fused backward (two passes, dk, dv)", *dq = "fused backward (two passes, dq)";
+      const char* dkv = "fused backward (two passes, dk, dv)";
+      const char* dq = "fused backward (two passes, dq)";
       if (packed) {
         launch(dkv_pair_kernel<T, D, true>, dkv_grid, dkv_smem<T, D>(), stream, dkv, pair);
         launch(dq_pair_kernel<T, D, true>, dq_grid, dq_smem<T, D, true>(), stream, dq, pair);

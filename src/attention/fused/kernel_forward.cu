@@ -258,10 +258,11 @@ __device__ __forceinline__ void forward_cta(const Forward& f, unsigned char* sme
 
   cp_async_wait<0>();  // no copy in flight when the CTA ends (n_tiles = 0: only Q's)
   if constexpr (!PACKED) {
-    if (f.key_pool.segments > 0 && n_tiles > 0 && g < f.key_pool.segments) {
+    if (f.key_pool.segments > 0 && n_direct == 1 && g < f.key_pool.segments) {
       // Forward::key_pool: the segment's max over its keys, from its one key tile (key_pool_fits),
       // still in stage 0 until the epilogue's barrier below, a column a thread, as the segment max
-      // kernel takes it. Out of the loop, whose every tile would otherwise test for it.
+      // kernel takes it. Out of the loop, whose every tile would otherwise test for it. (A
+      // segment of more key tiles: after the epilogue, below.)
       const SegmentMax& m = f.key_pool;
       const int d = threadIdx.x;
       if (d < D) {
@@ -339,6 +340,26 @@ __device__ __forceinline__ void forward_cta(const Forward& f, unsigned char* sme
       return output_at(f, b, h, row_of(p.query, g + tables.q_seg(r), tables.q_idx(r)));
     return output_at(f, b, h, row_of(p.query, g, t0 + r));
   });
+  if constexpr (!PACKED) {
+    if (f.key_pool.segments > 0 && n_direct > 1 && g < f.key_pool.segments && t0 == 0) {
+      // Forward::key_pool over a segment of more than one key tile, by its first query tile's
+      // CTA: k's rows read again (its walk has just loaded them), once o's accumulators are
+      // written and their registers free.
+      const SegmentMax& m = f.key_pool;
+      const int d = threadIdx.x;
+      if (d < D) {
+        const int step = int(m.stride[2]);  // rows of a head below 2^31 (checks.cpp)
+        const T* x = static_cast<const T*>(m.x) + b * m.stride[0] + h * m.stride[1] +
+                     g * m.len * m.stride[2] + d;
+        float best = 0.f;
+        for (int c = 0; c < a_count; ++c) {
+          const float v = scalar_float(x[c * step]);
+          if (segment_max_takes(c, v, best)) best = v;
+        }
+        static_cast<T*>(m.y)[((b * m.heads + h) * m.segments + g) * m.dim + d] = scalar_as<T>(best);
+      }
+    }
+  }
 }
 
 // delta = sum_d dO * O per row. A row's D values are read by delta_lanes() lanes, one 16-byte

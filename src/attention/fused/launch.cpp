@@ -82,8 +82,7 @@ std::string describe(const fused::BackwardPair& b) {
   return std::string(fused::segment_backward(b.first.pass)
                          ? "backward (two passes, one CTA per segment): "
                          : "backward (two passes, dk dv, dq): ") +
-         shape(b.first.pass) + "; then " +
-         shape(b.second.pass) +
+         shape(b.first.pass) + "; then " + shape(b.second.pass) +
          (b.second.pools_dq.kind != fused::GradOut::kNone ? ", and their backward" : "") +
          (b.second.key_pool.segments > 0 ? ", and its keys' segment max backward" : "");
 }

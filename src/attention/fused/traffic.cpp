@@ -214,9 +214,20 @@ void forward_cta(Ledger& l, const Forward& f, int64_t cta) {
                   p.dim);
       }
   }
-  const SegmentMax& pool = f.key_pool;  // its keys' segment max, from the key tile: y's row
+  // Its keys' segment max: y's row, from the key tile; or, where the segment is more than one,
+  // by its first query tile's CTA, from k's rows read again.
+  const SegmentMax& pool = f.key_pool;
   const int64_t g = index_div(cta, query_chunks(p));
-  if (pool.segments > 0 && g < pool.segments) l.write(pool.y, g * pool.dim, es, pool.dim);
+  if (pool.segments > 0 && g < pool.segments) {
+    if (pool.len <= kKeyTile) {
+      l.write(pool.y, g * pool.dim, es, pool.dim);
+    } else if (index_mod(cta, query_chunks(p)) == 0) {
+      const Operand x = {pool.x, pool.stride[0], pool.stride[1], pool.stride[2]};
+      for (int64_t t = 0; t < pool.len; ++t)
+        read_row(l, x, g * pool.len + t, pool.dim, es, Load::kPlain);
+      l.write(pool.y, g * pool.dim, es, pool.dim);
+    }
+  }
   for (const int64_t row : rows) {  // the epilogue: o and lse (merged: read first)
     const int64_t at = output_at(f, 0, 0, row);
     if (f.merge) {
