@@ -229,8 +229,9 @@ std::vector<KernelCheckCase> kernel_check_cases(const std::string& device,
         c.variant = variant;
         // Each layout meets every abstraction: the rotation shifts by one per (dtype, D) block.
         const size_t i = out.size(), per = layouts.size();
-        c.abstraction =
-            abstraction.empty() ? abstractions[(i + i / per) % abstractions.size()] : abstraction;
+        c.abstraction = abstraction.empty()
+                            ? abstractions[(i % per + i / per) % abstractions.size()]
+                            : abstraction;
         c.dtype = dtype;
         c.dim = dim;
         c.length = l[0];

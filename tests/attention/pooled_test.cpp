@@ -1,8 +1,9 @@
 // A local pass that makes its cumulative max pools in its own tiles (FusedPass::pooled,
 // FusedPool::on_chip; fused/kernel.h pools_on_chip): vertical's pass down each column and
-// horizontal's two along each row, where a column or row is one tile, pool q and k there instead
-// of running-max launches and a qs in memory, and their backward runs the pools' backward in its
-// epilogue (Backward::pools_dq). Held
+// horizontal's two along each row pool q and k there in the forward instead of running-max
+// launches and a qs in memory (past a segment's first tile, carried from its rows before the
+// tile); where a column or row is one tile, their backward pools so too and runs the pools'
+// backward in its epilogue (Backward::pools_dq, pools_backward_on_chip). Held
 // to the same call with the pools made and taken back by the scan kernels: o and the gradients
 // of q, k and v equal to the bit, in float32, bfloat16 and float64, unpacked and packed columns,
 // D 128's backward walk of two query tiles (its running max carried from one to the next); then
@@ -78,6 +79,16 @@ TEST(PooledPass, IsThePoolKernelsBitForBit) {
       {vertical, {126, 6, 128, torch::kBFloat16}, 4},  // packed, a column across two walk tiles
       {vertical, {126, 6, 16, torch::kDouble}, 4},
       {vertical, {12, 1, 8, torch::kFloat}, 1},  // one column: no span, no gradient through it
+      // Columns of 70 rows: two tiles, pooled in the forward (and made again so in backward),
+      // the backward the scans'. So too float32 at D 128, whose backward is two kernels.
+      {vertical, {568, 8, 32, torch::kFloat}, 2},
+      {vertical, {568, 8, 64, torch::kBFloat16}, 2},
+      {vertical, {328, 8, 128, torch::kFloat}, 2},
+      {horizontal, {288, 96, 64, torch::kBFloat16}, 3},  // rows of 96, two tiles
+      {horizontal, {450, 150, 32, torch::kFloat}, 3},    // rows of 150, three
+      // Rows of 48 in float32 at D 128: one tile, its backward two kernels, which read qs (over
+      // W - 1 columns here, each row's whole prefix and suffix gradients zeros for the scans).
+      {horizontal, {384, 48, 128, torch::kFloat}, 3},
       {horizontal, {150, 24, 64, torch::kBFloat16}, 7},  // rows of 24: two to a tile
       {horizontal, {392, 48, 32, torch::kFloat}, 7},     // rows of 48, the last short
       {horizontal, {200, 40, 128, torch::kBFloat16}, 7},
@@ -98,7 +109,7 @@ TEST(PooledPass, IsThePoolKernelsBitForBit) {
     expect_equal(a, b, name(s));
     EXPECT_GT(a.dq.abs().sum().item<double>(), 0) << name(s);
     EXPECT_EQ(b.launches.size() - a.launches.size(), c.fewer) << name(s);
-    if (c.plan != horizontal) continue;
+    if (c.plan != horizontal || s.W - 1 > fused::kQueryTile) continue;
     // Horizontal's pooled passes run over the W - 1 columns of each row whose summaries are
     // read, the scans' plan over whole rows: the same again with the scans over W - 1 columns
     // (on a GPU a packed tile of other segment lengths sums in another order: only this pair
@@ -147,32 +158,34 @@ TEST(PooledPass, MovesFourteenSlotsFewer) {
   EXPECT_DOUBLE_EQ(whole_rows - bytes(horizontal, true), spans * (30 * row + 8 * lse));
 }
 
-// The variants take pooled passes where each column (vertical) or row (horizontal) is one tile,
-// and the kernels' pools where it is not: columns of 70 rows, rows of 96, or float32 at D 128
-// (whose backward is not one CTA per segment).
-TEST(PooledPass, TheVariantsPoolOnChipWhereASegmentIsOneTile) {
-  const auto pooled_launches =
+// The variants' local passes make their pools in the forward (no scan launch), and where each
+// column (vertical) or row (horizontal) is one tile, in the backward too; else the backward reads
+// qs made by the scan kernel, which takes the pools' backward: columns of 70 rows, rows of 96, or
+// float32 at D 128 (whose backward is not one CTA per segment). Counted: the pooled passes'
+// launches in the forward, and the scan launches forward and backward.
+TEST(PooledPass, TheVariantsPoolInTheirForwardAndInTheBackwardWhereASegmentIsOneTile) {
+  const auto launches =
       [](const std::string& variant, int64_t L, int64_t W, int64_t D, torch::ScalarType dtype) {
         auto m = make_attention({variant, W, W, "max"}, L, D);
         m->set_path(AttentionImpl::Path::kFused);
-        auto q = torch::randn({1, 1, L, D}).to(dtype), k = torch::randn({1, 1, L, D}).to(dtype);
-        auto v = torch::randn({1, 1, L, D}).to(dtype);
+        const auto draw = [&] { return torch::randn({1, 1, L, D}).to(dtype).requires_grad_(); };
+        const auto q = draw(), k = draw(), v = draw();
         fused_launch::LaunchTimes timer;
-        m->forward(q, k, v);
+        const auto o = m->forward(q, k, v);
         int pooled = 0, scans = 0;
-        for (const auto& t : timer.times()) {
+        for (const auto& t : timer.times())
           pooled += t.what.find("running max pools in its tiles") != std::string::npos;
-          scans += t.what.rfind("running max", 0) == 0;
-        }
+        torch::autograd::grad({o}, {q, k, v}, {torch::ones_like(o)});
+        for (const auto& t : timer.times()) scans += t.what.rfind("running max", 0) == 0;
         return std::make_pair(pooled, scans);
       };
   const std::string vertical = "combiner-axial-vertical", horizontal = "combiner-axial-horizontal";
-  EXPECT_EQ(pooled_launches(vertical, 3072, 48, 64, torch::kBFloat16), std::make_pair(1, 0));
-  EXPECT_EQ(pooled_launches(vertical, 568, 8, 32, torch::kFloat), std::make_pair(0, 1));
-  EXPECT_EQ(pooled_launches(vertical, 328, 8, 128, torch::kFloat), std::make_pair(0, 1));
-  EXPECT_EQ(pooled_launches(horizontal, 3072, 48, 64, torch::kBFloat16), std::make_pair(2, 0));
-  EXPECT_EQ(pooled_launches(horizontal, 3072, 96, 64, torch::kBFloat16), std::make_pair(0, 1));
-  EXPECT_EQ(pooled_launches(horizontal, 384, 48, 128, torch::kFloat), std::make_pair(0, 1));
+  EXPECT_EQ(launches(vertical, 3072, 48, 64, torch::kBFloat16), std::make_pair(1, 0));
+  EXPECT_EQ(launches(vertical, 568, 8, 32, torch::kFloat), std::make_pair(1, 2));
+  EXPECT_EQ(launches(vertical, 328, 8, 128, torch::kFloat), std::make_pair(1, 2));
+  EXPECT_EQ(launches(horizontal, 3072, 48, 64, torch::kBFloat16), std::make_pair(2, 0));
+  EXPECT_EQ(launches(horizontal, 3072, 96, 64, torch::kBFloat16), std::make_pair(2, 4));
+  EXPECT_EQ(launches(horizontal, 384, 48, 128, torch::kFloat), std::make_pair(2, 4));
 }
 
 TEST(PooledPass, PlansThatCannotPoolOnChipGiveOneLineErrors) {
@@ -189,8 +202,13 @@ TEST(PooledPass, PlansThatCannotPoolOnChipGiveOneLineErrors) {
       EXPECT_EQ(what.find('\n'), std::string::npos) << what;
     }
   };
-  // Columns of 70 rows: two tiles each.
-  expect_error(568, vertical(568, W, true), "one query tile and one key tile per segment");
+  // Queries not the running max of their own keys' rows: the keys' successors.
+  auto shifted = vertical(136, W, true);
+  shifted.local[0].pooled_query.first += 1;
+  expect_error(136, shifted, "its queries pooled from its keys' rows");
+  auto strict = vertical(136, W, true);  // a query that does not see its own key
+  strict.local[0].mask = fused::Mask::kStrict;
+  expect_error(136, strict, "masked causal or none");
   auto half = vertical(136, W, true);  // columns of 16 rows: one tile
   half.pools[1].on_chip = false;
   expect_error(136, half, "needs a running max pool made on chip of q");

@@ -3,8 +3,9 @@
 // source: the forward's pooled queries and its ks, the backward walk's pooled queries (carried
 // across its two query tiles at D 128) and the pools' backward, against the same call with the
 // pools made and taken back by the scan kernels (also emulated): o and the projection's gradient
-// to the bit, segments one to a tile and packed several to a tile, under both schedules of the
-// emulator's threads.
+// to the bit, segments one to a tile and packed several to a tile, and segments of two and three
+// tiles (whose forward pools each tile carried from the segment's rows before it, read again, and
+// whose backward is the scans'), under both schedules of the emulator's threads.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -52,7 +53,11 @@ TEST(SimtPooled, ThePooledPassesAreTheScanKernelsBitForBit) {
                                      {false, 126, 6, 32, torch::kFloat},
                                      {true, 200, 40, 64, torch::kBFloat16},  // rows of 40
                                      {true, 200, 40, 128, torch::kBFloat16},
-                                     {true, 96, 12, 32, torch::kFloat}};  // rows of 12: packed
+                                     {true, 96, 12, 32, torch::kFloat},      // rows of 12: packed
+                                     {false, 568, 8, 64, torch::kBFloat16},  // columns of 70
+                                     {false, 568, 8, 32, torch::kFloat},
+                                     {true, 288, 96, 64, torch::kBFloat16},  // 95 columns
+                                     {true, 450, 150, 32, torch::kFloat}};   // 149: three tiles
   const emulated::EmulatedKernels emulation;
   for (const auto& s : shapes) {
     const std::string name = std::string(s.horizontal ? "horizontal" : "vertical") + " L " +

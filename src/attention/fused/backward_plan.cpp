@@ -207,6 +207,16 @@ std::vector<SummaryGroup> split_slots(const std::vector<FusedPass>& passes,
   return groups;
 }
 
+bool pools_in_tiles(const std::vector<Step>& steps, int group) {
+  bool any = false;
+  for (const auto& s : steps) {
+    if (!s.local || s.group != group) continue;
+    if (!s.plan.pooled) return false;
+    any = true;
+  }
+  return any;
+}
+
 std::vector<Step> backward_steps(const std::vector<FusedPass>& passes,
                                  const std::vector<SummaryGroup>& groups,
                                  const torch::Tensor& q,
@@ -218,8 +228,12 @@ std::vector<Step> backward_steps(const std::vector<FusedPass>& passes,
     const auto& g = groups[gi];
     for (size_t j = 0; j < g.joint.size(); ++j)
       steps.push_back({false, g.joint[j], int(gi), g.joint_plan[j]});
-    for (size_t j = 0; !g.joint.empty() && j < g.local.size(); ++j)
-      steps.push_back({true, j, int(gi), g.local[j]});
+    for (size_t j = 0; !g.joint.empty() && j < g.local.size(); ++j) {
+      FusedPass plan = g.local[j];
+      if (plan.pooled && !fused::pools_backward_on_chip(make_pass(plan, q, q, q, {}, {}, scale)))
+        plan.pooled = false;  // its queries qs's rows, made by the pool kernel
+      steps.push_back({true, j, int(gi), plan});
+    }
   }
   pair_steps(steps, groups, q, scale);
   delta_maker_first(steps, q, scale);

@@ -421,7 +421,9 @@ torch::Tensor fused_attention_with_local(const torch::Tensor& q,
                                           scale);
 }
 
-bool pools_fit_on_chip(const FusedPass& local, const torch::Tensor& q) {
+namespace {
+// `local` as a pooled pass over q's dtype and head dim (its pools from its keys' rows).
+fused::Pass pooled_pass(const FusedPass& local, const torch::Tensor& q) {
   fused::Pass p;
   p.dim = q.size(3);
   p.dtype = fused_glue::kernel_dtype(q.scalar_type());
@@ -431,7 +433,16 @@ bool pools_fit_on_chip(const FusedPass& local, const torch::Tensor& q) {
   p.mask = local.mask;
   p.pooled = true;
   p.pooled_query = local.key;
-  return !local.summaries && !local.a_from_summaries && fused::pools_on_chip(p);
+  return p;
+}
+}  // namespace
+
+bool pools_fit_on_chip(const FusedPass& local, const torch::Tensor& q) {
+  return !local.summaries && !local.a_from_summaries && fused::pools_on_chip(pooled_pass(local, q));
+}
+
+bool pools_backward_fit_on_chip(const FusedPass& local, const torch::Tensor& q) {
+  return pools_fit_on_chip(local, q) && fused::pools_backward_on_chip(pooled_pass(local, q));
 }
 
 bool key_pool_fits_on_chip(const FusedPass& local, const torch::Tensor& q, const FusedPool& pool) {

@@ -170,9 +170,10 @@ torch::Tensor fused_combiner_vertical(const torch::Tensor& q,
   FusedPass local;
   local.query = local.key = local.value = {W, spans, 1, W, spans * W};
   local.mask = fused::Mask::kCausal;
-  // Both pools max pools in the call, and each column one tile (spans <= 64; L 3072 at W 48 or
-  // 96): the local pass pools q and k down its column in its own tiles (ks's rows are k's), and
-  // the pool kernels do not run.
+  // Both pools max pools in the call: the local pass pools q and k down its column in its own
+  // tiles (ks's rows are k's), and no pool kernel runs in the forward. Where each column is one
+  // tile (spans <= 64: L 3072 at W 48 or 96) its backward pools so too; else the pool kernel
+  // makes qs for it and takes both pools' backward (fused/kernel.h pools_backward_on_chip).
   if (pools.size() == 2 && pools_fit_on_chip(local, q)) {
     local.pooling(local.key);
     for (auto& p : pools) p.on_chip = true;
@@ -220,19 +221,25 @@ torch::Tensor fused_combiner_horizontal(const torch::Tensor& q,
     suffix.key = suffix.value = {spans, len, W, -1, n, /*first=*/W - 1};
     return std::vector<FusedPass>{prefix, suffix};
   };
-  // All four pools max pools in the call, and each row one tile (W <= 64; L 3072 at W 48): each
-  // local pass pools q and k along its rows in its own tiles, into the prefix or suffix half of
-  // ks (its queries' rows), and the pool kernels do not run. Then the passes make only what is
-  // read: each row's first W - 1 prefixes (columns 0..W-2) and last W - 1 suffixes (columns
-  // W-1..1), whose keys are the row's first and last W - 1. Row r's whole prefix and whole suffix
-  // are neither made nor read, nor their gradients zeroed for the local passes' backward.
+  // All four pools max pools in the call: each local pass pools q and k along its rows in its
+  // own tiles, into the prefix or suffix half of ks (its queries' rows), and no pool kernel runs
+  // in the forward. Where each row is one tile (W <= 64; L 3072 at W 48) the backward pools so
+  // too, and the passes make only what is read: each row's first W - 1 prefixes (columns
+  // 0..W-2) and last W - 1 suffixes (columns W-1..1), whose keys are the row's first and last
+  // W - 1. Row r's whole prefix and whole suffix are neither made nor read, nor their gradients
+  // zeroed for the local passes' backward. Else the pool kernel makes qs for the backward and
+  // takes the pools' backward, which reads every row of ks's and qs's gradients: the passes make
+  // every row, whose qs gradient they store over u's (no zeroed buffer).
   auto local = local_passes(W - 1);
-  if (pools.size() == 4 && pools_fit_on_chip(local[0], q) && pools_fit_on_chip(local[1], q)) {
+  const auto pooled = [&](const std::vector<FusedPass>& passes,
+                          bool (*fits)(const FusedPass&, const torch::Tensor&)) {
+    return pools.size() == 4 && fits(passes[0], q) && fits(passes[1], q);
+  };
+  if (!pooled(local, &pools_backward_fit_on_chip)) local = local_passes(W);
+  if (pooled(local, &pools_fit_on_chip)) {
     local[0].pooling(local[0].query);
     local[1].pooling(local[1].query);
     for (auto& p : pools) p.on_chip = true;
-  } else {
-    local = local_passes(W);  // the scans' backward reads every row of ks's and qs's gradients
   }
   return fused_attention_with_local(q, k, v, ks, qs, local, passes, scale, pools);
 }

@@ -99,9 +99,10 @@ struct Pass {
   // A local pass that makes its cumulative max pools on chip (pools_on_chip below): its query t
   // of segment g is the running max of q's rows row_of(pooled_query, g, t') for t' <= t
   // (RunningMax's rule, element by element), made in the CTA's query tile from the rows it
-  // loads; `query` says where that query's o, lse and d_o rows are (qs's rows, where the pools
-  // wrote it). The forward also writes its keys' running max, key j's at row
-  // row_of(pooled_keys, g, j) of ks (Forward::pooled_keys). No pool launch, no qs in memory.
+  // loads (carried from the segment's rows before the tile); `query` says where that query's o,
+  // lse and d_o rows are (qs's rows, where the pools wrote it). The forward also writes its keys'
+  // running max, key j's at row row_of(pooled_keys, g, j) of ks (Forward::pooled_keys). No pool
+  // launch, no qs in memory; the backward pools so too only where pools_backward_on_chip.
   bool pooled = false;
   Geometry pooled_query, pooled_keys;
 };
@@ -672,23 +673,41 @@ COMBINER_HD bool segment_backward(const Pass& p) {
   return !p.summaries ||
          (pack * p.summary_key.seg_len <= kKeyTile && p.summary_key.segments == segments);
 }
-// Whether a local pass can make its pools on chip (Pass::pooled): one CTA per segment in the
-// forward and the backward (segment_backward), whose tiles hold the segment's queries and keys,
-// pooled from the same rows of q and k (pooled_query = key: the pooled queries and keys are one
+// Whether a local pass can make its pools in its forward (Pass::pooled): its queries pooled from
+// the same rows of q as its keys are of k (pooled_query = key: the pooled queries and keys are one
 // running max of q and one of k down the segment), its query rows those rows moved by a constant
 // (query_source_row), every key seen by the last query (kCausal, kNone: the forward loads them
-// all). (That `query` and `pooled_keys` count as many rows per segment is the glue's to check.)
-// Vertical's local pass at L 3072 (columns of 63 rows at W 48, 31 at W 96, two to a tile) is such a
-// pass, as are horizontal's two at rows of 48.
+// all; kNone only where a segment is one key tile). Query tile x of a segment and its key tile x
+// are then the same indices: the CTA of query tile x pools its tile and writes its key tile x's
+// running max (pooled_key_tile, the last it walks), each carried from the segment's rows before
+// the tile, which it reads from q and k again. (That `query` and
+// `pooled_keys` count as many rows per segment is the glue's to check.) Vertical's local pass
+// (columns of 63 rows at L 3072, W 48; of 127 at L 12288, W 96) and horizontal's two (rows of 48,
+// 96, 192) are such passes.
 COMBINER_HD bool same_rows(const Geometry& a, const Geometry& b) {
   return a.segments == b.segments && a.seg_len == b.seg_len && a.seg_stride == b.seg_stride &&
          a.row_stride == b.row_stride && a.limit == b.limit && a.first == b.first;
 }
 COMBINER_HD bool pools_on_chip(const Pass& p) {
-  return !p.summaries && (p.mask == Mask::kCausal || p.mask == Mask::kNone) &&
+  return !p.summaries &&
+         (p.mask == Mask::kCausal || (p.mask == Mask::kNone && p.key.seg_len <= kKeyTile)) &&
          same_rows(p.pooled_query, p.key) && p.query.segments == p.key.segments &&
          p.query.seg_len == p.key.seg_len && p.query.seg_stride == p.key.seg_stride &&
-         p.query.row_stride == p.key.row_stride && segment_backward(p);
+         p.query.row_stride == p.key.row_stride;
+}
+// Whether its backward pools on chip too: one CTA per segment (segment_backward), whose tiles
+// hold the segment's queries and keys, pools its query tiles as they land and runs the pools'
+// backward in its epilogue (Backward::pools_dq). Vertical's local pass at L 3072 (two columns to
+// a tile at W 96) and horizontal's at rows of 48 are such passes; where the segment is longer than
+// a tile, the backward reads qs made by the pool kernel, which takes the pools' backward.
+COMBINER_HD bool pools_backward_on_chip(const Pass& p) {
+  return pools_on_chip(p) && segment_backward(p);
+}
+// The key tile of source A whose running max query CTA `cta` of a pooled pass writes: its own
+// indices' (kQueryTile == kKeyTile), its last (pools_on_chip), the one a packed CTA has.
+static_assert(kQueryTile == kKeyTile, "a pooled pass's query tile x and key tile x are one range");
+COMBINER_HD int64_t pooled_key_tile(const Pass& p, int64_t cta) {
+  return segment_pack(p) > 1 ? 0 : index_mod(cta, query_chunks(p));
 }
 // Whether a plain max pool of `segments` segments of `len` keys (rows g * len + t of k, as
 // SegmentMax reads them) can be made by the pass's CTAs (Forward::key_pool): unpacked, source A's

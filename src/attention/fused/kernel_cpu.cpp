@@ -18,8 +18,8 @@ namespace combiner::attention::fused {
 
 namespace cpu_model {
 
-// A pooled pass's keys of one tile of source A, as the forward writes them: each key's running
-// max down its segment, at its row of ks.
+// A pooled pass's keys of its CTA's key tile of source A (pooled_key_tile), as the forward
+// writes them: each key's running max down its segment, at its row of ks.
 template <typename S, typename T>
 void write_pooled_keys(const Forward& f, int64_t b, int64_t h, const KeyTile<T>& kt) {
   const Pass& p = f.pass;
@@ -46,7 +46,7 @@ void forward_tile(const Forward& f, int64_t b, int64_t h, int64_t cta) {
   std::vector<T> m(M, -inf), l(M, 0), acc(M * D, 0), s(kKeyTile);
   for (int64_t tile = 0; tile < n.total; ++tile) {
     const auto kt = key_tile<S, T>(p, b, h, cta, tile, n.direct);
-    if (f.pooled_keys && !kt.summary) write_pooled_keys<S, T>(f, b, h, kt);
+    if (f.pooled_keys && tile == pooled_key_tile(p, cta)) write_pooled_keys<S, T>(f, b, h, kt);
     auto queries = query_rows_of<S, T>(p, b, h);
     for (int64_t r = 0; r < M; ++r) {
       if (!qs[r].valid) continue;

@@ -13,15 +13,15 @@
 // --profile's table), over the bandwidth. docs/PERFORMANCE.md, "Bytes each launch moves", keeps
 // the table and its command; at this code, forward + backward:
 //   variant      L 3072 MiB   floor at 4.8 TB/s   L 12288 MiB   floor
-//   flash             289.5   0.063 ms                 1,158   0.25 ms
-//   fixed             539.1   0.118 ms                 2,334   0.51 ms
-//   rowmajor          679.3   0.148 ms                 3,676   0.80 ms
-//   vertical        1,012.1   0.221 ms                 6,442   1.41 ms
-//   horizontal      1,800.2   0.393 ms                11,027   2.41 ms
+//   flash             289.5   0.063 ms               1,158.4   0.25 ms
+//   fixed             539.1   0.118 ms               2,238.6   0.49 ms
+//   rowmajor          679.3   0.148 ms               2,819.4   0.62 ms
+//   vertical        1,012.1   0.221 ms               5,678.9   1.24 ms
+//   horizontal      1,800.2   0.393 ms               9,692.4   2.12 ms
 // Measured on an H200 (docs/perf/attention-vs-flash.csv, with kernels older than these counts),
 // as multiples of these floors: at L 3072 fixed 0.994 ms (8.4x), rowmajor 1.370 (9.2x), vertical
-// 1.894 (8.6x), horizontal 2.958 (7.5x); at L 12288 4.25 ms (8.3x), 6.46 (8.0x), 8.77 (6.2x),
-// 13.12 (5.4x). flash took 0.981 and 9.84 ms (15.5x and 39x its bytes' floor: its limit is
+// 1.894 (8.6x), horizontal 2.958 (7.5x); at L 12288 4.25 ms (8.7x), 6.46 (10.5x), 8.77 (7.1x),
+// 13.12 (6.2x). flash took 0.981 and 9.84 ms (15.5x and 39x its bytes' floor: its limit is
 // arithmetic, 1,536 and 6,144 terms a query). Ours' floor is memory, not arithmetic:
 // combiner-fixed at L 12288 takes ~112 terms a query (its block prefix, 48 on average, and 63.5
 // summaries) x 64 x 2 products x 2 FLOP = 28.7 kFLOP, 23 GFLOP over 786k queries, 0.06 ms at
@@ -143,6 +143,26 @@ __device__ __forceinline__ void forward_cta(const Forward& f, unsigned char* sme
     __syncthreads();
   }
 
+  if (p.pooled) {
+    // A pooled pass (kernel.h Pass::pooled, pools_on_chip): its queries are the running max down
+    // each segment, made in place as the tile lands, carried from the segment's rows before the
+    // tile, read again from q (its keys' running max: after the walk, below).
+    cp_async_wait<0>();
+    __syncthreads();
+    ColumnMax<T, D> queries;
+    if constexpr (!PACKED)
+      queries.carry(t0, [&](int r) { return at<T>(p.q, b, h, query_source_row(p, g, r)); });
+    queries.walk(
+        qs,
+        M,
+        [&](int r) {
+          if constexpr (PACKED) return tables.q_idx(r) < 0 ? -1 : tables.q_idx(r) == 0 ? 0 : 1;
+          return r < rows ? (t0 + r == 0 ? 0 : 1) : -1;
+        },
+        [&](int r) -> T* { return qs + r * P; });
+    __syncthreads();
+  }
+
   const int tw = t0 + warp * 16;  // this warp's first query (unpacked)
   // This thread's two query rows (16 warp + gq and + 8): packed, their segment and index.
   int my_seg[2] = {0, 0}, my_t[2] = {-1, -1};
@@ -169,35 +189,6 @@ __device__ __forceinline__ void forward_cta(const Forward& f, unsigned char* sme
       cp_async_wait<0>();
     }
     __syncthreads();
-    if (p.pooled && tile == 0) {
-      // A pooled pass (kernel.h Pass::pooled: the segment's queries and keys in this tile and
-      // this key tile): the running max down each segment, the queries' in place, the keys'
-      // into ks; the scores read the pooled queries and the keys as loaded.
-      ColumnMax<T, D> queries, keys;
-      queries.walk(
-          qs,
-          M,
-          [&](int r) {
-            if constexpr (PACKED) return tables.q_idx(r) < 0 ? -1 : tables.q_idx(r) == 0 ? 0 : 1;
-            return r < rows ? (r == 0 ? 0 : 1) : -1;  // one tile: t0 = 0
-          },
-          [&](int r) -> T* { return qs + r * P; });
-      T* pooled = static_cast<T*>(f.pooled_keys) + b * f.pooled_keys_stride[0] +
-                  h * f.pooled_keys_stride[1];
-      keys.walk(
-          ks,
-          N,
-          [&](int c) {
-            if constexpr (PACKED)
-              return tables.k_row(false, c) < 0 ? -1 : c % int(p.key.seg_len) == 0 ? 0 : 1;
-            return c < a_count ? (c == 0 ? 0 : 1) : -1;
-          },
-          [&](int c) -> T* {
-            const TileIndex k = PACKED ? packed_key(p, false, cta, c) : TileIndex{g, c, true};
-            return pooled + row_of(p.pooled_keys, k.g, k.i) * f.pooled_keys_stride[2];
-          });
-      __syncthreads();
-    }
     const bool summary = tile >= n_direct;
     const int j0 = (summary ? tile - n_direct : tile) * N, stage = tile & 1;
     const int count = summary ? s_count : a_count;
@@ -257,6 +248,30 @@ __device__ __forceinline__ void forward_cta(const Forward& f, unsigned char* sme
   }
 
   cp_async_wait<0>();  // no copy in flight when the CTA ends (n_tiles = 0: only Q's)
+  if (p.pooled && n_tiles > 0) {
+    // Its keys' running max: of its last key tile, the one of its own indices (pooled_key_tile;
+    // pools_on_chip), still in its stage until the epilogue's barrier below, carried from the
+    // segment's rows before it, read again from k; written into ks. Out of the loop, whose every
+    // tile would otherwise test for it.
+    const int j0 = (n_tiles - 1) * N;
+    ColumnMax<T, D> keys;
+    if constexpr (!PACKED)
+      keys.carry(j0, [&](int c) { return at<T>(p.k, b, h, row_of(p.key, g, c)); });
+    T* pooled =
+        static_cast<T*>(f.pooled_keys) + b * f.pooled_keys_stride[0] + h * f.pooled_keys_stride[1];
+    keys.walk(
+        ks + ((n_tiles - 1) & 1) * N * P,
+        N,
+        [&](int c) {
+          if constexpr (PACKED)
+            return tables.k_row(false, c) < 0 ? -1 : c % int(p.key.seg_len) == 0 ? 0 : 1;
+          return j0 + c < a_count ? (j0 + c == 0 ? 0 : 1) : -1;
+        },
+        [&](int c) -> T* {
+          const TileIndex k = PACKED ? packed_key(p, false, cta, c) : TileIndex{g, j0 + c, true};
+          return pooled + row_of(p.pooled_keys, k.g, k.i) * f.pooled_keys_stride[2];
+        });
+  }
   if constexpr (!PACKED) {
     if (f.key_pool.segments > 0 && n_direct == 1 && g < f.key_pool.segments) {
       // Forward::key_pool: the segment's max over its keys, from its one key tile (key_pool_fits),

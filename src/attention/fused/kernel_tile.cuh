@@ -237,7 +237,8 @@ __device__ __forceinline__ void load_packed_keys(T* k_smem,
 // ---- a pooled pass's running max (kernel.h Pass::pooled) ----
 
 // The running max down a tile's rows, one column per thread (column threadIdx.x < D), carried
-// from one tile to the next (the backward walks a segment in two tiles at D 128). step(r): -1
+// from one tile to the next (the backward walks a segment in two tiles at D 128), or from rows
+// read from memory before the tile (`carry`: the forward's query tile x > 0). step(r): -1
 // for a row without a query or key (left as it is), 0 for index 0 of its segment (the max starts
 // anew), 1 otherwise. out(r): where row r's max goes (the tile row itself, in place; a row of ks;
 // nullptr: nowhere). Ties and NaN as RunningMax (kernel.h running_max_takes): bit for bit the
@@ -261,6 +262,18 @@ struct ColumnMax {
       if (running_max_takes(steps, v, best)) best = v;
       ++steps;
       if (T* o = out(r)) o[d] = scalar_as<T>(best);
+    }
+  }
+  // Rows 0..count-1 of a segment, row(r) pointing at each in memory (read once, plain loads),
+  // where its running max starts: the state a walk of the rows after them continues from.
+  template <typename RowFn>
+  __device__ __forceinline__ void carry(int count, RowFn row) {
+    const int d = threadIdx.x;
+    if (d >= D) return;
+    for (int r = 0; r < count; ++r) {
+      const float v = scalar_float(row(r)[d]);
+      if (running_max_takes(steps, v, best)) best = v;
+      ++steps;
     }
   }
 };

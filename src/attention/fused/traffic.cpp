@@ -204,15 +204,23 @@ void forward_cta(Ledger& l, const Forward& f, int64_t cta) {
   read_key_tiles(l, p, cta);
   if (f.pooled_keys) {  // a pooled pass: its keys' running max, from its tile of source A
     const QueryTileKeys n = query_tile_keys(p, cta);
-    for (int64_t tile = 0; tile < n.direct; ++tile)
-      for (int64_t c = 0; c < kKeyTile; ++c) {
-        const TileIndex key = tile_key(p, cta, tile, n.direct, c);
-        if (key.valid)
-          l.write(f.pooled_keys,
-                  row_of(p.pooled_keys, key.g, key.i) * f.pooled_keys_stride[2],
-                  es,
-                  p.dim);
+    const int64_t tile = pooled_key_tile(p, cta);
+    for (int64_t c = 0; c < kKeyTile; ++c) {
+      const TileIndex key = tile_key(p, cta, tile, n.direct, c);
+      if (key.valid)
+        l.write(f.pooled_keys,
+                row_of(p.pooled_keys, key.g, key.i) * f.pooled_keys_stride[2],
+                es,
+                p.dim);
+    }
+    // Past a segment's first tile, the rows before the tile its two running maxes carry from.
+    if (segment_pack(p) == 1) {
+      const int64_t g = index_div(cta, query_chunks(p));
+      for (int64_t t = 0; t < tile * kQueryTile; ++t) {
+        read_row(l, p.q, query_source_row(p, g, t), p.dim, es, Load::kPlain);
+        read_row(l, p.k, row_of(p.key, g, t), p.dim, es, Load::kPlain);
       }
+    }
   }
   // Its keys' segment max: y's row, from the key tile; or, where the segment is more than one,
   // by its first query tile's CTA, from k's rows read again.
