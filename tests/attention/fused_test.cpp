@@ -65,6 +65,13 @@ std::vector<FusedCase> fused_cases() {
   // and span passes), one abstraction each to keep the run short.
   out.push_back({"combiner-axial-vertical", "deepsets-max", 1584, 1584, 24});
   out.push_back({"combiner-axial-horizontal", "mean", 1584, 1584, 24});
+  // The running max pools the local passes make at the edges of a tile (the max abstraction):
+  // rows of 65 (the W - 1 columns read, one tile) and of 66 (two, the second one column), a
+  // short last row; columns of 66 rows (two tiles, the second two rows), a short last row.
+  out.push_back({"combiner-axial-horizontal", "max", 195, 195, 65});
+  out.push_back({"combiner-axial-horizontal", "max", 198, 190, 66});
+  out.push_back({"combiner-axial-vertical", "max", 268, 262, 4});
+  out.push_back({"combiner-mixture", "max", 198, 190, 66});
   return out;
 }
 

@@ -56,6 +56,7 @@ TEST(SimtPooled, ThePooledPassesAreTheScanKernelsBitForBit) {
                                      {true, 96, 12, 32, torch::kFloat},      // rows of 12: packed
                                      {false, 568, 8, 64, torch::kBFloat16},  // columns of 70
                                      {false, 568, 8, 32, torch::kFloat},
+                                     {false, 264, 4, 32, torch::kFloat},     // of 65: one row past
                                      {true, 288, 96, 64, torch::kBFloat16},  // 95 columns
                                      {true, 450, 150, 32, torch::kFloat}};   // 149: three tiles
   const emulated::EmulatedKernels emulation;
