@@ -1,9 +1,9 @@
 // A local pass that makes its cumulative max pools in its own tiles (FusedPass::pooled,
 // FusedPool::on_chip; fused/kernel.h pools_on_chip): vertical's pass down each column and
 // horizontal's two along each row pool q and k there in the forward instead of running-max
-// launches and a qs in memory (past a segment's first tile, carried from its rows before the
-// tile); where a column or row is one tile, their backward pools so too and runs the pools'
-// backward in its epilogue (Backward::pools_dq, pools_backward_on_chip). Held
+// launches and a qs in memory, and their backward's kernels so too (past a segment's first tile,
+// carried from its rows before the tile); where a column or row is one tile, their backward runs
+// the pools' backward in its epilogue (Backward::pools_dq, pools_backward_on_chip). Held
 // to the same call with the pools made and taken back by the scan kernels: o and the gradients
 // of q, k and v equal to the bit, in float32, bfloat16 and float64, unpacked and packed columns,
 // D 128's backward walk of two query tiles (its running max carried from one to the next); then
@@ -27,6 +27,11 @@ namespace {
 using pooled_plans::horizontal;
 using pooled_plans::Plan;
 using pooled_plans::vertical;
+
+// Horizontal's passes over whole rows, pooled or not.
+Plan whole_rows(int64_t L, int64_t W, bool on_chip) {
+  return pooled_plans::horizontal_over(L, W, on_chip, W);
+}
 
 struct Run {
   torch::Tensor o, dq, dk, dv;
@@ -69,7 +74,7 @@ TEST(PooledPass, IsThePoolKernelsBitForBit) {
     Plan (*plan)(int64_t, int64_t, bool);
     Shape shape;
     size_t fewer;  // launches: the pools' forward, and per summary group their making again,
-                   // qs's once more and their backward
+                   // qs's once more and, where a segment is one tile, their backward
   };
   const std::vector<Case> cases = {
       {vertical, {328, 8, 32, torch::kFloat}, 4},      // columns of 40 rows: one to a tile
@@ -79,16 +84,17 @@ TEST(PooledPass, IsThePoolKernelsBitForBit) {
       {vertical, {126, 6, 128, torch::kBFloat16}, 4},  // packed, a column across two walk tiles
       {vertical, {126, 6, 16, torch::kDouble}, 4},
       {vertical, {12, 1, 8, torch::kFloat}, 1},  // one column: no span, no gradient through it
-      // Columns of 70 rows: two tiles, pooled in the forward (and made again so in backward),
-      // the backward the scans'. So too float32 at D 128, whose backward is two kernels.
-      {vertical, {568, 8, 32, torch::kFloat}, 2},
-      {vertical, {568, 8, 64, torch::kBFloat16}, 2},
-      {vertical, {328, 8, 128, torch::kFloat}, 2},
-      {horizontal, {288, 96, 64, torch::kBFloat16}, 3},  // rows of 96, two tiles
-      {horizontal, {450, 150, 32, torch::kFloat}, 3},    // rows of 150, three
-      // Rows of 48 in float32 at D 128: one tile, its backward two kernels, which read qs (over
-      // W - 1 columns here, each row's whole prefix and suffix gradients zeros for the scans).
-      {horizontal, {384, 48, 128, torch::kFloat}, 3},
+      // Columns of 70 rows: two tiles, pooled in the forward, made again so in backward and
+      // pooled so by the backward's kernels (no qs made a third time), the pools' backward the
+      // scans'. So too float32 at D 128, whose backward is two kernels.
+      {vertical, {568, 8, 32, torch::kFloat}, 3},
+      {vertical, {568, 8, 64, torch::kBFloat16}, 3},
+      {vertical, {328, 8, 128, torch::kFloat}, 3},
+      {horizontal, {288, 96, 64, torch::kBFloat16}, 5},  // rows of 96, two tiles
+      {horizontal, {450, 150, 32, torch::kFloat}, 5},    // rows of 150, three
+      // Rows of 48 in float32 at D 128: one tile, its backward two kernels, over whole rows
+      // (fused_axial.cpp), whose queries' gradient they store for the scans.
+      {whole_rows, {384, 48, 128, torch::kFloat}, 5},
       {horizontal, {150, 24, 64, torch::kBFloat16}, 7},  // rows of 24: two to a tile
       {horizontal, {392, 48, 32, torch::kFloat}, 7},     // rows of 48, the last short
       {horizontal, {200, 40, 128, torch::kBFloat16}, 7},
@@ -158,12 +164,12 @@ TEST(PooledPass, MovesFourteenSlotsFewer) {
   EXPECT_DOUBLE_EQ(whole_rows - bytes(horizontal, true), spans * (30 * row + 8 * lse));
 }
 
-// The variants' local passes make their pools in the forward (no scan launch), and where each
-// column (vertical) or row (horizontal) is one tile, in the backward too; else the backward reads
-// qs made by the scan kernel, which takes the pools' backward: columns of 70 rows, rows of 96, or
-// float32 at D 128 (whose backward is not one CTA per segment). Counted: the pooled passes'
-// launches in the forward, and the scan launches forward and backward.
-TEST(PooledPass, TheVariantsPoolInTheirForwardAndInTheBackwardWhereASegmentIsOneTile) {
+// The variants' local passes make their pools in their tiles, forward and backward (no scan
+// launch, no qs), and where each column (vertical) or row (horizontal) is one tile, take their
+// backward too; else the scan kernel does, one launch per summary group: columns of 70 rows,
+// rows of 96, or float32 at D 128 (whose backward is not one CTA per segment). Counted: the
+// pooled passes' launches in the forward, and the scan launches forward and backward.
+TEST(PooledPass, TheVariantsPoolInTheirTilesAndTakeTheirBackwardWhereASegmentIsOneTile) {
   const auto launches =
       [](const std::string& variant, int64_t L, int64_t W, int64_t D, torch::ScalarType dtype) {
         auto m = make_attention({variant, W, W, "max"}, L, D);
@@ -181,11 +187,11 @@ TEST(PooledPass, TheVariantsPoolInTheirForwardAndInTheBackwardWhereASegmentIsOne
       };
   const std::string vertical = "combiner-axial-vertical", horizontal = "combiner-axial-horizontal";
   EXPECT_EQ(launches(vertical, 3072, 48, 64, torch::kBFloat16), std::make_pair(1, 0));
-  EXPECT_EQ(launches(vertical, 568, 8, 32, torch::kFloat), std::make_pair(1, 2));
-  EXPECT_EQ(launches(vertical, 328, 8, 128, torch::kFloat), std::make_pair(1, 2));
+  EXPECT_EQ(launches(vertical, 568, 8, 32, torch::kFloat), std::make_pair(1, 1));
+  EXPECT_EQ(launches(vertical, 328, 8, 128, torch::kFloat), std::make_pair(1, 1));
   EXPECT_EQ(launches(horizontal, 3072, 48, 64, torch::kBFloat16), std::make_pair(2, 0));
-  EXPECT_EQ(launches(horizontal, 3072, 96, 64, torch::kBFloat16), std::make_pair(2, 4));
-  EXPECT_EQ(launches(horizontal, 384, 48, 128, torch::kFloat), std::make_pair(2, 4));
+  EXPECT_EQ(launches(horizontal, 3072, 96, 64, torch::kBFloat16), std::make_pair(2, 2));
+  EXPECT_EQ(launches(horizontal, 384, 48, 128, torch::kFloat), std::make_pair(2, 2));
 }
 
 TEST(PooledPass, PlansThatCannotPoolOnChipGiveOneLineErrors) {

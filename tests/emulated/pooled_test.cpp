@@ -4,8 +4,9 @@
 // across its two query tiles at D 128) and the pools' backward, against the same call with the
 // pools made and taken back by the scan kernels (also emulated): o and the projection's gradient
 // to the bit, segments one to a tile and packed several to a tile, and segments of two and three
-// tiles (whose forward pools each tile carried from the segment's rows before it, read again, and
-// whose backward is the scans'), under both schedules of the emulator's threads.
+// tiles (whose forward, dq and dk/dv walk pool each tile carried from the segment's rows before
+// it, read again, and whose pools' backward is the scans'), under both schedules of the
+// emulator's threads.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -31,9 +32,11 @@ std::vector<torch::Tensor> run(const torch::Tensor& projection,
                                int64_t W,
                                bool on_chip) {
   const int64_t B = d_o.size(0), H = d_o.size(1), L = d_o.size(2), D = d_o.size(3);
-  // (Horizontal's passes over the W - 1 columns of each row the pooled passes run over, the
-  // scans' too: a packed tile of other segment lengths sums a row's terms in another order.)
-  const auto plan = horizontal ? pooled_plans::horizontal_over(L, W, on_chip, W - 1)
+  // (Horizontal's passes over the W - 1 columns of each row the pooled passes run over where they
+  // are one tile, the scans' too: a packed tile of other segment lengths sums a row's terms in
+  // another order. Longer, over whole rows: fused_axial.cpp.)
+  const int64_t len = W - 1 <= fused::kQueryTile ? W - 1 : W;
+  const auto plan = horizontal ? pooled_plans::horizontal_over(L, W, on_chip, len)
                                : pooled_plans::vertical(L, W, on_chip);
   const auto qkv = projection.view({B, L, 3, H, D}).permute({2, 0, 3, 1, 4});
   const auto o = fused_attention_with_local(

@@ -58,24 +58,6 @@ struct Grad {
   }
 };
 
-// A query side's running max made on chip by a pooled local pass (held in its tiles alone).
-bool in_tiles(const FusedPool& p) {
-  return p.query_side && p.on_chip && p.kind == FusedPool::Kind::kRunningMax;
-}
-
-// The query side's pools whose slot the backward makes with the pool kernel: those not made on
-// chip, and, where the local passes' backward does not pool in its tiles (`tiles_pool`:
-// pools_in_tiles, fused::pools_backward_on_chip), those their forward made on chip too.
-std::vector<FusedPool> query_side_made(const std::vector<FusedPool>& pools, bool tiles_pool) {
-  std::vector<FusedPool> made;
-  for (FusedPool p : pools) {
-    if (!p.query_side || (p.on_chip && (tiles_pool || !in_tiles(p)))) continue;
-    p.on_chip = false;
-    made.push_back(p);
-  }
-  return made;
-}
-
 // The backward's readers of one gradient: (step, the geometry it writes through).
 using Readers = std::vector<std::pair<size_t, fused::Geometry>>;
 
@@ -214,16 +196,10 @@ tensor_list FusedFunction::backward(AutogradContext* ctx, tensor_list grads) {
   const bool remade = fused_pools::remade_in_backward(pools);
   if (remade && !ks.defined() && !qs.defined() && !u.defined())
     groups = split_slots(passes, local, pools);
-  if (groups.empty()) groups = {whole_slots(passes, local, pools)};
-  const auto steps = backward_steps(passes, groups, q, scale);
-  const size_t total = steps.size();
-  if (!groups[0].made_here) {
+  if (groups.empty()) {
+    groups = {whole_slots(passes, local, pools)};
     if (remade) {
       auto [ks_pooled, qs_pooled] = fused_pools::make(pools, k, q);
-      // The local stage pools on chip as in the forward; where the local passes' backward does
-      // not, it reads qs, made here.
-      if (!pools_in_tiles(steps, 0) && std::any_of(pools.begin(), pools.end(), in_tiles))
-        qs_pooled = fused_pools::make(query_side_made(pools, false), k, q).second;
       if (!ks.defined()) ks = ks_pooled;
       if (!qs.defined()) qs = qs_pooled;
       if (!local.empty() && !u.defined())
@@ -246,6 +222,8 @@ tensor_list FusedFunction::backward(AutogradContext* ctx, tensor_list grads) {
   const auto d_o = kernel_ready(grads[0], dtype);
   const int64_t B = q.size(0), H = q.size(1), D = q.size(3);
 
+  const auto steps = backward_steps(passes, groups, q, scale);
+  const size_t total = steps.size();
   // Where the first step is a joint pass whose queries, one CTA per segment, are every row of o
   // once, it makes delta itself as its query tiles land (Backward::made_delta): no delta launch.
   // (q stands in for its slots in the check: only their geometry counts.)
@@ -414,8 +392,10 @@ tensor_list FusedFunction::backward(AutogradContext* ctx, tensor_list grads) {
     const bool local_runs =
         !group.local.empty() && u_g.defined() && (!u_uses[gi].empty() || by_prefix[gi]);
     // Pools made on chip by the group's pooled local passes: their backward runs in those passes'
-    // epilogues where q's and k's gradients are stored in the kernel dtype
-    // (kernel.h Backward::pools_dq), reading ks's gradient at their keys' rows alone.
+    // epilogues where q's and k's gradients are stored in the kernel dtype and each pass is one CTA
+    // per segment (kernel.h Backward::pools_dq, pools_backward_on_chip), reading ks's gradient at
+    // their keys' rows alone; else the pool kernel's, from the gradient the passes store of their
+    // queries, pooled in their tiles all the same.
     bool fold = local_runs && group.made_here && ks_g.defined() &&
                 (!ks_uses[gi].empty() || by_prefix[gi]) && dq.buffer.defined() &&
                 dq.buffer.scalar_type() == dtype && dk.buffer.scalar_type() == dtype &&
@@ -428,7 +408,8 @@ tensor_list FusedFunction::backward(AutogradContext* ctx, tensor_list grads) {
     std::vector<fused::Geometry> local_queries_read, pooled_keys_read;
     for (size_t s = 0; s < total; ++s) {
       if (!local_step(s)) continue;
-      fold = fold && steps[s].plan.pooled && dk.out(s).kind == GradOut::kStore;
+      fold = fold && steps[s].plan.pooled && dk.out(s).kind == GradOut::kStore &&
+             fused::pools_backward_on_chip(make_pass(steps[s].plan, q, q, q, {}, {}, scale));
       local_queries_read.push_back(steps[s].plan.query);
       pooled_keys_read.push_back(steps[s].plan.pooled_keys);
     }
@@ -460,10 +441,11 @@ tensor_list FusedFunction::backward(AutogradContext* ctx, tensor_list grads) {
       for (size_t s = 0; s < total; ++s)
         if (steps[s].group == int(gi) && steps[s].paired) run_joint(s, {}, {}, {}, {}, {});
     };
-    const bool tiles_pool = pools_in_tiles(steps, int(gi));
     if (group.made_here && du.buffer.defined()) {
       ks_g = torch::Tensor();  // read by the joint passes alone
-      const auto query_side = query_side_made(group.pools, tiles_pool);
+      std::vector<FusedPool> query_side;
+      for (const auto& p : group.pools)
+        if (p.query_side && !p.on_chip) query_side.push_back(p);  // on chip: in the tiles
       if (!query_side.empty()) qs_g = fused_pools::make(query_side, k, q).second;
     }
     Grad dqs = slot_grad(qs_g, qs_uses[gi], total, false);
@@ -500,7 +482,7 @@ tensor_list FusedFunction::backward(AutogradContext* ctx, tensor_list grads) {
       }
       // A pooled pass's queries live in its tiles alone: their gradient has no buffer unless the
       // local passes store it over u's (every row once), so their pools' backward must fold.
-      TORCH_CHECK(fold || dqs_over_du[gi] || !tiles_pool ||
+      TORCH_CHECK(fold || dqs_over_du[gi] ||
                       std::none_of(group.pools.begin(),
                                    group.pools.end(),
                                    [](const FusedPool& p) {

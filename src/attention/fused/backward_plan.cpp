@@ -51,16 +51,17 @@ FusedPass within(FusedPass p, const SummaryGroup& group) {
 }
 
 // Whether joint step `a`, reading no slot, and local step `b` may run in one launch
-// (fused::pairable), judged from their plans: b's pools' backward in its epilogue where it pools
-// on chip; and, b's queries pooled (`pooled_queries`: a query side's slot, whose gradient its
-// local passes may write over u's, their d_o), not as two walks (the glue may still decide
-// otherwise; the launch checks again).
+// (fused::pairable), judged from their plans: b's pools' backward in its epilogue where it can
+// (fused::pools_backward_on_chip); and, b's queries pooled (`pooled_queries`: a query side's slot,
+// whose gradient its local passes may write over u's, their d_o), not as two walks (the glue may
+// still decide otherwise; the launch checks again).
 bool may_pair(
     const Step& a, const Step& b, bool pooled_queries, const torch::Tensor& q, double scale) {
   fused::Backward first, second;
   first.pass = make_pass(a.plan, q, q, q, {}, {}, scale);
   second.pass = make_pass(b.plan, q, q, q, {}, {}, scale);
-  if (b.plan.pooled) second.pools_dq.kind = GradOut::kStore;
+  if (b.plan.pooled && fused::pools_backward_on_chip(second.pass))
+    second.pools_dq.kind = GradOut::kStore;
   if (pooled_queries && !fused::segment_backward(second.pass)) return false;
   return fused::pairable(first, second);
 }
@@ -207,16 +208,6 @@ std::vector<SummaryGroup> split_slots(const std::vector<FusedPass>& passes,
   return groups;
 }
 
-bool pools_in_tiles(const std::vector<Step>& steps, int group) {
-  bool any = false;
-  for (const auto& s : steps) {
-    if (!s.local || s.group != group) continue;
-    if (!s.plan.pooled) return false;
-    any = true;
-  }
-  return any;
-}
-
 std::vector<Step> backward_steps(const std::vector<FusedPass>& passes,
                                  const std::vector<SummaryGroup>& groups,
                                  const torch::Tensor& q,
@@ -228,12 +219,8 @@ std::vector<Step> backward_steps(const std::vector<FusedPass>& passes,
     const auto& g = groups[gi];
     for (size_t j = 0; j < g.joint.size(); ++j)
       steps.push_back({false, g.joint[j], int(gi), g.joint_plan[j]});
-    for (size_t j = 0; !g.joint.empty() && j < g.local.size(); ++j) {
-      FusedPass plan = g.local[j];
-      if (plan.pooled && !fused::pools_backward_on_chip(make_pass(plan, q, q, q, {}, {}, scale)))
-        plan.pooled = false;  // its queries qs's rows, made by the pool kernel
-      steps.push_back({true, j, int(gi), plan});
-    }
+    for (size_t j = 0; !g.joint.empty() && j < g.local.size(); ++j)
+      steps.push_back({true, j, int(gi), g.local[j]});
   }
   pair_steps(steps, groups, q, scale);
   delta_maker_first(steps, q, scale);

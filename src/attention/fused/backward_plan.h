@@ -52,9 +52,7 @@ struct Step {
 };
 
 // The steps in the order they run: the joint passes reading no slot; then per group its joint
-// passes and, where they read its u, its local passes (their queries are qs, or q itself; a
-// pooled one's pooled in its tiles where its backward can, fused::pools_backward_on_chip, else
-// read from qs, which the pool kernel makes again: the step's plan is then not pooled). A
+// passes and, where they read its u, its local passes (their queries are qs, or q itself). A
 // joint pass reading no slot that pairs with a local pass (fused::pairable: vertical's column
 // pass and its local pass, one CTA per column each) runs just before it, in its launch (`paired`):
 // after the group's joint passes, since the local pass's d_o is u's gradient, which they make.
@@ -67,10 +65,6 @@ bool makes_delta(const Step& step, const torch::Tensor& q, double scale);
 // pass whose queries are every row of o once, where no pass can make it one CTA per segment
 // (combiner-fixed's, which reads its summaries by prefix).
 bool walk_makes_delta(const Step& step, const torch::Tensor& q, double scale);
-
-// Whether the group's local steps pool their queries in their tiles (and run the pools' backward
-// in their epilogues): every one pooled, as planned.
-bool pools_in_tiles(const std::vector<Step>& steps, int group);
 
 std::vector<Step> backward_steps(const std::vector<FusedPass>& passes,
                                  const std::vector<SummaryGroup>& groups,

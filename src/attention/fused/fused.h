@@ -73,9 +73,8 @@ struct FusedPool {
   bool reverse = false;
   int64_t first = 0;
   // Made in the forward by the local pass that reads it (FusedPass::pooled), not by a scan: a
-  // query side's slot then exists only in that pass's tiles (in the backward too where that pass
-  // pools there, fused::pools_backward_on_chip; else the pool kernel makes it for the backward).
-  // Its backward is any pool's. A key
+  // query side's slot then exists only in that pass's tiles, forward and backward. Its backward
+  // is any pool's. A key
   // side's segment max: made by the local pass over its keys (key_pool_fits_on_chip), which also
   // takes its backward where it can (fused::Backward::key_pool).
   bool on_chip = false;
@@ -134,8 +133,9 @@ torch::Tensor fused_attention_with_local(const torch::Tensor& q,
 // (fused/kernel.h pools_on_chip, at q's dtype and head dim): then it may be FusedPass::pooled,
 // with a running max of k and one of q along dim 2, from row 0, over its keys' rows.
 bool pools_fit_on_chip(const FusedPass& local, const torch::Tensor& q);
-// Whether its backward can pool on chip too (fused/kernel.h pools_backward_on_chip: one CTA per
-// segment); else it reads qs, made by the pool kernel, which also takes the pools' backward.
+// Whether its backward can also take the pools' backward in its epilogue (fused/kernel.h
+// pools_backward_on_chip: one CTA per segment); else the pool kernel takes it, from the gradient
+// of its pooled queries that the pass stores.
 bool pools_backward_fit_on_chip(const FusedPass& local, const torch::Tensor& q);
 // Whether `local` can make a key-side segment max pool over its keys' segments in its own CTAs
 // (fused/kernel.h key_pool_on_chip, at q's dtype and head dim): then the pool may be

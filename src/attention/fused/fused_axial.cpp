@@ -171,9 +171,9 @@ torch::Tensor fused_combiner_vertical(const torch::Tensor& q,
   local.query = local.key = local.value = {W, spans, 1, W, spans * W};
   local.mask = fused::Mask::kCausal;
   // Both pools max pools in the call: the local pass pools q and k down its column in its own
-  // tiles (ks's rows are k's), and no pool kernel runs in the forward. Where each column is one
-  // tile (spans <= 64: L 3072 at W 48 or 96) its backward pools so too; else the pool kernel
-  // makes qs for it and takes both pools' backward (fused/kernel.h pools_backward_on_chip).
+  // tiles (ks's rows are k's), forward and backward, and no pool kernel makes them. Where each
+  // column is one tile (spans <= 64: L 3072 at W 48 or 96) its backward also takes the pools'
+  // backward; else the pool kernel does (fused/kernel.h pools_backward_on_chip).
   if (pools.size() == 2 && pools_fit_on_chip(local, q)) {
     local.pooling(local.key);
     for (auto& p : pools) p.on_chip = true;
@@ -222,12 +222,12 @@ torch::Tensor fused_combiner_horizontal(const torch::Tensor& q,
     return std::vector<FusedPass>{prefix, suffix};
   };
   // All four pools max pools in the call: each local pass pools q and k along its rows in its
-  // own tiles, into the prefix or suffix half of ks (its queries' rows), and no pool kernel runs
-  // in the forward. Where each row is one tile (W <= 64; L 3072 at W 48) the backward pools so
-  // too, and the passes make only what is read: each row's first W - 1 prefixes (columns
-  // 0..W-2) and last W - 1 suffixes (columns W-1..1), whose keys are the row's first and last
-  // W - 1. Row r's whole prefix and whole suffix are neither made nor read, nor their gradients
-  // zeroed for the local passes' backward. Else the pool kernel makes qs for the backward and
+  // own tiles, into the prefix or suffix half of ks (its queries' rows), forward and backward,
+  // and no pool kernel makes them. Where each row is one tile (W <= 64; L 3072 at W 48) the
+  // backward also takes the pools' backward, and the passes make only what is read: each row's
+  // first W - 1 prefixes (columns 0..W-2) and last W - 1 suffixes (columns W-1..1), whose keys
+  // are the row's first and last W - 1. Row r's whole prefix and whole suffix are neither made
+  // nor read, nor their gradients zeroed for the local passes' backward. Else the pool kernel
   // takes the pools' backward, which reads every row of ks's and qs's gradients: the passes make
   // every row, whose qs gradient they store over u's (no zeroed buffer).
   auto local = local_passes(W - 1);

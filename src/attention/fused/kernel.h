@@ -102,7 +102,7 @@ struct Pass {
   // loads (carried from the segment's rows before the tile); `query` says where that query's o,
   // lse and d_o rows are (qs's rows, where the pools wrote it). The forward also writes its keys'
   // running max, key j's at row row_of(pooled_keys, g, j) of ks (Forward::pooled_keys). No pool
-  // launch, no qs in memory; the backward pools so too only where pools_backward_on_chip.
+  // launch, no qs in memory; the backward pools its query tiles so too.
   bool pooled = false;
   Geometry pooled_query, pooled_keys;
 };
@@ -673,14 +673,15 @@ COMBINER_HD bool segment_backward(const Pass& p) {
   return !p.summaries ||
          (pack * p.summary_key.seg_len <= kKeyTile && p.summary_key.segments == segments);
 }
-// Whether a local pass can make its pools in its forward (Pass::pooled): its queries pooled from
-// the same rows of q as its keys are of k (pooled_query = key: the pooled queries and keys are one
-// running max of q and one of k down the segment), its query rows those rows moved by a constant
-// (query_source_row), every key seen by the last query (kCausal, kNone: the forward loads them
-// all; kNone only where a segment is one key tile). Query tile x of a segment and its key tile x
-// are then the same indices: the CTA of query tile x pools its tile and writes its key tile x's
-// running max (pooled_key_tile, the last it walks), each carried from the segment's rows before
-// the tile, which it reads from q and k again. (That `query` and
+// Whether a local pass can make its pools in its own tiles (Pass::pooled): its queries pooled
+// from the same rows of q as its keys are of k (pooled_query = key: the pooled queries and keys
+// are one running max of q and one of k down the segment), its query rows those rows moved by a
+// constant (query_source_row), every key seen by the last query (kCausal, kNone: the forward
+// loads them all; kNone only where a segment is one key tile). Query tile x of a segment and its
+// key tile x are then the same indices: the forward's CTA of query tile x pools its tile and
+// writes its key tile x's running max (pooled_key_tile, the last it walks), the backward's dq CTA
+// pools its query tile and its dk/dv walk each query tile as it lands, each carried from the
+// segment's rows before its first tile, which it reads from q and k again. (That `query` and
 // `pooled_keys` count as many rows per segment is the glue's to check.) Vertical's local pass
 // (columns of 63 rows at L 3072, W 48; of 127 at L 12288, W 96) and horizontal's two (rows of 48,
 // 96, 192) are such passes.
@@ -695,11 +696,11 @@ COMBINER_HD bool pools_on_chip(const Pass& p) {
          p.query.seg_len == p.key.seg_len && p.query.seg_stride == p.key.seg_stride &&
          p.query.row_stride == p.key.row_stride;
 }
-// Whether its backward pools on chip too: one CTA per segment (segment_backward), whose tiles
-// hold the segment's queries and keys, pools its query tiles as they land and runs the pools'
-// backward in its epilogue (Backward::pools_dq). Vertical's local pass at L 3072 (two columns to
-// a tile at W 96) and horizontal's at rows of 48 are such passes; where the segment is longer than
-// a tile, the backward reads qs made by the pool kernel, which takes the pools' backward.
+// Whether its backward can also run the pools' backward in its epilogue (Backward::pools_dq): one
+// CTA per segment (segment_backward), whose tiles hold the segment's queries and keys and all
+// their gradients. Vertical's local pass at L 3072 (two columns to a tile at W 96) and
+// horizontal's at rows of 48 are such passes; where the segment is longer than a tile, the pool
+// kernel takes the pools' backward from the gradients the pass stores.
 COMBINER_HD bool pools_backward_on_chip(const Pass& p) {
   return pools_on_chip(p) && segment_backward(p);
 }

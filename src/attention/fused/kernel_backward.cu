@@ -104,7 +104,9 @@ __device__ __forceinline__ void dq_cta(const Backward& bw, int64_t cta, unsigned
       return row >= 0 ? base + row * stride : nullptr;
     };
   };
-  load_rows<T, D, M>(qs, rows_of(q0, p.q.row), q0);
+  // q's rows lie query_source_shift rows from the queries' (a pooled pass's: kernel.h).
+  const T* q_rows = q0 + query_source_shift(p) * p.q.row;
+  load_rows<T, D, M>(qs, rows_of(q_rows, p.q.row), q0);
   load_rows<T, D, M>(dos, rows_of(do0, bw.d_o.row), do0);
   // Key tile `tile` into stage `stage`: source A's tiles first, then source B's.
   auto load_keys = [&](int tile, int stage) {
@@ -121,6 +123,25 @@ __device__ __forceinline__ void dq_cta(const Backward& bw, int64_t cta, unsigned
   };
   if (n_tiles > 0) load_keys(0, 0);
   cp_async_commit();
+  if (p.pooled) {
+    // A pooled pass (kernel.h Pass::pooled, pools_on_chip): its queries are the running max down
+    // each segment, made in place as the tile lands, carried from the segment's rows before the
+    // tile, read again from q, as the forward made them.
+    cp_async_wait<0>();
+    __syncthreads();
+    ColumnMax<T, D> queries;
+    if constexpr (!PACKED)
+      queries.carry(t0, [&](int r) { return q_rows + row_of(p.query, g, r) * p.q.row; });
+    queries.walk(
+        qs,
+        M,
+        [&](int r) {
+          if constexpr (PACKED) return tables.q_idx(r) < 0 ? -1 : tables.q_idx(r) == 0 ? 0 : 1;
+          return r < rows ? (t0 + r == 0 ? 0 : 1) : -1;
+        },
+        [&](int r) -> T* { return qs + r * P; });
+    __syncthreads();
+  }
 
   const int tw = t0 + warp * 16;
   int my_seg[2] = {0, 0}, my_t[2] = {-1, -1};  // packed: this thread's rows' segment and index

@@ -261,6 +261,12 @@ __device__ __forceinline__ bool dkv_tile(const Backward& bw, int64_t cta, unsign
     for (int e = 0; e < 4; ++e) dk[dt][e] = dv[dt][e] = 0.f;
 
   [[maybe_unused]] ColumnMax<T, D> pooled;  // a pooled pass's queries, down the segment
+  if constexpr (A && !PACKED) {
+    // Past the segment's first query tile (a key tile the first queries do not see), carried
+    // from the queries before the walk's first, read again from q.
+    if (p.pooled && f_begin > 0)
+      pooled.carry(int(f_begin), [&](int i) { return q0 + row_of(p.query, g, i) * p.q.row; });
+  }
   for (int tile = 0; tile < n_tiles; ++tile) {
     const int64_t f0 = f_begin + int64_t(tile) * MQ;
     if (tile + 1 < n_tiles) {
@@ -295,7 +301,7 @@ __device__ __forceinline__ bool dkv_tile(const Backward& bw, int64_t cta, unsign
     if constexpr (A) {
       if (p.pooled) {
         // kernel.h Pass::pooled: the tile's queries become their running max down the segment,
-        // continued from the walk's earlier tile (f_begin = 0, one segment or pack group).
+        // continued from the walk's earlier tile, or from the queries before its first.
         T* qt = qs + stage * MQ * P;
         pooled.walk(
             qt,

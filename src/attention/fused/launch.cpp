@@ -93,15 +93,15 @@ void check_key_pool(const fused::Pass& p, const fused::SegmentMax& m, bool backw
               "fused attention: a key pool its pass's CTAs cannot make (fused/kernel.h "
               "key_pool_fits)");
 }
-// A pooled pass (fused::Pass::pooled) is one its kernels can pool in: its forward's, or its
-// backward's, which need one CTA per segment.
-void check_pooled(const fused::Pass& p, bool backward) {
-  TORCH_CHECK(!p.pooled || (backward ? fused::pools_backward_on_chip(p) : fused::pools_on_chip(p)),
-              "fused attention: a pooled pass its ",
-              backward ? "backward" : "forward",
-              " kernels cannot pool (fused/kernel.h pools_",
-              backward ? "backward_" : "",
-              "on_chip)");
+// A pooled pass (fused::Pass::pooled) is one its kernels can pool in (fused::pools_on_chip), and
+// the pools' backward in its epilogue one CTA per segment (pools_backward_on_chip).
+void check_pooled(const fused::Pass& p, const fused::GradOut& pools_dq = {}) {
+  TORCH_CHECK(!p.pooled || fused::pools_on_chip(p),
+              "fused attention: a pooled pass its kernels cannot pool (fused/kernel.h "
+              "pools_on_chip)");
+  TORCH_CHECK(pools_dq.kind == fused::GradOut::kNone || fused::pools_backward_on_chip(p),
+              "fused attention: a pools' backward its pass's CTAs cannot run (fused/kernel.h "
+              "pools_backward_on_chip)");
 }
 std::string part(const fused::RunningMax& r) {
   return n(fused::running_max_lines(r)) + " lines of " + n(r.n) + (r.reverse ? ", reversed" : "");
@@ -212,7 +212,7 @@ void run(const torch::Tensor& on,
 
 void forward(const torch::Tensor& on, const fused::Forward& f) {
   check_key_pool(f.pass, f.key_pool, false);
-  check_pooled(f.pass, false);
+  check_pooled(f.pass);
   TORCH_CHECK(f.query_pool.segments == 0 || fused::query_pool_fits(f.pass, f.query_pool),
               "fused attention: a query pool its pass's CTAs cannot make (fused/kernel.h "
               "query_pool_fits)");
@@ -222,8 +222,8 @@ void forward_pair(const torch::Tensor& on, const fused::ForwardPair& f) {
   TORCH_CHECK(fused::pairable(f.first, f.second),
               "fused forward: two passes that do not pair in one launch");
   check_key_pool(f.second.pass, f.second.key_pool, false);
-  check_pooled(f.first.pass, false);
-  check_pooled(f.second.pass, false);
+  check_pooled(f.first.pass);
+  check_pooled(f.second.pass);
   run(on,
       f,
       1,
@@ -236,7 +236,7 @@ void delta(const torch::Tensor& on, const fused::Delta& d) {
 }
 void backward(const torch::Tensor& on, const fused::Backward& b) {
   check_key_pool(b.pass, b.key_pool, true);
-  check_pooled(b.pass, true);
+  check_pooled(b.pass, b.pools_dq);
   run(on,
       b,
       fused::backward_launches(b),
@@ -248,8 +248,8 @@ void backward_pair(const torch::Tensor& on, const fused::BackwardPair& b) {
   TORCH_CHECK(fused::pairable(b.first, b.second),
               "fused backward: two passes that do not pair in one launch");
   check_key_pool(b.second.pass, b.second.key_pool, true);
-  check_pooled(b.first.pass, true);
-  check_pooled(b.second.pass, true);
+  check_pooled(b.first.pass, b.first.pools_dq);
+  check_pooled(b.second.pass, b.second.pools_dq);
   run(on,
       b,
       fused::backward_launches(b),

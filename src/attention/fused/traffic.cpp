@@ -134,6 +134,11 @@ void dkv_walk(Ledger& l, const Backward& bw, Keys keys, int64_t cta, int64_t par
   if (keys == Keys::kPrefixSummaries && f.end <= f.begin) return;  // loads and adds nothing
   for (const auto& key : tile)
     if (key.valid) read_key(l, p, !a, key);
+  // A pooled pass's queries before the walk's first, which its running max carries from.
+  if (a && p.pooled && segment_pack(p) == 1)
+    for (int64_t t = 0; t < f.begin; ++t)
+      read_row(
+          l, p.q, query_source_row(p, tile[0].g, t), p.dim, element_bytes(p.dtype), Load::kPlain);
   // Making o's delta in the walk alone (walk_makes_delta): each CTA reads o's rows of its
   // queries, and the segment's first key tile's writes their delta.
   const bool walk_delta = a && bw.made_delta && !segment_backward(p);
@@ -341,6 +346,12 @@ void dq_cta(Ledger& l, const Backward& bw, int64_t cta) {
   for (int64_t r = 0; r < kQueryTile; ++r) {
     const TileIndex q = tile_query(p, cta, r);
     if (q.valid) read_query(l, bw, q, Load::kPlain);
+  }
+  // A pooled pass's queries before the tile, which its running max carries from.
+  if (p.pooled && segment_pack(p) == 1) {
+    const int64_t chunks = query_chunks(p), g = index_div(cta, chunks);
+    for (int64_t t = 0; t < index_mod(cta, chunks) * kQueryTile; ++t)
+      read_row(l, p.q, query_source_row(p, g, t), p.dim, element_bytes(p.dtype), Load::kPlain);
   }
   read_key_tiles(l, p, cta);
   for (const int64_t row : rows) write_grad(l, bw.dq, row, p);
