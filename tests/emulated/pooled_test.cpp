@@ -50,18 +50,20 @@ TEST(SimtPooled, ThePooledPassesAreTheScanKernelsBitForBit) {
     int64_t L, W, D;
     torch::ScalarType dtype;
   };
-  const std::vector<Shape> shapes = {{false, 328, 8, 64, torch::kBFloat16},   // columns of 40
-                                     {false, 328, 8, 128, torch::kBFloat16},  // two walk tiles
-                                     {false, 126, 6, 128, torch::kBFloat16},  // three to a tile
-                                     {false, 126, 6, 32, torch::kFloat},
-                                     {true, 200, 40, 64, torch::kBFloat16},  // rows of 40
-                                     {true, 200, 40, 128, torch::kBFloat16},
-                                     {true, 96, 12, 32, torch::kFloat},      // rows of 12: packed
-                                     {false, 568, 8, 64, torch::kBFloat16},  // columns of 70
-                                     {false, 568, 8, 32, torch::kFloat},
-                                     {false, 264, 4, 32, torch::kFloat},     // of 65: one row past
-                                     {true, 288, 96, 64, torch::kBFloat16},  // 95 columns
-                                     {true, 450, 150, 32, torch::kFloat}};   // 149: three tiles
+  const std::vector<Shape> shapes = {
+      {false, 328, 8, 64, torch::kBFloat16},   // columns of 40
+      {false, 328, 8, 128, torch::kBFloat16},  // two walk tiles
+      {false, 126, 6, 128, torch::kBFloat16},  // three to a tile
+      {false, 126, 6, 32, torch::kFloat},
+      {true, 200, 40, 64, torch::kBFloat16},  // rows of 40
+      {true, 200, 40, 128, torch::kBFloat16},
+      {true, 96, 12, 32, torch::kFloat},      // rows of 12: packed
+      {false, 568, 8, 64, torch::kBFloat16},  // columns of 70
+      {false, 568, 8, 32, torch::kFloat},
+      {false, 264, 4, 32, torch::kFloat},      // of 65: one row past
+      {true, 288, 96, 64, torch::kBFloat16},   // 95 columns
+      {true, 288, 96, 128, torch::kBFloat16},  // walk and dq: one launch
+      {true, 450, 150, 32, torch::kFloat}};    // 149: three tiles
   const emulated::EmulatedKernels emulation;
   for (const auto& s : shapes) {
     const std::string name = std::string(s.horizontal ? "horizontal" : "vertical") + " L " +
