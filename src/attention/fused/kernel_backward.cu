@@ -123,25 +123,7 @@ __device__ __forceinline__ void dq_cta(const Backward& bw, int64_t cta, unsigned
   };
   if (n_tiles > 0) load_keys(0, 0);
   cp_async_commit();
-  if (p.pooled) {
-    // A pooled pass (kernel.h Pass::pooled, pools_on_chip): its queries are the running max down
-    // each segment, made in place as the tile lands, carried from the segment's rows before the
-    // tile, read again from q, as the forward made them.
-    cp_async_wait<0>();
-    __syncthreads();
-    ColumnMax<T, D> queries;
-    if constexpr (!PACKED)
-      queries.carry(t0, [&](int r) { return q_rows + row_of(p.query, g, r) * p.q.row; });
-    queries.walk(
-        qs,
-        M,
-        [&](int r) {
-          if constexpr (PACKED) return tables.q_idx(r) < 0 ? -1 : tables.q_idx(r) == 0 ? 0 : 1;
-          return r < rows ? (t0 + r == 0 ? 0 : 1) : -1;
-        },
-        [&](int r) -> T* { return qs + r * P; });
-    __syncthreads();
-  }
+  if (p.pooled) pool_query_tile<T, D, PACKED>(qs, p, tables, b, h, g, t0, rows);  // as forward
 
   const int tw = t0 + warp * 16;
   int my_seg[2] = {0, 0}, my_t[2] = {-1, -1};  // packed: this thread's rows' segment and index

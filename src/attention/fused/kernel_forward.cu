@@ -143,25 +143,8 @@ __device__ __forceinline__ void forward_cta(const Forward& f, unsigned char* sme
     __syncthreads();
   }
 
-  if (p.pooled) {
-    // A pooled pass (kernel.h Pass::pooled, pools_on_chip): its queries are the running max down
-    // each segment, made in place as the tile lands, carried from the segment's rows before the
-    // tile, read again from q (its keys' running max: after the walk, below).
-    cp_async_wait<0>();
-    __syncthreads();
-    ColumnMax<T, D> queries;
-    if constexpr (!PACKED)
-      queries.carry(t0, [&](int r) { return at<T>(p.q, b, h, query_source_row(p, g, r)); });
-    queries.walk(
-        qs,
-        M,
-        [&](int r) {
-          if constexpr (PACKED) return tables.q_idx(r) < 0 ? -1 : tables.q_idx(r) == 0 ? 0 : 1;
-          return r < rows ? (t0 + r == 0 ? 0 : 1) : -1;
-        },
-        [&](int r) -> T* { return qs + r * P; });
-    __syncthreads();
-  }
+  // A pooled pass: its queries pooled in the tile (its keys' running max: after the walk, below).
+  if (p.pooled) pool_query_tile<T, D, PACKED>(qs, p, tables, b, h, g, t0, rows);
 
   const int tw = t0 + warp * 16;  // this warp's first query (unpacked)
   // This thread's two query rows (16 warp + gq and + 8): packed, their segment and index.

@@ -278,6 +278,35 @@ struct ColumnMax {
   }
 };
 
+// A pooled pass's query tile (kernel.h Pass::pooled, pools_on_chip), once it has landed, made
+// its queries' running max down their segment in place: tile row r is query t0 + r of segment g
+// (`rows` of them; packed, the tables' query r), carried from the segment's queries before the
+// tile, read again from q. The forward's CTA and the backward's dq CTA, before their walks.
+template <typename T, int D, bool PACKED, int M, int N>
+__device__ __forceinline__ void pool_query_tile(T* qs,
+                                                const Pass& p,
+                                                const PackedTables<M, N>& tables,
+                                                int64_t b,
+                                                int64_t h,
+                                                int64_t g,
+                                                int t0,
+                                                int rows) {
+  cp_async_wait<0>();
+  __syncthreads();
+  ColumnMax<T, D> queries;
+  if constexpr (!PACKED)
+    queries.carry(t0, [&](int r) { return at<T>(p.q, b, h, query_source_row(p, g, r)); });
+  queries.walk(
+      qs,
+      M,
+      [&](int r) {
+        if constexpr (PACKED) return tables.q_idx(r) < 0 ? -1 : tables.q_idx(r) == 0 ? 0 : 1;
+        return r < rows ? (t0 + r == 0 ? 0 : 1) : -1;
+      },
+      [&](int r) -> T* { return qs + r * pitch<T, D>(); });
+  __syncthreads();
+}
+
 // ---- the softmax's exponential ----
 
 // 2^x as the SFU gives it (ex2.approx.ftz: one MUFU.EX2), results below 2^-126 flushed to 0.
