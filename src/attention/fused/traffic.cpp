@@ -122,6 +122,17 @@ void read_query(
   if (!made_here) l.read(bw.delta, row, acc, 1, scalars);
 }
 
+// A pooled pass's rows of segment g before index `count`, which its running maxes carry from,
+// read again as plain loads: q's and, `keys`, k's. (Packed tiles start every segment.)
+void read_carried(Ledger& l, const Pass& p, int64_t g, int64_t count, bool keys) {
+  if (!p.pooled || segment_pack(p) != 1) return;
+  const int64_t es = element_bytes(p.dtype);
+  for (int64_t t = 0; t < count; ++t) {
+    read_row(l, p.q, query_source_row(p, g, t), p.dim, es, Load::kPlain);
+    if (keys) read_row(l, p.k, row_of(p.key, g, t), p.dim, es, Load::kPlain);
+  }
+}
+
 // The dk/dv walk of one CTA (backward_dkv_tile in kernel_cpu.cpp, dkv_tile in
 // kernel_backward.cu): its keys once, the query tiles that can see them, its keys' gradients.
 void dkv_walk(Ledger& l, const Backward& bw, Keys keys, int64_t cta, int64_t part) {
@@ -134,11 +145,7 @@ void dkv_walk(Ledger& l, const Backward& bw, Keys keys, int64_t cta, int64_t par
   if (keys == Keys::kPrefixSummaries && f.end <= f.begin) return;  // loads and adds nothing
   for (const auto& key : tile)
     if (key.valid) read_key(l, p, !a, key);
-  // A pooled pass's queries before the walk's first, which its running max carries from.
-  if (a && p.pooled && segment_pack(p) == 1)
-    for (int64_t t = 0; t < f.begin; ++t)
-      read_row(
-          l, p.q, query_source_row(p, tile[0].g, t), p.dim, element_bytes(p.dtype), Load::kPlain);
+  if (a) read_carried(l, p, tile[0].g, f.begin, false);  // the queries before its first
   // Making o's delta in the walk alone (walk_makes_delta): each CTA reads o's rows of its
   // queries, and the segment's first key tile's writes their delta.
   const bool walk_delta = a && bw.made_delta && !segment_backward(p);
@@ -218,14 +225,7 @@ void forward_cta(Ledger& l, const Forward& f, int64_t cta) {
                 es,
                 p.dim);
     }
-    // Past a segment's first tile, the rows before the tile its two running maxes carry from.
-    if (segment_pack(p) == 1) {
-      const int64_t g = index_div(cta, query_chunks(p));
-      for (int64_t t = 0; t < tile * kQueryTile; ++t) {
-        read_row(l, p.q, query_source_row(p, g, t), p.dim, es, Load::kPlain);
-        read_row(l, p.k, row_of(p.key, g, t), p.dim, es, Load::kPlain);
-      }
-    }
+    read_carried(l, p, index_div(cta, query_chunks(p)), tile * kQueryTile, true);
   }
   // Its keys' segment max: y's row, from the key tile; or, where the segment is more than one,
   // by its first query tile's CTA, from k's rows read again.
@@ -347,12 +347,8 @@ void dq_cta(Ledger& l, const Backward& bw, int64_t cta) {
     const TileIndex q = tile_query(p, cta, r);
     if (q.valid) read_query(l, bw, q, Load::kPlain);
   }
-  // A pooled pass's queries before the tile, which its running max carries from.
-  if (p.pooled && segment_pack(p) == 1) {
-    const int64_t chunks = query_chunks(p), g = index_div(cta, chunks);
-    for (int64_t t = 0; t < index_mod(cta, chunks) * kQueryTile; ++t)
-      read_row(l, p.q, query_source_row(p, g, t), p.dim, element_bytes(p.dtype), Load::kPlain);
-  }
+  const int64_t chunks = query_chunks(p);  // the queries before the tile
+  read_carried(l, p, index_div(cta, chunks), index_mod(cta, chunks) * kQueryTile, false);
   read_key_tiles(l, p, cta);
   for (const int64_t row : rows) write_grad(l, bw.dq, row, p);
 }
