@@ -65,8 +65,7 @@ torch::Tensor CombinerAxialAttentionImpl::forward_fused(const torch::Tensor& q,
     case Plan::kMixture:
       break;
   }
-  return 0.5 * (fused_combiner_vertical(q, k, v, summary_, row_len_) +
-                fused_combiner_horizontal(q, k, v, summary_, row_len_));
+  return fused_combiner_mixture(q, k, v, summary_, row_len_);
 }
 
 namespace {

@@ -113,9 +113,9 @@ TEST_P(SplitHeadsFused, WritesThePackedGradient) {
     const auto [copied, copied_parts] = run(AttentionImpl::Path::kFused, false);
     const auto [composed, composed_parts] = run(AttentionImpl::Path::kComposed, true);
     // Passed on as written where the fused call is q's, k's and v's only reader: the max pools
-    // run in the call; a mean or DeepSets pool is an op of its own whose gradient autograd adds,
-    // and the mixture sums two calls'.
-    const bool sole_reader = c.abstraction == "max" && c.type != "combiner-mixture";
+    // run in the call, and the mixture's second call adds into the first's parts; a mean or
+    // DeepSets pool is an op of its own whose gradient autograd adds.
+    const bool sole_reader = c.abstraction == "max";
     EXPECT_EQ(packed_parts(parts[0], parts[1], parts[2]).defined(), sole_reader)
         << c10::toString(dtype);
     EXPECT_FALSE(packed_parts(copied_parts[0], copied_parts[1], copied_parts[2]).defined());

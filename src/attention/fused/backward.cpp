@@ -1,4 +1,4 @@
-// The backward of the fused call (function.h): the joint passes, then the local ones with u's
+// The backward of a fused call (function.h): the joint passes, then the local ones with u's
 // gradient as their d_o, then the pools' backward; every pass and pool adds its part of dk, dv
 // (and dq) in place. The summary slots (ks, qs, u) are read a summary group at a time
 // (SummaryGroup); where the call made them from cumulative pools, and so did not keep them, each
@@ -25,8 +25,6 @@
 namespace combiner::attention::fused_glue {
 
 using fused::GradOut;
-using torch::autograd::AutogradContext;
-using torch::autograd::tensor_list;
 
 namespace {
 
@@ -147,8 +145,13 @@ GradPlan plan_grad(const torch::Tensor& x,
   return g;
 }
 
-// The gradient of plan `g` in `buffer` (made from g.buffer, or the slot's home).
-Grad bind_grad(const GradPlan& g, torch::Tensor buffer, const Readers& readers, size_t steps) {
+// The gradient of plan `g` in `buffer` (made from g.buffer, or the slot's home). `adds`: the
+// buffer holds a gradient already, which its first reader adds into as the later ones do.
+Grad bind_grad(const GradPlan& g,
+               torch::Tensor buffer,
+               const Readers& readers,
+               size_t steps,
+               bool adds = false) {
   Grad grad;
   if (!buffer.defined()) return grad;
   grad.buffer = std::move(buffer);
@@ -157,7 +160,7 @@ Grad bind_grad(const GradPlan& g, torch::Tensor buffer, const Readers& readers, 
   for (size_t i = 0; i < readers.size(); ++i) {
     GradOut& o = grad.by_pass[readers[i].first];
     o = grad_out(grad.buffer, g.in_place ? GradOut::kStore : GradOut::kAtomic);
-    if (g.in_place && i > 0) {
+    if (g.in_place && (i > 0 || adds)) {
       o.addend = grad.buffer.data_ptr();
       o.addend_in_storage = true;
     }
@@ -165,29 +168,34 @@ Grad bind_grad(const GradPlan& g, torch::Tensor buffer, const Readers& readers, 
   return grad;
 }
 
+// `home` as in Grad; `home_holds`: it holds a gradient already (an earlier call's), which the
+// readers add into where it is the buffer (else the buffer is added into it at the end).
 Grad slot_grad(const torch::Tensor& x,
                const Readers& readers,
                size_t steps,
                bool shared,
-               const torch::Tensor& home = {}) {
+               const torch::Tensor& home = {},
+               bool home_holds = false) {
   const GradPlan g = plan_grad(x, readers, shared);
   if (g.buffer.sizes.empty()) return {};
-  const auto buffer = g.in_place && home.defined() ? (g.buffer.zeroed ? home.zero_() : home)
-                                                   : make_buffers({g.buffer})[0];
-  return bind_grad(g, buffer, readers, steps);
+  const bool in_home =
+      g.in_place && home.defined() && home.scalar_type() == g.buffer.options.dtype().toScalarType();
+  if (!in_home) return bind_grad(g, make_buffers({g.buffer})[0], readers, steps);
+  if (home_holds) return bind_grad(g, home, readers, steps, /*adds=*/true);
+  return bind_grad(g, g.buffer.zeroed ? home.zero_() : home, readers, steps);
 }
 
 }  // namespace
 
-tensor_list FusedFunction::backward(AutogradContext* ctx, tensor_list grads) {
-  const auto saved = ctx->get_saved_variables();
+std::array<torch::Tensor, 6> backward_call(const CallRecord& record,
+                                           const torch::Tensor& grad_o,
+                                           const std::array<torch::Tensor, 3>& into) {
+  const auto& saved = record.tensors;
   const auto &q = saved[0], &k = saved[1], &v = saved[2], &o = saved[5], &lse = saved[6];
-  const auto passes = decode(ctx->saved_data["plan"].toIntVector());
-  const auto local = decode(ctx->saved_data["local"].toIntVector());
-  const auto pools = fused_pools::decode(ctx->saved_data["pools"].toIntVector());
-  const double scale = ctx->saved_data["scale"].toDouble();
-  const auto dtypes = ctx->saved_data["dtypes"].toIntVector();
-  if (!grads[0].defined()) return tensor_list(10);
+  const auto passes = decode(record.plan.passes), local = decode(record.plan.local);
+  const auto pools = fused_pools::decode(record.plan.pools);
+  const double scale = record.plan.scale;
+  const auto& dtypes = record.dtypes;
   auto ks = saved[3], u = saved[4], qs = saved[7], lse_u = saved[8];
 
   // The summary groups. Slots the forward made and did not keep (fused_pools::remade_in_backward)
@@ -219,7 +227,7 @@ tensor_list FusedFunction::backward(AutogradContext* ctx, tensor_list grads) {
   }
   const bool split = groups[0].made_here;  // else the one group of the whole slots
   const auto dtype = q.scalar_type();
-  const auto d_o = kernel_ready(grads[0], dtype);
+  const auto d_o = kernel_ready(grad_o, dtype);
   const int64_t B = q.size(0), H = q.size(1), D = q.size(3);
 
   const auto steps = backward_steps(passes, groups, q, scale);
@@ -288,11 +296,14 @@ tensor_list FusedFunction::backward(AutogradContext* ctx, tensor_list grads) {
     }
     if (p.summaries && !p.by_segment) by_prefix[gi] = 1;
   }
-  std::array<torch::Tensor, 3> homes;  // where dq, dk, dv are returned (undefined: anywhere)
-  if (ctx->saved_data["packed"].toBool()) homes = new_packed_parts(q);
-  Grad dq = slot_grad(q, q_uses, total, false, homes[0]),
-       dk = slot_grad(k, k_uses, total, false, homes[1]),
-       dv = slot_grad(v, v_uses, total, false, homes[2]);
+  // Where dq, dk, dv are returned (undefined: anywhere): the gradients so far, added into, or
+  // the parts of a new packed gradient.
+  const bool adds = into[0].defined() || into[1].defined() || into[2].defined();
+  std::array<torch::Tensor, 3> homes = into;
+  if (!adds && record.packed) homes = new_packed_parts(q);
+  Grad dq = slot_grad(q, q_uses, total, false, homes[0], adds),
+       dk = slot_grad(k, k_uses, total, false, homes[1], adds),
+       dv = slot_grad(v, v_uses, total, false, homes[2], adds);
 
   // One joint step over the slots ks and u (undefined where it reads none), writing their
   // gradients through dks and du; `slabs`, where its segments share key rows, the buffer it
@@ -575,11 +586,12 @@ tensor_list FusedFunction::backward(AutogradContext* ctx, tensor_list grads) {
   auto as = [&](const torch::Tensor& g, int64_t type) {
     return g.defined() ? g.to(torch::ScalarType(type)) : torch::Tensor();
   };
-  // A packed part: the buffer itself, or the buffer copied into it (zeros where none).
+  // A home: the buffer itself, or the buffer copied (added) into it; zeros (the gradient so far)
+  // where none.
   auto at_home = [&](const Grad& g, const torch::Tensor& home, int64_t type) -> torch::Tensor {
     if (!home.defined()) return as(g.buffer, type);
-    if (!g.buffer.defined()) return home.zero_();
-    if (!g.buffer.is_same(home)) home.copy_(g.buffer);
+    if (!g.buffer.defined()) return adds ? home : home.zero_();
+    if (!g.buffer.is_same(home)) adds ? home.add_(g.buffer) : home.copy_(g.buffer);
     return home;
   };
   return {at_home(dq, homes[0], int64_t(dtype)),
@@ -587,11 +599,7 @@ tensor_list FusedFunction::backward(AutogradContext* ctx, tensor_list grads) {
           at_home(dv, homes[2], dtypes[1]),
           as(d_ks, dtypes[2]),
           d_u,
-          as(d_qs, dtypes[4]),
-          {},
-          {},
-          {},
-          {}};
+          as(d_qs, dtypes[4])};
 }
 
 }  // namespace combiner::attention::fused_glue

@@ -396,4 +396,36 @@ void check_qkv(const torch::Tensor& q, const torch::Tensor& k, const torch::Tens
               v.sizes());
 }
 
+void check_call(const torch::Tensor& q,
+                const torch::Tensor& k,
+                const torch::Tensor& v,
+                const FusedCall& call) {
+  check_qkv(q, k, v);
+  const auto& local = call.local;
+  if (call.ks.defined()) check_frame(q, call.ks, "ks");
+  if (local.empty()) {
+    TORCH_CHECK(!call.qs.defined() && call.pools.empty(),
+                "fused attention: summary queries and pools need a local stage");
+    if (call.u.defined()) check_frame(q, call.u, "u");
+    check_operands(q,
+                   k,
+                   v,
+                   call.ks.defined() ? call.ks.size(2) : 0,
+                   call.u.defined() ? call.u.size(2) : 0,
+                   call.passes);
+    return;
+  }
+  TORCH_CHECK(!call.u.defined(), "fused attention: a local stage makes u; none may be given");
+  if (call.qs.defined()) check_frame(q, call.qs, "qs");
+  const int64_t ks_rows = check_pools(k, call.ks, call.pools, /*query_side=*/false);
+  const int64_t qs_rows = check_pools(q, call.qs, call.pools, /*query_side=*/true);
+  // The local stage's queries: qs (given or pooled), or q itself up to where they end.
+  const int64_t query_rows = qs_rows > 0 ? qs_rows : local.front().query.limit;
+  if (qs_rows == 0)
+    for (const auto& p : local) fits(p.query, q.size(2), "local query of q");
+  check_local(query_rows, k, v, local);
+  check_pooled(q, local, call.pools, call.passes);
+  check_operands(q, k, v, ks_rows, query_rows, call.passes);
+}
+
 }  // namespace combiner::attention::fused_glue

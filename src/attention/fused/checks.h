@@ -11,6 +11,11 @@
 
 namespace combiner::attention::fused_glue {
 
+// A call's inputs and plan against q, k, v: the checks below, as its local stage and pools ask.
+void check_call(const torch::Tensor& q,
+                const torch::Tensor& k,
+                const torch::Tensor& v,
+                const FusedCall& call);
 // q [B, H, Lq, D], k [B, H, Lk, D], v [B, H, Lk, Dv = D].
 void check_qkv(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v);
 // x is [B, H, rows, D] with q's B, H, D, on q's device.

@@ -1,8 +1,9 @@
-// Glue between torch and the fused kernels: dtype and stride checks, allocation, the plan as
-// integers, the forward of the autograd Function (function.h; saved: q, k, v, ks, u in the kernel
-// dtype, o and lse; with a local stage also qs and u's lse; cumulative pools and the u they feed
-// made again in backward instead), the entry points. Its backward: backward.cpp. The variants'
-// plans: fused.cpp, fused_axial.cpp; the kernels run through fused/launch.h.
+// Glue between torch and the fused kernels: dtypes and strides, allocation, the plan as integers,
+// the forward of a call (function.h forward_call; its record: q, k, v, ks, u in the kernel dtype,
+// o and lse; with a local stage also qs and u's lse; cumulative pools and the u they feed made
+// again in backward instead), and what fits on chip. Its backward: backward.cpp; the autograd
+// nodes and the entry points: nodes.cpp. The variants' plans: fused.cpp, fused_axial.cpp; the
+// kernels run through fused/launch.h.
 #include "attention/fused/function.h"
 
 #include "attention/fused/checks.h"
@@ -11,6 +12,7 @@
 #include "attention/heads.h"
 
 #include <algorithm>
+#include <string>
 #include <tuple>
 #include <utility>
 #include <vector>
@@ -20,7 +22,6 @@ namespace combiner::attention {
 namespace fused_glue {
 
 using fused::GradOut;
-using torch::autograd::AutogradContext;
 
 fused::Dtype kernel_dtype(torch::ScalarType t) {
   if (t == torch::kFloat) return fused::Dtype::kFloat32;
@@ -272,22 +273,17 @@ int64_t local_rows(const std::vector<FusedPass>& local,
   return pooled > 0 ? pooled : local.front().query.limit;
 }
 
-torch::Tensor FusedFunction::forward(AutogradContext* ctx,
-                                     const torch::Tensor& q_in,
-                                     const torch::Tensor& k_in,
-                                     const torch::Tensor& v_in,
-                                     const c10::optional<torch::Tensor>& ks_opt,
-                                     const c10::optional<torch::Tensor>& u_opt,
-                                     const c10::optional<torch::Tensor>& qs_opt,
-                                     const std::vector<int64_t>& plan,
-                                     const std::vector<int64_t>& local_plan,
-                                     const std::vector<int64_t>& pool_plan,
-                                     double scale) {
-  // Optional tensors travel as optionals: an undefined tensor is no autograd input.
-  const auto ks_in = ks_opt.value_or(torch::Tensor()), u_in = u_opt.value_or(torch::Tensor()),
-             qs_in = qs_opt.value_or(torch::Tensor());
-  const auto passes = decode(plan), local = decode(local_plan);
-  const auto pools = fused_pools::decode(pool_plan);
+torch::Tensor forward_call(const torch::Tensor& q_in,
+                           const torch::Tensor& k_in,
+                           const torch::Tensor& v_in,
+                           const torch::Tensor& ks_in,
+                           const torch::Tensor& u_in,
+                           const torch::Tensor& qs_in,
+                           const CallPlan& plan,
+                           CallRecord& record) {
+  const auto passes = decode(plan.passes), local = decode(plan.local);
+  const auto pools = fused_pools::decode(plan.pools);
+  const double scale = plan.scale;
   const auto dtype = q_in.scalar_type();
   auto q = kernel_ready(q_in, dtype), k = kernel_ready(k_in, dtype), v = kernel_ready(v_in, dtype),
        ks = kernel_ready(ks_in, dtype), qs = kernel_ready(qs_in, dtype);
@@ -338,88 +334,20 @@ torch::Tensor FusedFunction::forward(AutogradContext* ctx,
   const auto kept = [&](const torch::Tensor& made, const torch::Tensor& given) {
     return remake && !given.defined() ? torch::Tensor() : made;  // made in the call: not kept
   };
-  ctx->save_for_backward(
-      {q, k, v, kept(ks, ks_in), kept(u, u_in), o, lse, kept(qs, qs_in), kept(lse_u, u_in)});
+  record.tensors = {
+      q, k, v, kept(ks, ks_in), kept(u, u_in), o, lse, kept(qs, qs_in), kept(lse_u, u_in)};
+  record.plan = plan;
   // q, k and v read in place from one packed projection: their gradients are written into one
   // packed gradient too, which split_heads' backward then passes on as it is.
-  ctx->saved_data["packed"] = packed_parts(q, k, v).defined();
-  ctx->saved_data["plan"] = plan;
-  ctx->saved_data["local"] = local_plan;
-  ctx->saved_data["pools"] = pool_plan;
-  ctx->saved_data["scale"] = scale;
+  record.packed = packed_parts(q, k, v).defined();
   auto type_of = [&](const torch::Tensor& x) {
     return int64_t(x.defined() ? x.scalar_type() : dtype);
   };
-  ctx->saved_data["dtypes"] = std::vector<int64_t>{
-      type_of(k_in), type_of(v_in), type_of(ks_in), type_of(u_in), type_of(qs_in)};
+  record.dtypes = {type_of(k_in), type_of(v_in), type_of(ks_in), type_of(u_in), type_of(qs_in)};
   return o;
 }
 
 }  // namespace fused_glue
-
-namespace {
-c10::optional<torch::Tensor> optional(const torch::Tensor& x) {
-  return x.defined() ? c10::optional<torch::Tensor>(x) : c10::nullopt;
-}
-}  // namespace
-
-torch::Tensor fused_attention(const torch::Tensor& q,
-                              const torch::Tensor& k,
-                              const torch::Tensor& v,
-                              const torch::Tensor& ks,
-                              const torch::Tensor& u,
-                              const std::vector<FusedPass>& passes,
-                              double scale) {
-  fused_glue::check_qkv(q, k, v);
-  if (ks.defined()) fused_glue::check_frame(q, ks, "ks");
-  if (u.defined()) fused_glue::check_frame(q, u, "u");
-  fused_glue::check_operands(
-      q, k, v, ks.defined() ? ks.size(2) : 0, u.defined() ? u.size(2) : 0, passes);
-  return fused_glue::FusedFunction::apply(q,
-                                          k,
-                                          v,
-                                          optional(ks),
-                                          optional(u),
-                                          c10::nullopt,
-                                          fused_glue::encode(passes),
-                                          std::vector<int64_t>{},
-                                          std::vector<int64_t>{},
-                                          scale);
-}
-
-torch::Tensor fused_attention_with_local(const torch::Tensor& q,
-                                         const torch::Tensor& k,
-                                         const torch::Tensor& v,
-                                         const torch::Tensor& ks,
-                                         const torch::Tensor& qs,
-                                         const std::vector<FusedPass>& local,
-                                         const std::vector<FusedPass>& passes,
-                                         double scale,
-                                         const std::vector<FusedPool>& pools) {
-  fused_glue::check_qkv(q, k, v);
-  TORCH_CHECK(!local.empty(), "fused attention: a local stage needs at least one pass");
-  if (ks.defined()) fused_glue::check_frame(q, ks, "ks");
-  if (qs.defined()) fused_glue::check_frame(q, qs, "qs");
-  const int64_t ks_rows = fused_glue::check_pools(k, ks, pools, /*query_side=*/false);
-  const int64_t qs_rows = fused_glue::check_pools(q, qs, pools, /*query_side=*/true);
-  // The local stage's queries: qs (given or pooled), or q itself up to where they end.
-  const int64_t query_rows = qs_rows > 0 ? qs_rows : local.front().query.limit;
-  if (qs_rows == 0)
-    for (const auto& p : local) fused_glue::fits(p.query, q.size(2), "local query of q");
-  fused_glue::check_local(query_rows, k, v, local);
-  fused_glue::check_pooled(q, local, pools, passes);
-  fused_glue::check_operands(q, k, v, ks_rows, query_rows, passes);
-  return fused_glue::FusedFunction::apply(q,
-                                          k,
-                                          v,
-                                          optional(ks),
-                                          c10::nullopt,
-                                          optional(qs),
-                                          fused_glue::encode(passes),
-                                          fused_glue::encode(local),
-                                          fused_pools::encode(pools),
-                                          scale);
-}
 
 namespace {
 // `local` as a pooled pass over q's dtype and head dim (its pools from its keys' rows).

@@ -1,12 +1,13 @@
-// The fused call's autograd Function and the glue its forward (function.cpp) and backward
-// (backward.cpp) share: dtypes and strides as the kernels take them, the plan as integers, a pass
-// over given tensors, the forward of a stage.
+// A fused call's forward (function.cpp) and backward (backward.cpp), the glue they share (dtypes
+// and strides as the kernels take them, the plan as integers, a pass over given tensors, the
+// forward of a stage), and the autograd node of one call (nodes.cpp, with the mean of two).
 #pragma once
 
 #include <torch/torch.h>
 
 #include "attention/fused/fused.h"
 
+#include <array>
 #include <cstdint>
 #include <utility>
 #include <vector>
@@ -76,13 +77,52 @@ int64_t local_rows(const std::vector<FusedPass>& local,
                    const torch::Tensor& qs,
                    const std::vector<FusedPool>& pools);
 
+// One call's plan as its autograd node carries it: the passes, local passes and pools as
+// integers, and the score scale.
+struct CallPlan {
+  std::vector<int64_t> passes, local, pools;
+  double scale = 1;
+};
+
+CallPlan plan_of(const FusedCall& call);
+
+// What one call's backward reads, kept by its forward: q, k, v, ks, u, o, lse, qs, u's lse
+// (undefined where there is none or where it is made again in backward), the plan, the input
+// dtypes of k, v, ks, u, qs, and whether q, k, v were the parts of one packed tensor.
+struct CallRecord {
+  static constexpr size_t kTensors = 9;
+  std::vector<torch::Tensor> tensors;
+  CallPlan plan;
+  std::vector<int64_t> dtypes;
+  bool packed = false;
+};
+
 // One call: optionally max pools making ks from k and qs from q, and a local stage making the
 // summary values u from the summary queries qs (or q) and k, v; then the joint stage over
-// (q, k, v, ks, u). Saved: q, k, v, ks, u, o, lse and, with a local stage, qs and u's lse (with
-// cumulative pools, fused_pools::remade_in_backward, their slots and the local stage's u are made
-// again in backward instead, a summary group at a time: backward.cpp).
-// The backward runs the joint passes, then the local ones with u's gradient as their d_o, then the
-// pools' backward; every pass and pool adds its part of dk, dv (and dq) in place.
+// (q, k, v, ks, u). Returns o and fills `record` (with cumulative pools,
+// fused_pools::remade_in_backward, their slots and the local stage's u are not kept: backward
+// makes them again, a summary group at a time: backward.cpp).
+torch::Tensor forward_call(const torch::Tensor& q_in,
+                           const torch::Tensor& k_in,
+                           const torch::Tensor& v_in,
+                           const torch::Tensor& ks_in,
+                           const torch::Tensor& u_in,
+                           const torch::Tensor& qs_in,
+                           const CallPlan& plan,
+                           CallRecord& record);
+// The backward of one call given d_o: the gradients of q, k, v, ks, u, qs (undefined where there
+// is none). It runs the joint passes, then the local ones with u's gradient as their d_o, then
+// the pools' backward; every pass and pool adds its part of dk, dv (and dq) in place. `into`,
+// where defined: the gradients of q, k and v so far (an earlier call's over the same q, k, v,
+// in their dtypes), which every pass adds its part into in place and which are returned.
+std::array<torch::Tensor, 6> backward_call(const CallRecord& record,
+                                           const torch::Tensor& d_o,
+                                           const std::array<torch::Tensor, 3>& into = {});
+// The records of a node's calls, in its context and back (keys suffixed by the call's index).
+void save_calls(torch::autograd::AutogradContext* ctx, const std::vector<CallRecord>& calls);
+std::vector<CallRecord> saved_calls(torch::autograd::AutogradContext* ctx);
+
+// One call as an autograd node: forward_call, backward_call.
 class FusedFunction : public torch::autograd::Function<FusedFunction> {
  public:
   static torch::Tensor forward(torch::autograd::AutogradContext* ctx,

@@ -99,6 +99,29 @@ struct FusedPool {
   }
 };
 
+// One fused call over given q, k, v, planned: the slots it is given (ks, u, qs; undefined where
+// it reads none or its pools make them), its local passes (none: fused_attention's call, else
+// fused_attention_with_local's), its joint passes and pools, and the score scale.
+struct FusedCall {
+  torch::Tensor ks, u, qs;
+  std::vector<FusedPass> local, passes;
+  std::vector<FusedPool> pools;
+  double scale = 1;
+};
+// o of one call, as fused_attention or fused_attention_with_local give it.
+torch::Tensor fused_call(const torch::Tensor& q,
+                         const torch::Tensor& k,
+                         const torch::Tensor& v,
+                         const FusedCall& call);
+// (o of a + o of b) / 2, both over q, k, v, in one autograd node (combiner-mixture's average):
+// its backward runs a's backward, then b's adding its parts of the gradients of q, k and v
+// into a's in place, both with d_o / 2; no sum of two gradients, no second set of them.
+torch::Tensor fused_mean(const torch::Tensor& q,
+                         const torch::Tensor& k,
+                         const torch::Tensor& v,
+                         const FusedCall& a,
+                         const FusedCall& b);
+
 // o [B, H, Lq, D] = the passes run in order over q [B, H, Lq, D], k, v [B, H, Lk, D] and
 // optional ks [B, H, Ls, D], u [B, H, Lu, D] (undefined when no pass reads them); the first pass
 // writes every query row, later ones merge by log-sum-exp. Differentiable in every input. The
@@ -221,6 +244,12 @@ torch::Tensor fused_combiner_horizontal(const torch::Tensor& q,
                                         const torch::Tensor& v,
                                         const SpanSummary& summary,
                                         int64_t row_len);
+// The mean of vertical and horizontal (fused_mean: one autograd node).
+torch::Tensor fused_combiner_mixture(const torch::Tensor& q,
+                                     const torch::Tensor& k,
+                                     const torch::Tensor& v,
+                                     const SpanSummary& summary,
+                                     int64_t row_len);
 
 // The inclusive running max of x along `dim` (from the end when `reverse`), differentiable: the
 // cumulative_max of summary.h in one kernel each way (fused/kernel.h RunningMax) on CUDA and the

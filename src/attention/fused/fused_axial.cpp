@@ -144,19 +144,19 @@ torch::Tensor fused_combiner_rowmajor(const torch::Tensor& q,
   return fused_attention_with_local(q, k, v, ks, {}, {local}, passes, scale, pools);
 }
 
-torch::Tensor fused_combiner_vertical(const torch::Tensor& q,
-                                      const torch::Tensor& k,
-                                      const torch::Tensor& v,
-                                      const SpanSummary& summary,
-                                      int64_t row_len) {
-  check_inputs(q, k, v);
+namespace {
+FusedCall vertical_call(const torch::Tensor& q,
+                        const torch::Tensor& k,
+                        const SpanSummary& summary,
+                        int64_t row_len) {
   const int64_t L = q.size(2), D = q.size(3), W = row_len;
   const int64_t spans = (L + W - 1) / W - 1;  // the whole rows whose columns are spans
-  const double scale = score_scale(D);
-  const auto passes = vertical_joint_passes(L, W);
-  if (spans == 0) return fused_attention(q, k, v, {}, {}, passes, scale);
+  FusedCall call;
+  call.scale = score_scale(D);
+  call.passes = vertical_joint_passes(L, W);
+  if (spans == 0) return call;
   // Row r of the cumulative pools summarises column c's rows 0..r.
-  std::vector<FusedPool> pools;
+  auto& pools = call.pools;
   const auto down = [&](const torch::Tensor& x, bool query_side) -> torch::Tensor {
     const auto rows = pooled_rows(summary, x, query_side, spans, W);
     if (!rows.defined()) {
@@ -165,8 +165,9 @@ torch::Tensor fused_combiner_vertical(const torch::Tensor& q,
     }
     return operand(flat(cumulative(summary, rows, 2, false)), x);
   };
-  const auto ks = down(k, false), q_cum = down(q, true);
-  // u[(r, c)]: q_cum[(r, c)]'s causal attention down column c (rows 0..r).
+  call.ks = down(k, false);
+  call.qs = down(q, true);
+  // u[(r, c)]: qs[(r, c)]'s causal attention down column c (rows 0..r).
   FusedPass local;
   local.query = local.key = local.value = {W, spans, 1, W, spans * W};
   local.mask = fused::Mask::kCausal;
@@ -178,23 +179,23 @@ torch::Tensor fused_combiner_vertical(const torch::Tensor& q,
     local.pooling(local.key);
     for (auto& p : pools) p.on_chip = true;
   }
-  return fused_attention_with_local(q, k, v, ks, q_cum, {local}, passes, scale, pools);
+  call.local = {local};
+  return call;
 }
 
-torch::Tensor fused_combiner_horizontal(const torch::Tensor& q,
-                                        const torch::Tensor& k,
-                                        const torch::Tensor& v,
-                                        const SpanSummary& summary,
-                                        int64_t row_len) {
-  check_inputs(q, k, v);
+FusedCall horizontal_call(const torch::Tensor& q,
+                          const torch::Tensor& k,
+                          const SpanSummary& summary,
+                          int64_t row_len) {
   const int64_t L = q.size(2), D = q.size(3), W = row_len;
   const int64_t spans = (L + W - 1) / W - 1;  // the whole rows whose prefixes/suffixes are spans
-  const double scale = score_scale(D);
-  const auto passes = horizontal_joint_passes(L, W);
+  FusedCall call;
+  call.scale = score_scale(D);
+  call.passes = horizontal_joint_passes(L, W);
   // (A row of one column has neither prefix nor suffix.)
-  if (spans == 0 || W == 1) return fused_attention(q, k, v, {}, {}, passes, scale);
+  if (spans == 0 || W == 1) return call;
   // ks, qs: rows 0..spans*W-1 the inclusive prefixes, the next spans*W the inclusive suffixes.
-  std::vector<FusedPool> pools;
+  auto& pools = call.pools;
   const auto both = [&](const torch::Tensor& x, bool query_side) -> torch::Tensor {
     const auto rows = pooled_rows(summary, x, query_side, spans, W);
     if (!rows.defined()) {
@@ -207,7 +208,8 @@ torch::Tensor fused_combiner_horizontal(const torch::Tensor& q,
                               2),
                    x);
   };
-  const auto ks = both(k, false), qs = both(q, true);
+  call.ks = both(k, false);
+  call.qs = both(q, true);
   // u[(r, c)]: the prefix's pooled query over keys 0..c of row r (causal), and the suffix's over
   // keys c..W-1: the same causal pass with each row of queries and keys read right to left. The
   // passes read prefixes (r, c - 1) for c >= 1 and suffixes (r, c + 1) for c <= W - 2 only.
@@ -241,7 +243,37 @@ torch::Tensor fused_combiner_horizontal(const torch::Tensor& q,
     local[1].pooling(local[1].query);
     for (auto& p : pools) p.on_chip = true;
   }
-  return fused_attention_with_local(q, k, v, ks, qs, local, passes, scale, pools);
+  call.local = local;
+  return call;
+}
+}  // namespace
+
+torch::Tensor fused_combiner_vertical(const torch::Tensor& q,
+                                      const torch::Tensor& k,
+                                      const torch::Tensor& v,
+                                      const SpanSummary& summary,
+                                      int64_t row_len) {
+  check_inputs(q, k, v);
+  return fused_call(q, k, v, vertical_call(q, k, summary, row_len));
+}
+
+torch::Tensor fused_combiner_horizontal(const torch::Tensor& q,
+                                        const torch::Tensor& k,
+                                        const torch::Tensor& v,
+                                        const SpanSummary& summary,
+                                        int64_t row_len) {
+  check_inputs(q, k, v);
+  return fused_call(q, k, v, horizontal_call(q, k, summary, row_len));
+}
+
+torch::Tensor fused_combiner_mixture(const torch::Tensor& q,
+                                     const torch::Tensor& k,
+                                     const torch::Tensor& v,
+                                     const SpanSummary& summary,
+                                     int64_t row_len) {
+  check_inputs(q, k, v);
+  return fused_mean(
+      q, k, v, vertical_call(q, k, summary, row_len), horizontal_call(q, k, summary, row_len));
 }
 
 }  // namespace combiner::attention

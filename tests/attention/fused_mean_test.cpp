@@ -1,0 +1,105 @@
+// The mean of two fused calls in one autograd node (attention/fused/mean.cpp: combiner-mixture's
+// fused path): the mean of the two calls as two nodes, to rounding, with one set of the gradients
+// of q, k and v (the second call adds into the first's) and no sums of outputs or gradients
+// (the launches: tests/tools/launch_count_test.cpp).
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "attention/attention.h"
+#include "attention/fused/fused.h"
+#include "attention/summary.h"
+#include "util/device.h"
+
+// A namespace of this file's own: its constants would meet another file's in a unity batch.
+namespace combiner::attention::fused_mean_test {
+namespace {
+
+constexpr int64_t kB = 2, kH = 2, kD = 8;
+
+struct Run {
+  torch::Tensor out;
+  std::vector<torch::Tensor> grads;
+  int64_t peak = 0;               // bytes alive at most in the forward and backward, less before
+  std::string node;               // the output's node
+  std::vector<std::string> next;  // the nodes it passes gradients to
+};
+
+// vertical's and horizontal's fused calls over rows of W: their mean as one node (`one_node`)
+// or as two nodes and an average (the glue combiner-mixture ran before).
+Run run(int64_t L, int64_t W, torch::ScalarType dtype, bool one_node) {
+  torch::manual_seed(5);
+  std::vector<torch::Tensor> in;
+  for (int i = 0; i < 3; ++i)
+    in.push_back(torch::randn({kB, kH, L, kD}).to(dtype).requires_grad_());
+  const auto d_o = torch::randn({kB, kH, L, kD}).to(dtype);
+  torch::nn::Module owner;
+  const SpanSummary summary(owner, "max", kD, /*with_query=*/true);
+  const torch::Device cpu(torch::kCPU);
+  util::reset_peak_memory(cpu);
+  const double before = util::device_allocated_mib(cpu);
+  Run r;
+  r.out = one_node ? fused_combiner_mixture(in[0], in[1], in[2], summary, W)
+                   : 0.5 * (fused_combiner_vertical(in[0], in[1], in[2], summary, W) +
+                            fused_combiner_horizontal(in[0], in[1], in[2], summary, W));
+  r.node = r.out.grad_fn()->name();
+  for (const auto& edge : r.out.grad_fn()->next_edges())
+    r.next.push_back(edge.function ? edge.function->name() : "");
+  r.out.backward(d_o);
+  r.peak = std::llround((util::device_peak_mib(cpu) - before) * 1024 * 1024);
+  for (auto& x : in) r.grads.push_back(x.grad());
+  return r;
+}
+
+// Rows of 8 (one tile: the pools' backward in the passes' epilogues) and of 72 (two: the pool
+// kernels take it, adding into the gradients so far), a short last row.
+TEST(FusedMean, IsTheMeanOfTwoNodesToRounding) {
+  util::count_cpu_tensor_bytes();
+  for (const auto& [L, W] : std::vector<std::pair<int64_t, int64_t>>{{60, 8}, {200, 72}}) {
+    for (const auto& [dtype, tol] : std::vector<std::pair<torch::ScalarType, double>>{
+             {torch::kDouble, 1e-13}, {torch::kFloat, 2e-6}, {torch::kBFloat16, 0.07}}) {
+      const auto one = run(L, W, dtype, true), two = run(L, W, dtype, false);
+      const std::string at =
+          "L " + std::to_string(L) + " W " + std::to_string(W) + " " + c10::toString(dtype);
+      // One node, passing its gradients of q, k and v to the inputs themselves: no sums.
+      EXPECT_NE(one.node.find("MeanFunction"), std::string::npos) << one.node;
+      ASSERT_GE(one.next.size(), 3u);
+      for (int i = 0; i < 3; ++i)
+        EXPECT_EQ(one.next[i], "torch::autograd::AccumulateGrad") << at << ": input " << i;
+      EXPECT_LT((one.out - two.out).abs().max().item<double>(), tol) << at;
+      for (int i = 0; i < 3; ++i) {
+        ASSERT_EQ(one.grads[i].scalar_type(), dtype) << at;
+        EXPECT_LT((one.grads[i] - two.grads[i]).abs().max().item<double>(), tol)
+            << at << ": input " << i;
+      }
+      // Fewer bytes alive at the peak: the second call's gradients are the first's.
+      EXPECT_LT(one.peak, two.peak) << at;
+      std::printf("%s: peak %lld bytes in one node, %lld in two\n",
+                  at.c_str(),
+                  static_cast<long long>(one.peak),
+                  static_cast<long long>(two.peak));
+    }
+  }
+}
+
+TEST(FusedMean, CallsOfTwoScalesAreAnError) {
+  const auto q = torch::randn({1, 1, 16, kD});
+  FusedCall a, b;
+  a.passes = b.passes = vertical_joint_passes(16, 16);
+  a.scale = 0.5;
+  b.scale = 0.25;
+  try {
+    fused_mean(q, q, q, a, b);
+    FAIL() << "no error";
+  } catch (const c10::Error& e) {
+    const std::string what = e.what_without_backtrace();
+    EXPECT_NE(what.find("one score scale, got 0.5 and 0.25"), std::string::npos) << what;
+    EXPECT_EQ(what.find('\n'), std::string::npos) << what;
+  }
+}
+
+}  // namespace
+}  // namespace combiner::attention::fused_mean_test
