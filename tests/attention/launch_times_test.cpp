@@ -66,8 +66,9 @@ TEST(LaunchTimes, RecordsEveryCallInOrder) {
 
 // horizontal's four pools (prefix and suffix of k and of q) where a row is more than one tile
 // (rows of 72): its local passes make them, forward and backward (tests/attention/pooled_test.cpp),
-// but the scan kernel takes their backward: each half's in one launch (two scans of one side add
-// into the same gradient, so a launch holds one scan of each side).
+// but the scan kernel takes their backward over each row's 71 steps whose summaries are read
+// (FusedPool::read_steps): each half's in one launch (two scans of one side add into the same
+// gradient, so a launch holds one scan of each side).
 TEST(LaunchTimes, PoolsShareLaunchesButNotAGradient) {
   auto m = make_attention({"combiner-axial-horizontal", 72, 72, "max"}, 216, 8);
   m->set_path(AttentionImpl::Path::kFused);
@@ -80,7 +81,7 @@ TEST(LaunchTimes, PoolsShareLaunchesButNotAGradient) {
   std::vector<std::string> pools;
   for (const auto& t : times)
     if (t.what.rfind("running max", 0) == 0) pools.push_back(t.what);
-  const std::string part = "32 lines of 72", reversed = part + ", reversed";
+  const std::string part = "32 lines of 71", reversed = part + ", reversed";
   const std::vector<std::string> expected = {
       "running max backward: " + part + " + " + part,
       "running max backward: " + reversed + " + " + reversed};

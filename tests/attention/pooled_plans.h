@@ -57,11 +57,15 @@ inline Plan horizontal_over(int64_t L, int64_t W, bool on_chip, int64_t len) {
   return p;
 }
 
-// As the variant plans it: where the passes pool on chip and take the pools' backward (W - 1
-// columns one tile; fused_axial.cpp also asks the dtype and head dim), over the W - 1 columns
-// whose summaries are read; else over whole rows, as the scans' backward reads every row.
+// As the variant plans it: where the passes pool on chip, over the W - 1 columns whose summaries
+// are read, and where they do not also take the pools' backward (W - 1 columns more than one
+// tile; fused_axial.cpp also asks the dtype and head dim) the scans' backward reads those steps
+// alone (FusedPool::read_steps); else over whole rows, as the scans' backward reads every row.
 inline Plan horizontal(int64_t L, int64_t W, bool on_chip) {
-  return horizontal_over(L, W, on_chip, on_chip && W - 1 <= fused::kQueryTile ? W - 1 : W);
+  Plan p = horizontal_over(L, W, on_chip, on_chip ? W - 1 : W);
+  if (on_chip && W - 1 > fused::kQueryTile)
+    for (auto& pool : p.pools) pool.read_steps = W - 1;
+  return p;
 }
 
 }  // namespace combiner::attention::pooled_plans

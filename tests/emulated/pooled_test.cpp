@@ -32,12 +32,13 @@ std::vector<torch::Tensor> run(const torch::Tensor& projection,
                                int64_t W,
                                bool on_chip) {
   const int64_t B = d_o.size(0), H = d_o.size(1), L = d_o.size(2), D = d_o.size(3);
-  // (Horizontal's passes over the W - 1 columns of each row the pooled passes run over where they
-  // are one tile, the scans' too: a packed tile of other segment lengths sums a row's terms in
-  // another order. Longer, over whole rows: fused_axial.cpp.)
+  // (Horizontal's pooled passes over the W - 1 columns of each row, as fused_axial.cpp plans
+  // them; the scans' too where those are one tile: a packed tile of other segment lengths sums a
+  // row's terms in another order. Longer, the scans' over whole rows.)
   const int64_t len = W - 1 <= fused::kQueryTile ? W - 1 : W;
-  const auto plan = horizontal ? pooled_plans::horizontal_over(L, W, on_chip, len)
-                               : pooled_plans::vertical(L, W, on_chip);
+  const auto plan = !horizontal ? pooled_plans::vertical(L, W, on_chip)
+                    : on_chip   ? pooled_plans::horizontal(L, W, true)
+                                : pooled_plans::horizontal_over(L, W, false, len);
   const auto qkv = projection.view({B, L, 3, H, D}).permute({2, 0, 3, 1, 4});
   const auto o = fused_attention_with_local(
       qkv[0], qkv[1], qkv[2], {}, {}, plan.local, plan.joint, score_scale(D), plan.pools);

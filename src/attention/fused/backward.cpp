@@ -170,6 +170,30 @@ Grad bind_grad(const GradPlan& g,
 
 // `home` as in Grad; `home_holds`: it holds a gradient already (an earlier call's), which the
 // readers add into where it is the buffer (else the buffer is added into it at the end).
+// The rows of one side's slot that its pools' backward reads, where some pool reads only some
+// (FusedPool::read_steps); else none (the pools read every row they make).
+std::vector<fused::Geometry> read_in_backward(const std::vector<FusedPool>& pools,
+                                              bool query_side) {
+  std::vector<fused::Geometry> read;
+  bool some = false;
+  for (const auto& p : pools) {
+    if (p.query_side != query_side) continue;
+    read.push_back(fused_pools::read_in_backward(p));
+    some = some || p.read_steps != 0;
+  }
+  return some ? read : std::vector<fused::Geometry>{};
+}
+
+// Which of rows 0..rows-1 the geometries name.
+std::vector<char> named_rows_of(const std::vector<fused::Geometry>& gs, int64_t rows) {
+  std::vector<char> named(size_t(rows), 0);
+  for (const auto& g : gs) {
+    const auto one = named_rows(g, rows);
+    for (int64_t r = 0; r < rows; ++r) named[r] = named[r] || one[r];
+  }
+  return named;
+}
+
 Grad slot_grad(const torch::Tensor& x,
                const Readers& readers,
                size_t steps,
@@ -260,7 +284,8 @@ std::array<torch::Tensor, 6> backward_call(const CallRecord& record,
   const size_t G = groups.size();
   // Where a group's local passes store every row of its qs once, qs's gradient is written over
   // u's (the local passes' d_o): each pass reads a row's d_o before it writes that row's dq
-  // (kernel.h).
+  // (kernel.h). Where its query side's pools read only some rows of that gradient
+  // (FusedPool::read_steps), every row once at most and each of those once.
   std::vector<char> dqs_over_du(G, 0);
   for (size_t gi = 0; gi < G; ++gi) {
     const int64_t rows = split          ? groups[gi].hi - groups[gi].lo
@@ -268,7 +293,15 @@ std::array<torch::Tensor, 6> backward_call(const CallRecord& record,
                                         : fused_pools::slot_rows(pools, true);
     if (rows == 0 || groups[gi].local.empty()) continue;
     const auto writes = local_writes(groups[gi].local, rows);
-    dqs_over_du[gi] = std::all_of(writes.begin(), writes.end(), [](int64_t w) { return w == 1; });
+    const auto read = read_in_backward(groups[gi].pools, /*query_side=*/true);
+    bool ok = true;
+    if (read.empty()) {
+      for (const int64_t w : writes) ok = ok && w == 1;
+    } else {
+      const auto named = named_rows_of(read, rows);
+      for (int64_t r = 0; r < rows; ++r) ok = ok && writes[r] <= 1 && (!named[r] || writes[r] == 1);
+    }
+    dqs_over_du[gi] = ok;
   }
   Readers q_uses, k_uses, v_uses;
   std::vector<Readers> ks_uses(G), u_uses(G), qs_uses(G);
@@ -424,8 +457,14 @@ std::array<torch::Tensor, 6> backward_call(const CallRecord& record,
       local_queries_read.push_back(steps[s].plan.query);
       pooled_keys_read.push_back(steps[s].plan.pooled_keys);
     }
-    const GradPlan dks_plan = plan_grad(
-                       ks_g, ks_uses[gi], by_prefix[gi], fold ? &pooled_keys_read : nullptr),
+    // (Else the rows the pool kernels' backward reads, where they read only some.)
+    const auto key_pools_read = read_in_backward(group.pools, /*query_side=*/false);
+    const GradPlan dks_plan = plan_grad(ks_g,
+                                        ks_uses[gi],
+                                        by_prefix[gi],
+                                        fold                     ? &pooled_keys_read
+                                        : key_pools_read.empty() ? nullptr
+                                                                 : &key_pools_read),
                    du_plan = plan_grad(
                        u_g, u_uses[gi], by_prefix[gi], local_runs ? &local_queries_read : nullptr);
     // Where one joint pass writes all of du (u its source A's or its source B's by segment,

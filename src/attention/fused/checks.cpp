@@ -175,6 +175,13 @@ int64_t check_pools(const torch::Tensor& x,
     TORCH_CHECK(p.kind == FusedPool::Kind::kSegmentMax || p.dim == 2 || p.dim == 3,
                 "fused attention: a running max pool runs along dim 2 or 3, got ",
                 p.dim);
+    TORCH_CHECK(
+        p.read_steps == 0 || (p.kind == FusedPool::Kind::kRunningMax && p.read_steps <= p.steps()),
+        "fused attention: a pool reads ",
+        p.read_steps,
+        " steps of lines of ",
+        p.steps(),
+        " (a running max's first steps, or 0: all)");
     spans.emplace_back(p.first, p.first + p.rows());
   }
   if (spans.empty()) return given.defined() ? given.size(2) : 0;

@@ -78,8 +78,14 @@ struct FusedPool {
   // side's segment max: made by the local pass over its keys (key_pool_fits_on_chip), which also
   // takes its backward where it can (fused::Backward::key_pool).
   bool on_chip = false;
+  // A running max whose rows are read only at each line's first `read_steps` steps, in its scan
+  // order (0: every step): its backward's scans run over those steps alone, reading nothing of
+  // the gradient's other rows (which need not be zeros).
+  int64_t read_steps = 0;
 
   int64_t rows() const { return kind == Kind::kSegmentMax ? segments : segments * len; }
+  // The steps of each running max line: len along a segment (dim 3), else segments.
+  int64_t steps() const { return dim == 3 ? len : segments; }
 
   static FusedPool segment_max(bool query_side, int64_t segments, int64_t len) {
     FusedPool p;

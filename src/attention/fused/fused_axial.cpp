@@ -225,23 +225,27 @@ FusedCall horizontal_call(const torch::Tensor& q,
   };
   // All four pools max pools in the call: each local pass pools q and k along its rows in its
   // own tiles, into the prefix or suffix half of ks (its queries' rows), forward and backward,
-  // and no pool kernel makes them. Where each row is one tile (W <= 64; L 3072 at W 48) the
-  // backward also takes the pools' backward, and the passes make only what is read: each row's
-  // first W - 1 prefixes (columns 0..W-2) and last W - 1 suffixes (columns W-1..1), whose keys
-  // are the row's first and last W - 1. Row r's whole prefix and whole suffix are neither made
-  // nor read, nor their gradients zeroed for the local passes' backward. Else the pool kernel
-  // takes the pools' backward, which reads every row of ks's and qs's gradients: the passes make
-  // every row, whose qs gradient they store over u's (no zeroed buffer).
+  // and no pool kernel makes them. The passes make only what is read: each row's first W - 1
+  // prefixes (columns 0..W-2) and last W - 1 suffixes (columns W-1..1), whose keys are the row's
+  // first and last W - 1. Row r's whole prefix and whole suffix are neither made nor read, nor
+  // their gradients zeroed for the local passes' backward. Where each row is one tile (W <= 64;
+  // L 3072 at W 48) the backward also takes the pools' backward; else the pool kernel does,
+  // scanning each row's W - 1 steps whose summaries are read (FusedPool::read_steps), from the
+  // gradient the passes store of their queries over u's. Other pools: the passes make every row.
   auto local = local_passes(W - 1);
-  const auto pooled = [&](const std::vector<FusedPass>& passes,
-                          bool (*fits)(const FusedPass&, const torch::Tensor&)) {
-    return pools.size() == 4 && fits(passes[0], q) && fits(passes[1], q);
+  const auto pooled = [&](bool (*fits)(const FusedPass&, const torch::Tensor&)) {
+    return pools.size() == 4 && fits(local[0], q) && fits(local[1], q);
   };
-  if (!pooled(local, &pools_backward_fit_on_chip)) local = local_passes(W);
-  if (pooled(local, &pools_fit_on_chip)) {
+  if (pooled(&pools_fit_on_chip)) {
+    const bool backward_on_chip = pooled(&pools_backward_fit_on_chip);
     local[0].pooling(local[0].query);
     local[1].pooling(local[1].query);
-    for (auto& p : pools) p.on_chip = true;
+    for (auto& p : pools) {
+      p.on_chip = true;
+      if (!backward_on_chip) p.read_steps = W - 1;
+    }
+  } else {
+    local = local_passes(W);
   }
   call.local = local;
   return call;

@@ -26,6 +26,9 @@ std::pair<torch::Tensor, torch::Tensor> make(const std::vector<FusedPool>& pools
                                              const torch::Tensor& k,
                                              const torch::Tensor& q);
 
+// The rows of its slot whose gradient a pool's backward reads (FusedPool::read_steps).
+fused::Geometry read_in_backward(const FusedPool& p);
+
 // The rows of one side's slot: the end of its pools' rows (0: no pool), made on chip or not.
 int64_t slot_rows(const std::vector<FusedPool>& pools, bool query_side);
 

@@ -262,7 +262,14 @@ void add_pool(const FusedPool& p,
     return;
   }
   fused::RunningMax r;
-  auto x = segments_of(x_in, p.segments, p.len);
+  // The backward's lines: the steps whose rows are read (FusedPool::read_steps), each line's
+  // first in its scan order; the running max at those steps depends on x's there alone.
+  const auto read = [&](const torch::Tensor& lines) {
+    const int64_t n = p.steps(), s = p.read_steps;
+    if (!backward || s == 0 || s == n) return lines;
+    return lines.narrow(p.dim, p.reverse ? n - s : 0, s);
+  };
+  auto x = read(segments_of(x_in, p.segments, p.len));
   const int64_t scan = scan_layout(x, p.dim, r);
   launches.keep.push_back(x);  // (a copy, where scan_layout made one)
   const auto lines = [&](const torch::Tensor& t) {
@@ -278,11 +285,11 @@ void add_pool(const FusedPool& p,
     launches.running.add(r, side, false);
     return;
   }
-  const auto d = lines(dy);
+  const auto d = read(lines(dy)), d_x = read(segments_of(dx, p.segments, p.len));
   r.y_at = layout_of(d, p.dim, scan);
-  r.dx_at = layout_of(segments_of(dx, p.segments, p.len), p.dim, scan);
+  r.dx_at = layout_of(d_x, p.dim, scan);
   r.dy = d.data_ptr();
-  r.dx = dx.data_ptr();
+  r.dx = d_x.data_ptr();
   r.accumulate = true;
   launches.running.add(r, side, true);
 }
@@ -291,7 +298,7 @@ void add_pool(const FusedPool& p,
 
 namespace fused_pools {
 
-constexpr size_t kPoolInts = 8;
+constexpr size_t kPoolInts = 9;
 
 std::vector<int64_t> encode(const std::vector<FusedPool>& pools) {
   std::vector<int64_t> out;
@@ -304,7 +311,8 @@ std::vector<int64_t> encode(const std::vector<FusedPool>& pools) {
                 p.dim,
                 int64_t(p.reverse),
                 p.first,
-                int64_t(p.on_chip)});
+                int64_t(p.on_chip),
+                p.read_steps});
   return out;
 }
 
@@ -320,9 +328,21 @@ std::vector<FusedPool> decode(const std::vector<int64_t>& in) {
     p.reverse = in[i + 5] != 0;
     p.first = in[i + 6];
     p.on_chip = in[i + 7] != 0;
+    p.read_steps = in[i + 8];
     out.push_back(p);
   }
   return out;
+}
+
+fused::Geometry read_in_backward(const FusedPool& p) {
+  if (p.kind == FusedPool::Kind::kSegmentMax)
+    return {1, p.segments, 0, 1, p.first + p.rows(), p.first};
+  const int64_t n = p.steps(), s = p.read_steps == 0 ? n : p.read_steps;
+  const int64_t skipped = p.reverse ? n - s : 0;  // the lines' steps before the read ones
+  if (p.dim == 3)                                 // a line per segment, its steps its rows
+    return {p.segments, s, p.len, 1, p.first + p.rows(), p.first + skipped};
+  // a line per column of the segments, its steps one row of each segment
+  return {p.len, s, 1, p.len, p.first + p.rows(), p.first + skipped * p.len};
 }
 
 int64_t slot_rows(const std::vector<FusedPool>& pools, bool query_side) {
