@@ -17,7 +17,7 @@
 //   fixed             539.1   0.118 ms               2,238.6   0.49 ms
 //   rowmajor          679.3   0.148 ms               2,819.4   0.62 ms
 //   vertical        1,012.1   0.221 ms               5,488.4   1.20 ms
-//   horizontal      1,800.2   0.393 ms               9,311.4   2.03 ms
+//   horizontal      1,800.2   0.393 ms               9,260.6   2.02 ms
 // Measured on an H200 (docs/perf/attention-vs-flash.csv, with kernels older than these counts),
 // as multiples of these floors: at L 3072 fixed 0.994 ms (8.4x), rowmajor 1.370 (9.2x), vertical
 // 1.894 (8.6x), horizontal 2.958 (7.5x); at L 12288 4.25 ms (8.7x), 6.46 (10.5x), 8.77 (7.3x),
