@@ -85,6 +85,52 @@ TEST(FusedMean, IsTheMeanOfTwoNodesToRounding) {
   }
 }
 
+// Any two calls. One here reads k's first 8 rows in each of its 4 segments of 8 queries (as
+// rowmajor's column pass reads the row summaries: no row of dk written once), its values each
+// segment's own: its dk is a float buffer of slabs summed, added into the gradient so far at the
+// end, where its dq and dv are added into in place. The other is one causal segment over every
+// row. Both orders, against the two calls as two nodes.
+TEST(FusedMean, AddsASecondCallsBufferIntoTheFirstsGradients) {
+  const int64_t L = 32;
+  FusedCall causal, shared;
+  causal.passes.resize(1);
+  causal.passes[0].query = causal.passes[0].key = causal.passes[0].value = {1, L, L, 1, L};
+  causal.passes[0].mask = fused::Mask::kCausal;
+  shared.passes.resize(1);
+  shared.passes[0].query = {4, 8, 8, 1, L};
+  shared.passes[0].key = {4, 8, 0, 1, L};
+  shared.passes[0].value = {4, 8, 8, 1, L};
+  shared.passes[0].mask = fused::Mask::kNone;
+  causal.scale = shared.scale = 0.25;
+  for (const auto& [dtype, tol] : std::vector<std::pair<torch::ScalarType, double>>{
+           {torch::kDouble, 1e-13}, {torch::kBFloat16, 0.05}}) {
+    for (const bool shared_first : {false, true}) {
+      const auto& a = shared_first ? shared : causal;
+      const auto& b = shared_first ? causal : shared;
+      torch::manual_seed(9);
+      std::vector<torch::Tensor> in;
+      for (int i = 0; i < 3; ++i)
+        in.push_back(torch::randn({kB, kH, L, kD}).to(dtype).requires_grad_());
+      const auto d_o = torch::randn({kB, kH, L, kD}).to(dtype);
+      const auto grads = [&](const torch::Tensor& out) {
+        return torch::autograd::grad({out}, {in[0], in[1], in[2]}, {d_o});
+      };
+      const auto one = fused_mean(in[0], in[1], in[2], a, b);
+      const auto two =
+          0.5 * (fused_call(in[0], in[1], in[2], a) + fused_call(in[0], in[1], in[2], b));
+      const std::string at =
+          std::string(c10::toString(dtype)) + (shared_first ? ", shared first" : "");
+      EXPECT_LT((one - two).abs().max().item<double>(), tol) << at;
+      const auto g1 = grads(one), g2 = grads(two);
+      for (int i = 0; i < 3; ++i) {
+        ASSERT_EQ(g1[i].scalar_type(), dtype) << at;
+        EXPECT_GT(g1[i].abs().sum().item<double>(), 0) << at << ": input " << i;
+        EXPECT_LT((g1[i] - g2[i]).abs().max().item<double>(), tol) << at << ": input " << i;
+      }
+    }
+  }
+}
+
 TEST(FusedMean, CallsOfTwoScalesAreAnError) {
   const auto q = torch::randn({1, 1, 16, kD});
   FusedCall a, b;

@@ -84,6 +84,34 @@ TEST(UnsetBuffers, NaNInRowsNoPassWritesChangesNothing) {
   }
 }
 
+// A pass whose every segment reads the same key and value rows (here 4 segments of 8 queries,
+// unmasked, over rows 0..7): its dk goes through slabs, one a segment, summed into a buffer
+// they fill; its dv is added into a zeroed buffer, for a value slot has no slabs. Against the
+// dense attention, with the unset buffers NaN.
+TEST(UnsetBuffers, ValuesReadByEverySegmentAddIntoZeros) {
+  const fused_glue::PoisonUnsetScope poison;
+  const int64_t L = 32, D = 8;
+  FusedCall shared;
+  shared.passes.resize(1);
+  shared.passes[0].query = {4, 8, 8, 1, L};
+  shared.passes[0].key = shared.passes[0].value = {4, 8, 0, 1, L};
+  shared.passes[0].mask = fused::Mask::kNone;
+  shared.scale = 0.25;
+  torch::manual_seed(9);
+  std::vector<torch::Tensor> in;
+  for (int i = 0; i < 3; ++i)
+    in.push_back(torch::randn({1, 2, L, D}, torch::kDouble).requires_grad_());
+  const auto d_o = torch::randn({1, 2, L, D}, torch::kDouble);
+  const auto o = fused_call(in[0], in[1], in[2], shared);
+  const auto fused = torch::autograd::grad({o}, {in[0], in[1], in[2]}, {d_o});
+  const auto scores = torch::matmul(in[0], in[1].narrow(2, 0, 8).transpose(2, 3)) * 0.25;
+  const auto dense = torch::matmul(torch::softmax(scores, -1), in[2].narrow(2, 0, 8));
+  const auto want = torch::autograd::grad({dense}, {in[0], in[1], in[2]}, {d_o});
+  EXPECT_LT((o - dense).abs().max().item<double>(), 1e-12);
+  for (int i = 0; i < 3; ++i)
+    EXPECT_LT((fused[i] - want[i]).abs().max().item<double>(), 1e-12) << "input " << i;
+}
+
 // unset() fills with NaN while poisoned, in every floating dtype the glue allocates.
 TEST(UnsetBuffers, AreNaNWhilePoisoned) {
   for (const auto dtype : {torch::kBFloat16, torch::kFloat, torch::kDouble}) {

@@ -126,18 +126,20 @@ bool first_stores_what_is_read(const Readers& writers,
 
 // `read_after`: the rows of the gradient read after its readers have written it (by the local
 // passes, or the pools' backward; null: every row, as where it is returned). Rows none of them
-// reads need not be zeros.
+// reads need not be zeros. `keys`: the slot is read as keys (k, ks), whose gradient a pass
+// writing slabs writes (a value slot's is added into the buffer, zeroed, whatever its geometry).
 GradPlan plan_grad(const torch::Tensor& x,
                    const Readers& readers,
                    bool shared,
-                   const std::vector<fused::Geometry>* read_after = nullptr) {
+                   const std::vector<fused::Geometry>* read_after = nullptr,
+                   bool keys = false) {
   GradPlan g;
   if (!x.defined() || (readers.empty() && !shared)) return g;
   const int64_t rows = x.size(2);
   g.in_place = !shared && !readers.empty();
   for (const auto& r : readers) g.in_place = g.in_place && injective(r.second, rows);
-  g.slabs_fill = !g.in_place && !shared && readers.size() == 1 && writes_slabs(readers[0].second) &&
-                 readers[0].second.limit == rows;
+  g.slabs_fill = keys && !g.in_place && !shared && readers.size() == 1 &&
+                 writes_slabs(readers[0].second) && readers[0].second.limit == rows;
   g.buffer.sizes = x.sizes().vec();
   g.buffer.options = g.in_place ? x.options() : x.options().dtype(acc_type(x.scalar_type()));
   g.buffer.zeroed =
@@ -199,8 +201,9 @@ Grad slot_grad(const torch::Tensor& x,
                size_t steps,
                bool shared,
                const torch::Tensor& home = {},
-               bool home_holds = false) {
-  const GradPlan g = plan_grad(x, readers, shared);
+               bool home_holds = false,
+               bool keys = false) {
+  const GradPlan g = plan_grad(x, readers, shared, nullptr, keys);
   if (g.buffer.sizes.empty()) return {};
   const bool in_home =
       g.in_place && home.defined() && home.scalar_type() == g.buffer.options.dtype().toScalarType();
@@ -335,7 +338,7 @@ std::array<torch::Tensor, 6> backward_call(const CallRecord& record,
   std::array<torch::Tensor, 3> homes = into;
   if (!adds && record.packed) homes = new_packed_parts(q);
   Grad dq = slot_grad(q, q_uses, total, false, homes[0], adds),
-       dk = slot_grad(k, k_uses, total, false, homes[1], adds),
+       dk = slot_grad(k, k_uses, total, false, homes[1], adds, /*keys=*/true),
        dv = slot_grad(v, v_uses, total, false, homes[2], adds);
 
   // One joint step over the slots ks and u (undefined where it reads none), writing their
@@ -464,7 +467,8 @@ std::array<torch::Tensor, 6> backward_call(const CallRecord& record,
                                         by_prefix[gi],
                                         fold                     ? &pooled_keys_read
                                         : key_pools_read.empty() ? nullptr
-                                                                 : &key_pools_read),
+                                                                 : &key_pools_read,
+                                        /*keys=*/true),
                    du_plan = plan_grad(
                        u_g, u_uses[gi], by_prefix[gi], local_runs ? &local_queries_read : nullptr);
     // Where one joint pass writes all of du (u its source A's or its source B's by segment,
