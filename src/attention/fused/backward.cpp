@@ -38,9 +38,10 @@ namespace {
 //    place (addend = the buffer itself). Each pass's part is rounded to the kernel dtype before
 //    it is added: bfloat16 sums a few partial gradients (two or three passes) in bfloat16.
 //  - otherwise (summaries read by every later segment, key rows shared by segments): a zeroed
-//    Acc buffer every reader adds into, converted when returned; or, where its one reader's
-//    segments all read the same rows and those are all of its rows (writes_slabs: rowmajor's
-//    columns over the row summaries), an empty one that the sum of that reader's slabs fills.
+//    Acc buffer every reader adds into, converted when returned; or, for a key slot whose one
+//    reader's segments all read the same rows and those are all of its rows (writes_slabs:
+//    rowmajor's columns over the row summaries), an empty one that the sum of that reader's
+//    slabs fills (the passes write slabs of dk alone).
 // `home`, when defined, is where the gradient is returned: a part of the packed gradient of q, k
 // and v when they were the parts of one packed tensor (attention/heads.h). The kernel-dtype
 // buffer is then `home` itself; an Acc one is copied into it at the end.
