@@ -1,8 +1,10 @@
 // A local pass that makes its keys' segment maxes in its own CTAs and, where each segment is one
 // key tile, takes their backward there (fused/kernel.h Forward::key_pool, Backward::key_pool:
 // rowmajor's row maxes, fixed's block maxes), held to the same pass without them followed by the
-// segment max kernel each way: o, lse and the maxes, then dq, dk and dv, to the bit. Shared by
-// tests/attention (the CPU model) and tests/emulated (the CUDA source).
+// segment max kernel each way: o, lse and the maxes, then dq, dk and dv, to the bit; with the
+// maxes' gradient in slabs (SegmentMax::dy_slabs, as rowmajor's column pass writes it), also to the
+// bit what the segment max kernel gives of their sum, slab after slab. Shared by tests/attention
+// (the CPU model) and tests/emulated (the CUDA source).
 #pragma once
 
 #include <cmath>
@@ -24,12 +26,13 @@ struct Case {
   int64_t L, W, D;
   torch::ScalarType dtype;
   bool ties = false;  // k drawn from a few integers: columns with several equal maxes
+  int64_t slabs = 1;  // the maxes' gradient in this many slabs
 };
 
 inline std::string name(const Case& c) {
   return std::string(c.fixed ? "fixed" : "rowmajor") + " L " + std::to_string(c.L) + " W " +
          std::to_string(c.W) + " D " + std::to_string(c.D) + " " + c10::toString(c.dtype) +
-         (c.ties ? ", ties" : "");
+         (c.ties ? ", ties" : "") + (c.slabs > 1 ? ", " + std::to_string(c.slabs) + " slabs" : "");
 }
 
 struct Kernels {
@@ -66,11 +69,16 @@ inline std::string check(const Case& c, const Kernels& kernels) {
   // Segments of more than one key tile: the pass makes the maxes, the kernel takes them back.
   const bool takes_back = fused::key_pool_backward_on_chip(pass, spans, c.W);
   const auto acc = torch::TensorOptions().dtype(fused_glue::acc_type(c.dtype));
-  const auto d_ks = torch::randn({1, 2, spans, c.D}, acc);  // a fused call's float32 gradient
+  // A fused call's float32 gradient, in slabs; and their sum, slab 0 first.
+  const auto d_ks = torch::randn({1, 2, c.slabs * spans, c.D}, acc);
+  const auto slab = [&](int64_t s) { return d_ks.view({1, 2, c.slabs, spans, c.D}).select(2, s); };
+  auto d_ks_sum = slab(0).clone();
+  for (int64_t s = 1; s < c.slabs; ++s) d_ks_sum = d_ks_sum + slab(s);
   const auto dk_before = draw(c.L), dv_before = draw(c.L);  // what earlier passes added
   const FusedPool pool = FusedPool::segment_max(false, spans, c.W);
   const double scale = 1.0 / std::sqrt(double(c.D));
   std::vector<torch::Tensor> o(2), lse(2), ks(2), dq(2), dk(2), dv(2);
+  torch::Tensor dk_of_sum;  // the pass's, then the segment max kernel's backward of the slabs' sum
   for (const bool with : {false, true}) {
     fused::Forward f;
     f.pass = fused_glue::make_pass(local, q, k, v, {}, {}, scale);
@@ -99,9 +107,14 @@ inline std::string check(const Case& c, const Kernels& kernels) {
       out->addend = out->data;  // added into in place, as after an earlier pass
       out->addend_in_storage = true;
     }
-    const auto pool_backward = fused_pools::on_chip_backward(pool, k, d_ks, dk[with]);
+    const auto pool_backward = fused_pools::on_chip_backward(pool, k, d_ks, dk[with], c.slabs);
     if (with && takes_back) b.key_pool = pool_backward;
     kernels.backward(b);
+    if (!with) {
+      dk_of_sum = dk[0].clone();
+      kernels.segment_max_backward(fused::one_part(
+          fused_pools::on_chip_backward(pool, k, d_ks_sum.contiguous(), dk_of_sum)));
+    }
     if (!with || !takes_back) kernels.segment_max_backward(fused::one_part(pool_backward));
   }
   std::string failed;
@@ -115,6 +128,7 @@ inline std::string check(const Case& c, const Kernels& kernels) {
   if (!same(dq[1], dq[0]) || !same(dv[1], dv[0])) failed += " dq or dv not as without it;";
   if (!same(dk[1], dk[0])) failed += " dk not the segment max kernel's backward's;";
   if (same(dk[0], dk_before)) failed += " (the case adds nothing to dk);";
+  if (!same(dk[0], dk_of_sum)) failed += " dk not the backward of the slabs' sum;";
   return failed;
 }
 

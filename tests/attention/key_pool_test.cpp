@@ -26,8 +26,13 @@ TEST(KeyPool, TheLocalPassMakesTheKeyMaxesAsTheSegmentMaxKernel) {
                                          {true, 240, 48, 32, torch::kFloat},
                                          {true, 330, 64, 64, torch::kDouble, true},
                                          {false, 390, 64, 16, torch::kFloat, true},
+                                         // the maxes' gradient in slabs, one a column
+                                         {false, 288, 48, 64, torch::kBFloat16, false, 48},
+                                         {false, 390, 64, 16, torch::kDouble, true, 64},
+                                         {false, 320, 40, 32, torch::kFloat, false, 40},
                                          // more than one key tile a segment: the forward only
                                          {false, 480, 96, 64, torch::kBFloat16},
+                                         {false, 960, 96, 32, torch::kFloat, true, 96},
                                          {false, 600, 150, 32, torch::kFloat, true},
                                          {true, 960, 192, 32, torch::kBFloat16, true}})
     EXPECT_EQ(key_pool_cases::check(c, kCpu), "") << key_pool_cases::name(c);

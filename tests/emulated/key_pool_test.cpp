@@ -25,8 +25,12 @@ TEST(SimtKeyPool, TheLocalPassMakesTheKeyMaxesAsTheSegmentMaxKernel) {
                                          {false, 200, 40, 128, torch::kBFloat16, true},
                                          {true, 240, 48, 32, torch::kFloat},
                                          {true, 330, 64, 64, torch::kBFloat16, true},
+                                         // the maxes' gradient in slabs, one a column
+                                         {false, 288, 48, 64, torch::kBFloat16, false, 48},
+                                         {false, 240, 40, 32, torch::kFloat, true, 40},
                                          // more than one key tile a segment: the forward only
                                          {false, 480, 96, 64, torch::kBFloat16},
+                                         {false, 480, 96, 32, torch::kBFloat16, false, 96},
                                          {false, 600, 150, 32, torch::kFloat, true},
                                          {true, 960, 192, 32, torch::kBFloat16, true}})
     for (const auto schedule : {simt::Schedule::kForward, simt::Schedule::kReverse}) {
@@ -34,8 +38,9 @@ TEST(SimtKeyPool, TheLocalPassMakesTheKeyMaxesAsTheSegmentMaxKernel) {
       const int64_t before = simt::launches();
       EXPECT_EQ(key_pool_cases::check(c, kCuda), "") << key_pool_cases::name(c);
       // Two forwards, two backwards (a walk and dq each where a segment is more than a tile),
-      // the segment max kernel each way (its backward twice where the pass cannot take it).
-      const int64_t expected = c.W <= 64 ? 6 : 9;
+      // the segment max kernel each way (its backward twice where the pass cannot take it), and
+      // its backward of the slabs' sum.
+      const int64_t expected = c.W <= 64 ? 7 : 10;
       EXPECT_EQ(simt::launches() - before, expected) << key_pool_cases::name(c);
     }
 }

@@ -134,7 +134,7 @@ TEST(LaunchCount, FusedVariantsStayWithinTheirBounds) {
   };
   const std::map<std::string, Bound> bounds = {
       {"combiner-fixed", {10, 0.1438, 0.1438}},
-      {"combiner-axial-rowmajor", {7, 0.2553, 0.2553}},
+      {"combiner-axial-rowmajor", {6, 0.2516, 0.2516}},
       {"combiner-axial-vertical", {5, 0.3102, 0.2498}},
       {"combiner-axial-horizontal", {10, 0.4915, 0.2498}},
       {"combiner-mixture", {17, 0.7704, 0.3455}},
@@ -176,7 +176,11 @@ TEST(LaunchCount, ThePresetsVerticalStaysWithinItsBound) {
 // forward and backward; at 96 (no pool launch but the pools' backward, which scans the steps
 // read) as vertical's local pass does down columns of 127 rows (rows of 24: L 12288's columns at
 // rows of 96), two tiles each. The mixture is vertical's and horizontal's launches and two more
-// (fused_mean). The same rule as above: lower, never raise.
+// (fused_mean). Rowmajor's column pass writes the gradient of the row maxes in slabs (its columns
+// share their keys), which the maxes' backward sums as it reads them: no sum launch, and the
+// slabs' bytes, once read by LibTorch's sum, are the kernel's now (its bound was raised by them,
+// 1.45 MiB here, while the sum's write of the rows and their read again went). The same rule as
+// above: lower, never raise.
 TEST(LaunchCount, TheBenchmarkAndCifarLayoutsStayWithinTheirBounds) {
   struct Bound {
     std::string variant;
@@ -184,10 +188,10 @@ TEST(LaunchCount, TheBenchmarkAndCifarLayoutsStayWithinTheirBounds) {
     double allocated_mib, kernel_mib;
   };
   for (const Bound& bound :
-       std::vector<Bound>{{"combiner-axial-rowmajor", 96, 7, 6.0213, 21.824},
+       std::vector<Bound>{{"combiner-axial-rowmajor", 96, 6, 6.0062, 23.262},
                           {"combiner-axial-horizontal", 96, 16, 11.9019, 71.247},
                           {"combiner-axial-vertical", 24, 9, 7.5815, 42.878},
-                          {"combiner-axial-rowmajor", 48, 5, 6.0924, 21.228},
+                          {"combiner-axial-rowmajor", 48, 4, 6.0616, 22.674},
                           {"combiner-axial-horizontal", 48, 10, 12.0447, 56.258},
                           {"combiner-fixed", 48, 9, 3.1710, 16.848},
                           {"combiner-fixed", 96, 11, 3.1079, 17.292},

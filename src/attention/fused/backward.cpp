@@ -41,7 +41,9 @@ namespace {
 //    Acc buffer every reader adds into, converted when returned; or, for a key slot whose one
 //    reader's segments all read the same rows and those are all of its rows (writes_slabs:
 //    rowmajor's columns over the row summaries), an empty one that the sum of that reader's
-//    slabs fills (the passes write slabs of dk alone).
+//    slabs fills (the passes write slabs of dk alone); or, where that slot's one later reader is
+//    a segment max over all of its rows (rowmajor's row maxes), the slabs themselves, which that
+//    segment max's backward sums as it reads them (SegmentMax::dy_slabs): no sum launch.
 // `home`, when defined, is where the gradient is returned: a part of the packed gradient of q, k
 // and v when they were the parts of one packed tensor (attention/heads.h). The kernel-dtype
 // buffer is then `home` itself; an Acc one is copied into it at the end.
@@ -49,6 +51,7 @@ struct Grad {
   torch::Tensor buffer;          // the slot's gradient: kernel dtype or Acc
   std::vector<GradOut> by_pass;  // how step i writes it (kind kNone: not a reader)
   bool slabs_fill = false;       // the sum of its one reader's slabs is the whole buffer
+  int64_t slabs = 1;             // > 1: the buffer is that many slabs, whose sum is the gradient
 
   GradOut out(size_t step) const { return by_pass.empty() ? GradOut{} : by_pass[step]; }
   // As source B by prefix (summaries): the zeroed Acc buffer, added into.
@@ -65,6 +68,11 @@ using Readers = std::vector<std::pair<size_t, fused::Geometry>>;
 // adding into the same rows, and the slabs are summed after the pass.
 bool writes_slabs(const fused::Geometry& key) {
   return key.seg_stride == 0 && key.segments > 1;
+}
+// Whether such a pass writes every row of its slabs: the dk/dv kernel writes every valid key row
+// of a segment, seen by a query or not, so where a segment's keys are all of rows 0..limit-1.
+bool writes_whole_slabs(const fused::Geometry& key) {
+  return key.first == 0 && key.row_stride == 1 && key.seg_len >= key.limit;
 }
 
 // A contiguous buffer to make: its sizes and options, and whether it starts as zeros.
@@ -110,6 +118,7 @@ std::vector<torch::Tensor> make_buffers(const std::vector<BufferSpec>& specs) {
 struct GradPlan {
   bool in_place = false;    // kernel dtype, each reader storing or adding its own rows
   bool slabs_fill = false;  // Grad::slabs_fill
+  int64_t slabs = 1;        // Grad::slabs
   BufferSpec buffer;        // no sizes: no gradient
 };
 
@@ -129,11 +138,14 @@ bool first_stores_what_is_read(const Readers& writers,
 // passes, or the pools' backward; null: every row, as where it is returned). Rows none of them
 // reads need not be zeros. `keys`: the slot is read as keys (k, ks), whose gradient a pass
 // writing slabs writes (a value slot's is added into the buffer, zeroed, whatever its geometry).
+// `summed_as_read`: the gradient's one later reader is a segment max over all of its rows, which
+// takes it as slabs (Grad::slabs).
 GradPlan plan_grad(const torch::Tensor& x,
                    const Readers& readers,
                    bool shared,
                    const std::vector<fused::Geometry>* read_after = nullptr,
-                   bool keys = false) {
+                   bool keys = false,
+                   bool summed_as_read = false) {
   GradPlan g;
   if (!x.defined() || (readers.empty() && !shared)) return g;
   const int64_t rows = x.size(2);
@@ -145,6 +157,12 @@ GradPlan plan_grad(const torch::Tensor& x,
   g.buffer.options = g.in_place ? x.options() : x.options().dtype(acc_type(x.scalar_type()));
   g.buffer.zeroed =
       g.in_place ? !first_stores_what_is_read(readers, read_after, rows) : !g.slabs_fill;
+  if (g.slabs_fill && summed_as_read) {
+    const auto& key = readers[0].second;
+    g.slabs = key.segments;
+    g.buffer.sizes[2] = key.segments * key.limit;
+    g.buffer.zeroed = !writes_whole_slabs(key);
+  }
   return g;
 }
 
@@ -159,9 +177,15 @@ Grad bind_grad(const GradPlan& g,
   if (!buffer.defined()) return grad;
   grad.buffer = std::move(buffer);
   grad.slabs_fill = g.slabs_fill;
+  grad.slabs = g.slabs;
   grad.by_pass.assign(steps, GradOut{});
   for (size_t i = 0; i < readers.size(); ++i) {
     GradOut& o = grad.by_pass[readers[i].first];
+    if (g.slabs > 1) {  // its one reader's slab of each segment, stored
+      o = grad_out(grad.buffer, GradOut::kStoreAcc);
+      o.segment_rows = readers[i].second.limit;
+      continue;
+    }
     o = grad_out(grad.buffer, g.in_place ? GradOut::kStore : GradOut::kAtomic);
     if (g.in_place && (i > 0 || adds)) {
       o.addend = grad.buffer.data_ptr();
@@ -362,14 +386,12 @@ std::array<torch::Tensor, 6> backward_call(const CallRecord& record,
     const Grad& key_grad = p.a_from_summaries ? dks : dk;
     bw.dk = key_grad.out(s);
     bw.dv = (p.a_from_summaries ? du : dv).out(s);
-    // Segments sharing their key rows: one slab each (no atomics), summed after the pass. The
-    // dk/dv kernel writes every valid key row of a segment, seen by a query or not, so where a
-    // segment's keys are all of rows 0..limit-1 every row of its slab is written.
+    // Segments sharing their key rows: one slab each (no atomics), summed after the pass.
     const auto& key = p.key;
     if (bw.dk.kind == GradOut::kAtomic && writes_slabs(key)) {
-      const bool written = key.first == 0 && key.row_stride == 1 && key.seg_len >= key.limit;
       const std::vector<int64_t> shape{B, H, key.segments * key.limit, D};
-      slabs = written ? unset(shape, lse.options()) : torch::zeros(shape, lse.options());
+      slabs = writes_whole_slabs(key) ? unset(shape, lse.options())
+                                      : torch::zeros(shape, lse.options());
       bw.dk = grad_out(slabs, GradOut::kStoreAcc);
       bw.dk.segment_rows = key.limit;
     }
@@ -463,13 +485,23 @@ std::array<torch::Tensor, 6> backward_call(const CallRecord& record,
     }
     // (Else the rows the pool kernels' backward reads, where they read only some.)
     const auto key_pools_read = read_in_backward(group.pools, /*query_side=*/false);
+    // ks's gradient read by one segment max over all of ks's rows alone (rowmajor's row maxes),
+    // which may take it in slabs.
+    const auto key_side = std::count_if(
+        group.pools.begin(), group.pools.end(), [](const FusedPool& p) { return !p.query_side; });
+    const auto key_pool = std::find_if(
+        group.pools.begin(), group.pools.end(), [](const FusedPool& p) { return !p.query_side; });
+    const bool dks_summed_as_read = !group.made_here && ks_g.defined() && key_side == 1 &&
+                                    key_pool->kind == FusedPool::Kind::kSegmentMax &&
+                                    key_pool->first == 0 && key_pool->segments == ks_g.size(2);
     const GradPlan dks_plan = plan_grad(ks_g,
                                         ks_uses[gi],
                                         by_prefix[gi],
                                         fold                     ? &pooled_keys_read
                                         : key_pools_read.empty() ? nullptr
                                                                  : &key_pools_read,
-                                        /*keys=*/true),
+                                        /*keys=*/true,
+                                        dks_summed_as_read),
                    du_plan = plan_grad(
                        u_g, u_uses[gi], by_prefix[gi], local_runs ? &local_queries_read : nullptr);
     // Where one joint pass writes all of du (u its source A's or its source B's by segment,
@@ -576,7 +608,7 @@ std::array<torch::Tensor, 6> backward_call(const CallRecord& record,
         bw.dk = dk.out(s);
         bw.dv = dv.out(s);
         if (const FusedPool* pool = key_pool_of(s)) {
-          bw.key_pool = fused_pools::on_chip_backward(*pool, k, dks.buffer, dk.buffer);
+          bw.key_pool = fused_pools::on_chip_backward(*pool, k, dks.buffer, dk.buffer, dks.slabs);
           key_pool_done = true;
         }
         if (fold) {
@@ -620,8 +652,11 @@ std::array<torch::Tensor, 6> backward_call(const CallRecord& record,
         return pooled(query_side) ? std::exchange(slot.buffer, torch::Tensor()) : torch::Tensor();
       };
       const auto dks_pooled = through(dks, false), dqs_pooled = through(dqs, true);
-      fused_pools::add_backward(left, k, dks_pooled, dk.buffer, q, dqs_pooled, dq.buffer);
+      fused_pools::add_backward(
+          left, k, dks_pooled, dk.buffer, q, dqs_pooled, dq.buffer, dks.slabs);
     }
+    TORCH_CHECK(dks.slabs == 1 || !dks.buffer.defined(),
+                "fused attention: ks's gradient in slabs is its segment max's to sum");
     if (!group.made_here) {
       d_ks = dks.buffer;
       d_qs = dqs.buffer;

@@ -124,7 +124,10 @@ struct Delta {
 // a narrowed view needs). With `accumulate`, dy[g] is added at the arg-max and nothing else is
 // written. With `dy_acc`, dy is in the accumulation type (float; double for float64), as a fused
 // call's float32 summary gradient is summed: read as it is, with no cast to x's dtype first (and
-// so rounded once, where it is added).
+// so rounded once, where it is added). With `dy_slabs` > 1, dy is that many slabs, [B, H,
+// dy_slabs, segments, D] contiguous, and dy[g] is their sum (segment_max_dy_at, summed in slab
+// order): the slabs a pass whose segments share their key rows writes (GradOut::segment_rows),
+// summed where they are read, with no sum launch between.
 struct SegmentMax {
   int64_t batch = 0, heads = 0, rows = 0, dim = 0, segments = 0, len = 1;
   int64_t stride[3] = {0, 0, 0};     // x's batch, head and row strides
@@ -136,6 +139,7 @@ struct SegmentMax {
   void* dx = nullptr;        // backward
   bool accumulate = false;   // backward: dx[arg-max] += dy, other rows untouched
   bool dy_acc = false;       // backward: dy in Acc, not x's dtype
+  int64_t dy_slabs = 1;      // backward: dy is the sum of this many slabs
 };
 // Forward: o [B, H, query.limit, D] (pass dtype; row r of (b, h) at element
 // b * o_stride[0] + h * o_stride[1] + r * o_stride[2], the last axis contiguous: [B, L, H, D] in
@@ -595,6 +599,12 @@ COMBINER_HD bool running_max_takes(int64_t k, T v, T best) {
 COMBINER_HD int64_t segment_max_lines(const SegmentMax& m, bool backward) {
   const int64_t groups = backward ? (m.rows + m.len - 1) / m.len : m.segments;
   return m.batch * m.heads * groups * m.dim;
+}
+// The element of dy's slab `slab` for line (b * heads + h, g, d): dy[g] is the sum over the
+// slabs, slab 0 first, in every implementation (the same float rounding).
+COMBINER_HD int64_t
+segment_max_dy_at(const SegmentMax& m, int64_t bh, int64_t slab, int64_t g, int64_t d) {
+  return ((bh * m.dy_slabs + slab) * m.segments + g) * m.dim + d;
 }
 template <typename T>
 COMBINER_HD bool segment_max_takes(int64_t t, T v, T best) {

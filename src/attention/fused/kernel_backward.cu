@@ -370,9 +370,7 @@ __device__ __forceinline__ void key_pool_backward(const Backward& bw, unsigned c
         at = c;
       }
     }
-    const int64_t i = ((b * m.heads + h) * m.segments + g) * m.dim + d;
-    const float grad = m.dy_acc ? static_cast<const float*>(m.dy)[i]
-                                : scalar_float(static_cast<const T*>(m.dy)[i]);
+    const float grad = segment_max_dy<T>(m, b * m.heads + h, g, d);
     if (at >= 0) {
       T* e = static_cast<T*>(m.dx) + b * m.dx_stride[0] + h * m.dx_stride[1] +
              (g * m.len + at) * m.dx_stride[2] + d;

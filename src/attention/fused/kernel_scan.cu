@@ -158,11 +158,7 @@ __global__ void __launch_bounds__(128)
       g < m.segments ? segment_arg_max(
                            x + b * m.stride[0] + h * m.stride[1] + first * m.stride[2] + d, m, best)
                      : -1;
-  // dy[g] as float: stored in float (dy_acc), or in x's dtype.
-  const int64_t i = (bh * m.segments + g) * m.dim + d;
-  const float grad = at < 0     ? 0.f
-                     : m.dy_acc ? static_cast<const float*>(m.dy)[i]
-                                : scalar_float(static_cast<const T*>(m.dy)[i]);
+  const float grad = at < 0 ? 0.f : segment_max_dy<T>(m, bh, g, d);
   if (m.accumulate) {
     if (at >= 0)
       out[at * m.dx_stride[2]] = scalar_as<T>(scalar_float(out[at * m.dx_stride[2]]) + grad);

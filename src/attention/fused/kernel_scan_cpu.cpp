@@ -102,11 +102,15 @@ void segment_max_backward_all(const SegmentMax& m) {
         }
       }
     }
-    // dy[g] in the math type: as stored in Acc (T is Acc: float for bfloat16), or x's dtype.
-    const int64_t i = (bh * m.segments + g) * m.dim + d;
-    const T grad = at < 0     ? T(0)
-                   : m.dy_acc ? static_cast<const T*>(m.dy)[i]
-                              : to_math<S, T>(static_cast<const S*>(m.dy)[i]);
+    // dy[g] in the math type: the sum of its slabs, each as stored in Acc (T is Acc: float for
+    // bfloat16) or x's dtype.
+    T grad = T(0);
+    for (int64_t slab = 0; at >= 0 && slab < m.dy_slabs; ++slab) {
+      const int64_t i = segment_max_dy_at(m, bh, slab, g, d);
+      const T part =
+          m.dy_acc ? static_cast<const T*>(m.dy)[i] : to_math<S, T>(static_cast<const S*>(m.dy)[i]);
+      grad = slab == 0 ? part : grad + part;
+    }
     if (m.accumulate) {
       if (at >= 0)
         out[at * m.dx_stride[2]] = to_storage<S, T>(to_math<S, T>(out[at * m.dx_stride[2]]) + grad);

@@ -40,26 +40,30 @@ bool remade_in_backward(const std::vector<FusedPool>& pools);
 // A key-side segment max made on chip (FusedPool::on_chip, key_pool_fits_on_chip): the
 // descriptor its local pass's forward takes (fused::Forward::key_pool: k's segments into ks's
 // rows, ks contiguous with the pool's rows), and its backward's (fused::Backward::key_pool: d_ks,
-// contiguous, its rows' gradient in k's dtype or float, added through it into dk in place).
+// contiguous, its rows' gradient in k's dtype or float, added through it into dk in place; or
+// `slabs` slabs of it, [B, H, slabs x rows, D], whose sum it is: fused::SegmentMax::dy_slabs).
 fused::SegmentMax on_chip_forward(const FusedPool& pool,
                                   const torch::Tensor& k,
                                   const torch::Tensor& ks);
 fused::SegmentMax on_chip_backward(const FusedPool& pool,
                                    const torch::Tensor& k,
                                    const torch::Tensor& d_ks,
-                                   const torch::Tensor& dk);
+                                   const torch::Tensor& dk,
+                                   int64_t slabs = 1);
 
 // dk += the gradient through the key side's pools of d_ks (ks's gradient, any float dtype), and
 // dq += the query side's of d_qs (an undefined slot gradient adds nothing). dk, dq: k's and q's
 // gradients, in their dtype with a contiguous last axis; undefined: made here (zeros, then the
 // pools' part). The two sides' scans share launches; two of one side (horizontal's prefix and
-// suffix) do not.
+// suffix) do not. `key_slabs` > 1: d_ks is that many slabs of ks's gradient, whose sum it is
+// (one key-side segment max over the whole slot: fused::SegmentMax::dy_slabs).
 void add_backward(const std::vector<FusedPool>& pools,
                   const torch::Tensor& k,
                   const torch::Tensor& d_ks,
                   torch::Tensor& dk,
                   const torch::Tensor& q,
                   const torch::Tensor& d_qs,
-                  torch::Tensor& dq);
+                  torch::Tensor& dq,
+                  int64_t key_slabs = 1);
 
 }  // namespace combiner::attention::fused_pools

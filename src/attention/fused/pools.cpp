@@ -231,15 +231,21 @@ struct PoolLaunches {
 // One pool of a fused call (pool_stage.h) into `launches`: forward into rows [first, first +
 // rows) of `slot`; backward (dy: those rows of the slot's gradient) adding into dx. The tensors
 // the scan reads and writes are views of these (or kept in `launches`): alive until it runs.
+// `slabs`: dy_slot is that many slabs of the slot's gradient (SegmentMax::dy_slabs), the slot
+// this segment max's rows alone.
 void add_pool(const FusedPool& p,
               const torch::Tensor& x_in,
               const torch::Tensor& slot,
               const torch::Tensor& dy_slot,
               const torch::Tensor& dx,
-              PoolLaunches& launches) {
+              PoolLaunches& launches,
+              int64_t slabs = 1) {
   const bool backward = dy_slot.defined();
   const int side = p.query_side ? 2 : 1;
-  const auto dy = backward ? dy_slot.narrow(2, p.first, p.rows()) : torch::Tensor();
+  TORCH_CHECK(slabs == 1 || (backward && p.kind == FusedPool::Kind::kSegmentMax && p.first == 0 &&
+                             dy_slot.size(2) == slabs * p.segments),
+              "fused pools: a gradient in slabs is a segment max's whole slot's");
+  const auto dy = backward ? dy_slot.narrow(2, p.first, slabs * p.rows()) : torch::Tensor();
   if (p.kind == FusedPool::Kind::kSegmentMax) {
     auto m = segment_max_of(x_in, p.segments, p.len);
     if (!backward) {
@@ -256,6 +262,7 @@ void add_pool(const FusedPool& p,
     launches.keep.push_back(d);
     m.dy = d.data_ptr();
     m.dy_acc = d.scalar_type() != x_in.scalar_type();  // (add_backward: then float for bfloat16)
+    m.dy_slabs = slabs;
     set_dx(m, dx);
     m.accumulate = true;
     launches.segment.add(m, side, true);
@@ -418,8 +425,9 @@ fused::SegmentMax on_chip_forward(const FusedPool& pool,
 fused::SegmentMax on_chip_backward(const FusedPool& pool,
                                    const torch::Tensor& k,
                                    const torch::Tensor& d_ks,
-                                   const torch::Tensor& dk) {
-  TORCH_CHECK(d_ks.is_contiguous() && d_ks.size(2) == pool.segments &&
+                                   const torch::Tensor& dk,
+                                   int64_t slabs) {
+  TORCH_CHECK(d_ks.is_contiguous() && d_ks.size(2) == slabs * pool.segments &&
                   dk.scalar_type() == k.scalar_type() && dk.sizes() == k.sizes() &&
                   dk.stride(3) == 1,
               "fused pools: a segment max's backward on chip reads a contiguous gradient of its "
@@ -427,6 +435,7 @@ fused::SegmentMax on_chip_backward(const FusedPool& pool,
   auto m = pools_detail::segment_max_of(k, pool.segments, pool.len);
   m.dy = d_ks.data_ptr();
   m.dy_acc = d_ks.scalar_type() != k.scalar_type();
+  m.dy_slabs = slabs;
   pools_detail::set_dx(m, dk);
   m.accumulate = true;
   return m;
@@ -444,7 +453,8 @@ void add_backward(const std::vector<FusedPool>& pools,
                   torch::Tensor& dk,
                   const torch::Tensor& q,
                   const torch::Tensor& d_qs,
-                  torch::Tensor& dq) {
+                  torch::Tensor& dq,
+                  int64_t key_slabs) {
   pools_detail::PoolLaunches launches;
   launches.backward = true;
   torch::Tensor dy[2];  // the slots' gradients in k's and q's dtype, or float for segment maxes
@@ -461,9 +471,12 @@ void add_backward(const std::vector<FusedPool>& pools,
     const bool as_it_is = segment_maxes && x.scalar_type() == torch::kBFloat16 &&
                           d_slot.scalar_type() == torch::kFloat;
     dy[query_side] = as_it_is ? d_slot : d_slot.to(x.scalar_type());
+    const int64_t slabs = query_side ? 1 : key_slabs;
+    TORCH_CHECK(slabs == 1 || as_it_is || d_slot.scalar_type() == x.scalar_type(),
+                "fused pools: a gradient in slabs is read as it is");
     for (const auto& p : pools)
       if (p.query_side == query_side)
-        pools_detail::add_pool(p, x, {}, dy[query_side], query_side ? dq : dk, launches);
+        pools_detail::add_pool(p, x, {}, dy[query_side], query_side ? dq : dk, launches, slabs);
   }
   launches.run(k);
 }

@@ -301,13 +301,15 @@ void segment_cta(Ledger& l, const Backward& bw, int64_t cta) {
   if (p.summaries) dkv_walk(l, bw, Keys::kSegmentSummaries, cta, 0);
   const SegmentMax& pool = bw.key_pool;
   if (pool.segments > 0 && cta < pool.segments) {
-    // Its keys' segment max backward: dy's row read, and one element of dk a column (at the
-    // arg-max, which depends on the data: counted as the segment's first row) read and written.
-    l.read(pool.dy,
-           cta * pool.dim,
-           pool.dy_acc ? acc_bytes(pool.dtype) : element_bytes(pool.dtype),
-           pool.dim,
-           Load::kPlain);
+    // Its keys' segment max backward: dy's row read (in each slab), and one element of dk a
+    // column (at the arg-max, which depends on the data: counted as the segment's first row) read
+    // and written.
+    for (int64_t slab = 0; slab < pool.dy_slabs; ++slab)
+      l.read(pool.dy,
+             segment_max_dy_at(pool, 0, slab, cta, 0),
+             pool.dy_acc ? acc_bytes(pool.dtype) : element_bytes(pool.dtype),
+             pool.dim,
+             Load::kPlain);
     const int64_t at = cta * pool.len * pool.dx_stride[2], es = element_bytes(pool.dtype);
     l.read(pool.dx, at, es, pool.dim, Load::kPlain);
     l.write(pool.dx, at, es, pool.dim);
@@ -418,7 +420,8 @@ Traffic traffic(const SegmentMaxes& m) {
     const double es = double(element_bytes(s.dtype)), heads = heads_of(s.batch, s.heads);
     const double pooled = heads * es * double(s.segments * s.len * s.dim);
     const double summaries = heads * es * double(s.segments * s.dim);
-    const double dy = s.dy_acc ? summaries / es * double(acc_bytes(s.dtype)) : summaries;
+    const double dy =
+        double(s.dy_slabs) * (s.dy_acc ? summaries / es * double(acc_bytes(s.dtype)) : summaries);
     if (!s.dy) {  // x read, y written
       t.read += pooled;
       t.written += summaries;
