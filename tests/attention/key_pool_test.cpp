@@ -42,7 +42,11 @@ TEST(KeyPool, FixedsLocalPassMakesItsQueriesAsTheSegmentMaxKernel) {
   for (const Case& c : std::vector<Case>{{true, 240, 48, 32, torch::kFloat},
                                          {true, 330, 64, 64, torch::kDouble, true},
                                          {true, 200, 40, 128, torch::kBFloat16, true},
-                                         {true, 198, 33, 16, torch::kBFloat16}})
+                                         {true, 198, 33, 16, torch::kBFloat16},
+                                         // more than a query tile a block: the rest read from q
+                                         {true, 480, 96, 64, torch::kBFloat16},
+                                         {true, 600, 150, 32, torch::kDouble, true},
+                                         {true, 960, 192, 32, torch::kFloat, true}})
     EXPECT_EQ(key_pool_cases::check_query_pool(c, kCpu), "") << key_pool_cases::name(c);
 }
 
@@ -71,7 +75,8 @@ TEST(KeyPool, AnUnpackedPassMakesThemAndOfOneKeyTileASegmentTakesThemBack) {
 // launch either way, fixed only its query maxes' backward (its local pass makes them, its
 // queries, in the forward). At CIFAR-10's (96: two key tiles a segment) the local pass makes the
 // key maxes in the forward and the pool kernel takes them back: rowmajor one pool launch, fixed
-// two (its query maxes, then both backwards). Each call's gradients are the composed path's.
+// one too (both backwards; its local pass makes its queries from two tiles' rows of q). Each
+// call's gradients are the composed path's.
 TEST(KeyPool, TheCallsMakeTheirKeyMaxesInTheLocalPass) {
   struct Expected {
     std::string variant;
@@ -82,7 +87,7 @@ TEST(KeyPool, TheCallsMakeTheirKeyMaxesInTheLocalPass) {
        std::vector<Expected>{{"combiner-axial-rowmajor", 48, 0, 2, 1, 0},
                              {"combiner-fixed", 48, 1, 2, 1, 1},
                              {"combiner-axial-rowmajor", 96, 1, 1, 0, 0},
-                             {"combiner-fixed", 96, 2, 1, 0, 0}}) {
+                             {"combiner-fixed", 96, 1, 1, 0, 1}}) {
     const int64_t L = 3072, D = 16;
     auto fused = make_attention({variant, W, W, "max"}, L, D),
          composed = make_attention({variant, W, W, "max"}, L, D);

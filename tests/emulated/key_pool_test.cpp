@@ -49,7 +49,11 @@ TEST(SimtKeyPool, FixedsLocalPassMakesItsQueriesAsTheSegmentMaxKernel) {
   for (const Case& c : std::vector<Case>{{true, 240, 48, 32, torch::kFloat},
                                          {true, 330, 64, 64, torch::kBFloat16, true},
                                          {true, 200, 40, 128, torch::kBFloat16, true},
-                                         {true, 198, 33, 64, torch::kFloat}})
+                                         {true, 198, 33, 64, torch::kFloat},
+                                         // more than a query tile a block: the rest read from q
+                                         {true, 480, 96, 64, torch::kBFloat16},
+                                         {true, 480, 96, 32, torch::kFloat, true},
+                                         {true, 960, 192, 32, torch::kFloat}})
     for (const auto schedule : {simt::Schedule::kForward, simt::Schedule::kReverse}) {
       const simt::ScheduleScope scope(schedule);
       const int64_t before = simt::launches();

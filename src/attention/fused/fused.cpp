@@ -94,9 +94,9 @@ torch::Tensor fused_combiner_fixed(const torch::Tensor& q,
   local.mask = fused::Mask::kNone;
   // The local pass makes the blocks' key maxes (from its key tiles; a block of more than one,
   // from k's rows again), and, each block one key tile (s <= 64; L 3072 at s 48), takes their
-  // backward; and, each block one CTA (s > 32: shorter blocks share tiles) of at most a query
-  // tile, makes its queries, the blocks' query maxes, from the block's rows of q it loads in its
-  // query tile (their backward stays the pool kernel's).
+  // backward; and, each block one CTA (s > 32: shorter blocks share tiles), makes its queries,
+  // the blocks' query maxes, from the block's rows of q it loads in its query tile (a block of
+  // more than one, the rest read from q as they come; their backward stays the pool kernel's).
   for (auto& p : pools)
     if (key_pool_fits_on_chip(local, q, p) || query_pool_fits_on_chip(local, q, p))
       p.on_chip = true;

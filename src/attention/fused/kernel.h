@@ -753,12 +753,12 @@ COMBINER_HD bool key_pool_fits(const Pass& p, const SegmentMax& m, bool backward
 }
 // Whether a plain max pool of `segments` segments of `len` rows can be made as the pass's
 // queries by its CTAs (Forward::query_pool): one unpacked CTA per segment, whose one query
-// (segment g's is row g: query.first 0, seg_stride 1) is the max of rows that fit one query
-// tile, and no summaries or pooled queries besides. Fixed's local pass at blocks of at most 64
-// (at least 33: shorter blocks pack) is such a pass.
+// (segment g's is row g: query.first 0, seg_stride 1) is the max of its rows (the first
+// kQueryTile loaded in its query tile, the rest read from x), and no summaries or pooled queries
+// besides. Fixed's local pass at blocks of more than 32 (shorter blocks pack) is such a pass.
 COMBINER_HD bool query_pool_on_chip(const Pass& p, int64_t segments, int64_t len) {
   const Geometry& q = p.query;
-  if (segments <= 0 || len < 1 || len > kQueryTile || p.summaries || p.pooled) return false;
+  if (segments <= 0 || len < 1 || p.summaries || p.pooled) return false;
   return segment_pack(p) == 1 && q.segments == segments && q.seg_len == 1 && q.first == 0 &&
          q.seg_stride == 1 && q.limit == segments;
 }

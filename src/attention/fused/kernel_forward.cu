@@ -126,14 +126,17 @@ __device__ __forceinline__ void forward_cta(const Forward& f, unsigned char* sme
   cp_async_commit();
   if (query_pool) {
     // The max of the segment's rows, a column a thread as the segment max kernel takes it: the
-    // tile's row 0, the CTA's one query, and y's row g. (Its first key tile has landed too.)
+    // tile's row 0, the CTA's one query, and y's row g. (Its first key tile has landed too.) Rows
+    // past the tile's (a segment of more than kQueryTile) are read from x as they come.
     cp_async_wait<0>();
     __syncthreads();
     const int d = threadIdx.x;
     if (d < D) {
+      const int step = int(qp.stride[2]);  // rows of a head below 2^31 (checks.cpp)
+      const T* x = x0 + g * qp.len * qp.stride[2] + d;
       float best = 0.f;
       for (int r = 0; r < int(qp.len); ++r) {
-        const float v = scalar_float(qs[r * P + d]);
+        const float v = scalar_float(r < M ? qs[r * P + d] : x[r * step]);
         if (segment_max_takes(r, v, best)) best = v;
       }
       qs[d] = scalar_as<T>(best);

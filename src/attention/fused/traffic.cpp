@@ -204,8 +204,8 @@ void forward_cta(Ledger& l, const Forward& f, int64_t cta) {
   const SegmentMax& made = f.query_pool;
   if (made.segments > 0) {
     const Operand x = {made.x, made.stride[0], made.stride[1], made.stride[2]};
-    for (int64_t t = 0; t < made.len; ++t)
-      read_row(l, x, cta * made.len + t, p.dim, es, Load::kTile);
+    for (int64_t t = 0; t < made.len; ++t)  // the query tile's rows, then x's read as they come
+      read_row(l, x, cta * made.len + t, p.dim, es, t < kQueryTile ? Load::kTile : Load::kPlain);
     l.write(made.y, cta * made.dim, es, made.dim);
   } else {
     for (int64_t r = 0; r < kQueryTile; ++r) {
