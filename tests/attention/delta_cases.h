@@ -126,6 +126,52 @@ class PassRun {
     return r;
   }
 
+  // The pass's backward for a d_o of `factor` x the drawn one: given so, with the delta of it
+  // and grad_scale 1 (`in_pass` false), or given as drawn, with the delta of that and grad_scale
+  // `factor` (Backward::grad_scale). Its gradients as `kind` writes them (kStore in the pass
+  // dtype; kStoreAcc and kAtomic into Acc buffers of zeros), then the delta it makes (o's where
+  // `made_`, else u's; kStore alone: u's is made from a gradient stored so) or an undefined tensor.
+  std::vector<torch::Tensor> scaled(double factor, bool in_pass, fused::GradOut::Kind kind) {
+    const auto d_o = in_pass ? d_o_ : (d_o_.to(acc_.dtype()) * factor).to(c_.dtype);
+    const auto delta = delta_of(o_, d_o);
+    const auto zeros = [&](const torch::Tensor& like) {
+      return kind == fused::GradOut::kStore ? torch::zeros_like(like)
+                                            : torch::zeros(like.sizes(), acc_);
+    };
+    std::vector<torch::Tensor> g = {zeros(q_),
+                                    zeros(of_a_ ? ks_ : k_),
+                                    zeros(of_a_ ? u_ : v_),
+                                    zeros(ks_),
+                                    zeros(u_),
+                                    torch::Tensor()};
+    fused::Backward bw;
+    bw.pass = pass_;
+    bw.d_o = fused_glue::operand(d_o);
+    bw.grad_scale = in_pass ? factor : 1;
+    bw.lse = lse_.data_ptr();
+    bw.delta = delta.data_ptr();
+    bw.dq = fused_glue::grad_out(g[0], kind);
+    bw.dk = fused_glue::grad_out(g[1], kind);
+    bw.dv = fused_glue::grad_out(g[2], kind);
+    if (pass_.summaries) {
+      bw.dks = fused_glue::grad_out(g[3], kind);
+      bw.du = fused_glue::grad_out(g[4], kind);
+    }
+    if (kind == fused::GradOut::kStore) {
+      g[5] = torch::full({1, 2, rows_}, NAN, acc_);
+      if (made_) {
+        bw.delta = bw.made_delta = g[5].data_ptr();
+        bw.o = fused_glue::operand(o_);
+      } else {
+        bw.summary_delta = g[5].data_ptr();
+        bw.summary_delta_rows = rows_;
+        bw.summary_delta_of_a = of_a_;
+      }
+    }
+    kernels_.backward(bw);
+    return g;
+  }
+
  private:
   torch::Tensor randn(int64_t n) const { return torch::randn({1, 2, n, c_.D}).to(c_.dtype); }
   torch::Tensor delta_of(const torch::Tensor& x, const torch::Tensor& dx) const {
@@ -172,6 +218,32 @@ inline std::string check(const Case& c, const Kernels& kernels, bool made, bool 
   if (!torch::equal(r.folded.masked_select(written), r.kernel.masked_select(written)))
     failed += " not the delta kernel's;";
   if (r.folded.masked_select(written).abs().sum().item<double>() == 0) failed += " all zero;";
+  return failed;
+}
+
+// A pass's gradients scaled where it writes them (fused/kernel.h Backward::grad_scale) are those of
+// d_o scaled first, to the bit, for a power of two; the delta the pass makes is then u's of the
+// gradient as stored (the same bits), or o's of d_o as given (made_delta: 1 / factor times the
+// other's, to the bit). Returns what failed ("" if nothing).
+inline std::string check_grad_scale(const Case& c,
+                                    const Kernels& kernels,
+                                    bool made,
+                                    fused::GradOut::Kind kind,
+                                    double factor = 0.5) {
+  PassRun run(c, kernels, made);
+  const auto first = run.scaled(factor, false, kind), in_pass = run.scaled(factor, true, kind);
+  std::string failed;
+  for (size_t i = 0; i < 5; ++i) {
+    if (!torch::equal(in_pass[i], first[i])) failed += " gradient " + std::to_string(i) + ";";
+    if (i == 0 && in_pass[i].abs().sum().item<double>() == 0) failed += " dq all zero;";
+  }
+  if (first[5].defined()) {
+    const auto made_by_pass = made ? in_pass[5] * factor : in_pass[5];
+    const auto same = torch::equal(made_by_pass.isnan(), first[5].isnan()) &&
+                      torch::equal(made_by_pass.nan_to_num(0, 0, 0), first[5].nan_to_num(0, 0, 0));
+    if (!same) failed += " the delta the pass makes;";
+    if (first[5].isnan().all().item<bool>()) failed += " no delta made;";
+  }
   return failed;
 }
 

@@ -50,6 +50,26 @@ TEST(PassDeltas, OsIsTheDeltaKernelsBitForBit) {
     EXPECT_EQ(delta_cases::check(c, kCpu, true), "") << delta_cases::name(c);
 }
 
+// Gradients scaled where the pass writes them (Backward::grad_scale: the mixture's halves of d_o)
+// are those of d_o scaled first, to the bit, stored in the pass dtype or added into Acc buffers;
+// the deltas it makes are u's of the gradient as stored and o's of d_o as given.
+TEST(PassDeltas, GradientsScaledInThePassAreThoseOfAScaledDo) {
+  const std::vector<Case> cases = {
+      {false, 72, 8, 32, torch::kFloat},        // packed
+      {false, 200, 40, 64, torch::kBFloat16},   // one CTA per row
+      {false, 200, 40, 128, torch::kBFloat16},  // D 128
+      {true, 200, 40, 64, torch::kBFloat16},    // u as source A
+      {true, 400, 100, 64, torch::kBFloat16},   // two key tiles a segment: walk and dq apart
+      {true, 96, 12, 16, torch::kDouble},
+      {false, 200, 40, 64, torch::kBFloat16, true}};
+  for (const auto& c : cases)
+    for (const bool made : {false, true})
+      for (const auto kind : {fused::GradOut::kStore, fused::GradOut::kAtomic})
+        EXPECT_EQ(delta_cases::check_grad_scale(c, kCpu, made, kind), "")
+            << delta_cases::name(c) << (made ? ", o's delta" : ", u's delta")
+            << (kind == fused::GradOut::kStore ? ", stored" : ", added");
+}
+
 // o's delta made in the dk/dv walk of a pass of two key tiles a segment, the dq launch after it
 // reading it (kernel.h walk_makes_delta): every row by one CTA, the delta kernel's to the bit.
 TEST(PassDeltas, ADkvWalkMakesOsDeltaAsTheDeltaKernel) {

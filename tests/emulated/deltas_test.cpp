@@ -54,6 +54,24 @@ TEST(SimtPassDeltas, OsIsTheDeltaKernelsBitForBit) {
                        true);
 }
 
+// Gradients scaled where the pass writes them (Backward::grad_scale): those of d_o scaled first,
+// to the bit, stored or added; the deltas the pass makes are u's of the gradient as stored and
+// o's of d_o as given.
+TEST(SimtPassDeltas, GradientsScaledInThePassAreThoseOfAScaledDo) {
+  for (const Case& c : std::vector<Case>{{false, 72, 8, 32, torch::kFloat},
+                                         {false, 200, 40, 64, torch::kBFloat16},
+                                         {true, 200, 40, 128, torch::kBFloat16},
+                                         {true, 400, 100, 64, torch::kBFloat16}})
+    for (const bool made : {false, true})
+      for (const auto kind : {fused::GradOut::kStore, fused::GradOut::kAtomic}) {
+        const int64_t before = simt::launches();
+        EXPECT_EQ(delta_cases::check_grad_scale(c, kCuda, made, kind), "")
+            << delta_cases::name(c) << (made ? ", o's delta" : ", u's delta")
+            << (kind == fused::GradOut::kStore ? ", stored" : ", added");
+        EXPECT_GT(simt::launches(), before) << delta_cases::name(c) << ": no kernel was emulated";
+      }
+}
+
 // Made in the dk/dv kernel's walk, two key tiles a segment, and read by the dq kernel after it
 // (kernel.h walk_makes_delta): only the CTAs of each segment's first key tile write it.
 TEST(SimtPassDeltas, ADkvWalkMakesOsDeltaAsTheDeltaKernel) {

@@ -241,7 +241,8 @@ Grad slot_grad(const torch::Tensor& x,
 
 std::array<torch::Tensor, 6> backward_call(const CallRecord& record,
                                            const torch::Tensor& grad_o,
-                                           const std::array<torch::Tensor, 3>& into) {
+                                           const std::array<torch::Tensor, 3>& into,
+                                           double grad_scale) {
   const auto& saved = record.tensors;
   const auto &q = saved[0], &k = saved[1], &v = saved[2], &o = saved[5], &lse = saved[6];
   const auto passes = decode(record.plan.passes), local = decode(record.plan.local);
@@ -380,6 +381,7 @@ std::array<torch::Tensor, 6> backward_call(const CallRecord& record,
     fused::Backward bw;
     bw.pass = make_pass(p, q, k, v, ks_g, u_g, scale);
     bw.d_o = operand(d_o);
+    bw.grad_scale = grad_scale;
     bw.lse = lse.data_ptr();
     bw.delta = delta.data_ptr();
     bw.dq = dq.out(s);

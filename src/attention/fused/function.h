@@ -114,10 +114,13 @@ torch::Tensor forward_call(const torch::Tensor& q_in,
 // is none). It runs the joint passes, then the local ones with u's gradient as their d_o, then
 // the pools' backward; every pass and pool adds its part of dk, dv (and dq) in place. `into`,
 // where defined: the gradients of q, k and v so far (an earlier call's over the same q, k, v,
-// in their dtypes), which every pass adds its part into in place and which are returned.
+// in their dtypes), which every pass adds its part into in place and which are returned. The
+// gradients are those of grad_scale x d_o, scaled where the joint passes write them
+// (fused::Backward::grad_scale): no scaled copy of d_o.
 std::array<torch::Tensor, 6> backward_call(const CallRecord& record,
                                            const torch::Tensor& d_o,
-                                           const std::array<torch::Tensor, 3>& into = {});
+                                           const std::array<torch::Tensor, 3>& into = {},
+                                           double grad_scale = 1);
 // The records of a node's calls, in its context and back (keys suffixed by the call's index).
 void save_calls(torch::autograd::AutogradContext* ctx, const std::vector<CallRecord>& calls);
 std::vector<CallRecord> saved_calls(torch::autograd::AutogradContext* ctx);

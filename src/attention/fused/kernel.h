@@ -188,6 +188,12 @@ struct Forward {
 struct Backward {
   Pass pass;
   Operand d_o;
+  // The pass's gradients are those of grad_scale x d_o: every value it writes (dq, dk, dv, dks,
+  // du, and u's delta from du as stored) is multiplied by grad_scale first, and delta and
+  // made_delta are d_o's own, as every pass of the call reads them. With a power of two (each of
+  // the mixture's two calls takes half the gradient of their mean) the bits are those of d_o
+  // scaled first, with no scaled copy of d_o.
+  double grad_scale = 1;
   const void* lse = nullptr;
   const void* delta = nullptr;
   GradOut dq, dk, dv, dks, du;

@@ -197,7 +197,7 @@ __device__ __forceinline__ void dq_cta(const Backward& bw, int64_t cta, unsigned
   write_gradient<T, D>(reinterpret_cast<float*>(smem),
                        bw.dq,
                        dq,
-                       float(p.scale),
+                       float(p.scale * bw.grad_scale),
                        warp_active,
                        [&](int r) -> int64_t {
                          const int64_t row = query_row(r);
@@ -303,7 +303,7 @@ __device__ __forceinline__ void pools_backward(const Backward& bw,
 #pragma unroll
       for (int e = 0; e < 4; ++e)
         d_queries[(16 * warp + gq + 8 * (e / 2)) * P + dt * 8 + 2 * qq + (e & 1)] =
-            scalar_as<T>(dq[dt][e] * float(p.scale));
+            scalar_as<T>(dq[dt][e] * float(p.scale * bw.grad_scale));
   }
   cp_async_wait<0>();
   __syncthreads();
@@ -435,11 +435,15 @@ __device__ __forceinline__ void segment_backward_cta(const Backward& bw, unsigne
   if constexpr (!PACKED) {
     if (bw.key_pool.segments > 0) key_pool_backward<T, D>(bw, smem);
   }
-  write_gradient<T, D>(
-      reinterpret_cast<float*>(smem), bw.dq, dq, float(p.scale), active, [&](int r) -> int64_t {
-        const TileIndex q = tile_query(p, blockIdx.x, r);
-        return q.valid ? grad_at(bw.dq, b, h, row_of(p.query, q.g, q.i)) : -1;
-      });
+  write_gradient<T, D>(reinterpret_cast<float*>(smem),
+                       bw.dq,
+                       dq,
+                       float(p.scale * bw.grad_scale),
+                       active,
+                       [&](int r) -> int64_t {
+                         const TileIndex q = tile_query(p, blockIdx.x, r);
+                         return q.valid ? grad_at(bw.dq, b, h, row_of(p.query, q.g, q.i)) : -1;
+                       });
 }
 
 template <typename T, int D, bool PACKED>

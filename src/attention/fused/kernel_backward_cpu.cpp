@@ -93,7 +93,7 @@ void backward_dq_tile(const Backward& bw, int64_t b, int64_t h, int64_t cta) {
       }
     }
   }
-  for (auto& x : dq) x *= T(p.scale);
+  for (auto& x : dq) x *= T(p.scale * bw.grad_scale);
   if (bw.pools_dq.kind != GradOut::kNone) return pools_backward_tile<S, T>(bw, b, h, qs, dq);
   for (int64_t r = 0; r < M; ++r)
     if (qs[r].valid) write_grad<S>(bw.dq, p, b, h, row_of(p.query, qs[r].g, qs[r].i), &dq[r * D]);
@@ -143,7 +143,8 @@ void backward_dkv_tile(
       }
     }
   }
-  for (auto& x : dk) x *= T(p.scale);
+  for (auto& x : dk) x *= T(p.scale * bw.grad_scale);
+  for (auto& x : dv) x *= T(bw.grad_scale);
   for (int64_t c = 0; c < kKeyTile; ++c) {
     const TileIndex& key = kt.key[c];
     if (!key.valid) continue;

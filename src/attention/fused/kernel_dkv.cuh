@@ -388,10 +388,11 @@ __device__ __forceinline__ bool dkv_tile(const Backward& bw, int64_t cta, unsign
   const bool u_delta = !SUMMARY && bw.summary_delta != nullptr && bw.summary_delta_of_a == A;
   float* tile =
       reinterpret_cast<float*>(DQ || u_delta ? reinterpret_cast<unsigned char*>(qs) : smem);
-  write_gradient<T, D>(tile, out_k, dk, float(p.scale), warp_active, [&](int c) -> int64_t {
-    if (key_idx(c) < 0) return -1;
-    return grad_at(out_k, b, h, key_row(c) + (A ? key_seg(c) * out_k.segment_rows : 0));
-  });
+  write_gradient<T, D>(
+      tile, out_k, dk, float(p.scale * bw.grad_scale), warp_active, [&](int c) -> int64_t {
+        if (key_idx(c) < 0) return -1;
+        return grad_at(out_k, b, h, key_row(c) + (A ? key_seg(c) * out_k.segment_rows : 0));
+      });
   const auto v_offset = [&](int c) -> int64_t {
     if (key_idx(c) < 0) return -1;
     return grad_at(out_v, b, h, value_row(c) + (A ? key_seg(c) * out_v.segment_rows : 0));
@@ -399,9 +400,10 @@ __device__ __forceinline__ bool dkv_tile(const Backward& bw, int64_t cta, unsign
   if (u_delta) {
     float* deltas_u =
         static_cast<float*>(bw.summary_delta) + (b * p.heads + h) * bw.summary_delta_rows;
-    write_gradient_dot<T, D>(tile, out_v, dv, warp_active, v_offset, vs, deltas_u, value_row);
+    write_gradient_dot<T, D>(
+        tile, out_v, dv, float(bw.grad_scale), warp_active, v_offset, vs, deltas_u, value_row);
   } else {
-    write_gradient<T, D>(tile, out_v, dv, 1.f, warp_active, v_offset);
+    write_gradient<T, D>(tile, out_v, dv, float(bw.grad_scale), warp_active, v_offset);
   }
   return n_tiles > 0;
 }

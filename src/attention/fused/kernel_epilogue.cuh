@@ -180,10 +180,12 @@ __device__ __forceinline__ void write_gradient(float* tile,
 // stored, with tile row r's row of `with` (T in shared memory, pitch<T, D>() apart: the values
 // whose gradient this is), into dots[dot_at(r)] (skipped where negative; kernel.h
 // Backward::summary_delta), summed as the delta kernel sums a row of o and d_o (piece_dot).
+// `scale` multiplies every value, as write_gradient's.
 template <typename T, int D, typename OffsetFn, typename DotFn>
 __device__ __forceinline__ void write_gradient_dot(float* tile,
                                                    const GradOut& out,
                                                    const float (&acc)[D / 8][4],
+                                                   float scale,
                                                    bool active,
                                                    OffsetFn offset,
                                                    const T* with,
@@ -194,7 +196,7 @@ __device__ __forceinline__ void write_gradient_dot(float* tile,
   static_assert(kStagedRows * kPieces % kThreads == 0, "whole pieces per thread");
   constexpr int P = stage_pitch<D>(), WP = pitch<T, D>();
   __syncthreads();  // the tile's shared memory is free (and an earlier write_rows has read it)
-  if (active) stage_rows<D>(tile, threadIdx.x / 32, acc, {1.f, 1.f});
+  if (active) stage_rows<D>(tile, threadIdx.x / 32, acc, {scale, scale});
   __syncthreads();
   T* data = static_cast<T*>(out.data);
 #pragma unroll

@@ -139,9 +139,11 @@ class MeanFunction : public torch::autograd::Function<MeanFunction> {
     constexpr size_t kInputs = 16;
     if (!grads[0].defined()) return tensor_list(kInputs);
     const auto calls = saved_calls(ctx);
-    const auto d_o = grads[0] * 0.5;  // each call's share (exact: a power of two)
-    const auto a = backward_call(calls[0], d_o);
-    const auto b = backward_call(calls[1], d_o, {a[0], a[1], a[2]});
+    // Each call's share is half of d_o: halved where its joint passes write their gradients
+    // (exact: a power of two), with no halved copy of d_o.
+    const auto d_o = kernel_ready(grads[0], calls[0].tensors[0].scalar_type());
+    const auto a = backward_call(calls[0], d_o, {}, 0.5);
+    const auto b = backward_call(calls[1], d_o, {a[0], a[1], a[2]}, 0.5);
     tensor_list out = {b[0], b[1], b[2], a[3], a[4], a[5], b[3], b[4], b[5]};
     out.resize(kInputs);
     return out;
