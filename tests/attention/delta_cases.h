@@ -26,12 +26,13 @@ struct Case {
   int64_t L, W, D;
   torch::ScalarType dtype;
   bool spans = false;  // o's delta made by the pass that reads the spans by segment
+  bool mean = false;   // o a mean of two calls': o's delta made from another call's (other_delta)
 };
 
 inline std::string name(const Case& c) {
   return std::string(c.horizontal ? "horizontal" : "vertical") + " L " + std::to_string(c.L) +
          " W " + std::to_string(c.W) + " D " + std::to_string(c.D) + " " + c10::toString(c.dtype) +
-         (c.spans ? ", the spans' pass" : "");
+         (c.spans ? ", the spans' pass" : "") + (c.mean ? ", o a mean" : "");
 }
 
 struct Kernels {
@@ -77,7 +78,8 @@ class PassRun {
     for (int d = 0; d < 3; ++d) f.o_stride[d] = o_.stride(d);
     f.lse = lse_.data_ptr();
     kernels.forward(f);
-    delta_ = delta_of(o_, d_o_);
+    if (c.mean) other_ = torch::randn({1, 2, c.L}, acc_);
+    delta_ = delta_of(o_, d_o_, other_);
     if (made) {
       rows_read_ = c.L;
     } else {
@@ -112,6 +114,7 @@ class PassRun {
         if (made_) {
           bw.delta = bw.made_delta = r.folded.data_ptr();
           bw.o = fused_glue::operand(o_);
+          if (other_.defined()) bw.other_delta = other_.data_ptr();
         } else {
           bw.summary_delta = r.folded.data_ptr();
           bw.summary_delta_rows = rows_;
@@ -174,9 +177,12 @@ class PassRun {
 
  private:
   torch::Tensor randn(int64_t n) const { return torch::randn({1, 2, n, c_.D}).to(c_.dtype); }
-  torch::Tensor delta_of(const torch::Tensor& x, const torch::Tensor& dx) const {
+  torch::Tensor delta_of(const torch::Tensor& x,
+                         const torch::Tensor& dx,
+                         const torch::Tensor& other = {}) const {
     auto out = torch::full({1, 2, x.size(2)}, NAN, acc_);
     fused::Delta d;
+    if (other.defined()) d.other_delta = other.data_ptr();
     d.batch = 1;
     d.heads = 2;
     d.rows = x.size(2);
@@ -196,7 +202,7 @@ class PassRun {
   fused::Pass pass_;
   int64_t rows_ = 0, rows_read_ = 0;
   torch::TensorOptions acc_;
-  torch::Tensor q_, k_, v_, ks_, u_, d_o_, o_, lse_, delta_;
+  torch::Tensor q_, k_, v_, ks_, u_, d_o_, o_, lse_, delta_, other_;
 };
 
 // The checks both test files make: the gradients as without the fold, each row written once and
@@ -261,6 +267,7 @@ inline std::string check_forward_delta(const Case& c, const Kernels& kernels) {
   const auto draw = [&] { return torch::randn({1, 2, c.L, c.D}).to(c.dtype); };
   const auto q = draw(), k = draw(), v = draw(), o_call = draw(), d_o = draw();
   const auto acc = torch::TensorOptions().dtype(fused_glue::acc_type(c.dtype));
+  const auto other = c.mean ? torch::randn({1, 2, c.L}, acc) : torch::Tensor();
   std::vector<torch::Tensor> o(2), lse(2);
   const auto delta = torch::full({1, 2, c.L}, NAN, acc), expected = delta.clone();
   for (const bool with : {false, true}) {
@@ -271,10 +278,10 @@ inline std::string check_forward_delta(const Case& c, const Kernels& kernels) {
     f.o = o[with].data_ptr();
     for (int d = 0; d < 3; ++d) f.o_stride[d] = o[with].stride(d);
     f.lse = lse[with].data_ptr();
-    if (with) f.delta = fused_glue::delta_of(o_call, d_o, delta);
+    if (with) f.delta = fused_glue::delta_of(o_call, d_o, delta, other);
     kernels.forward(f);
   }
-  kernels.delta(fused_glue::delta_of(o_call, d_o, expected));
+  kernels.delta(fused_glue::delta_of(o_call, d_o, expected, other));
   std::string failed;
   const auto same = [](const torch::Tensor& a, const torch::Tensor& b) {  // NaN where unwritten
     return torch::equal(a.isnan(), b.isnan()) &&
@@ -283,6 +290,67 @@ inline std::string check_forward_delta(const Case& c, const Kernels& kernels) {
   if (!same(o[1], o[0]) || !same(lse[1], lse[0])) failed += " o or lse not as without it;";
   if (delta.isnan().any().item<bool>()) failed += " a row of delta not written;";
   if (!torch::equal(delta, expected)) failed += " not the delta kernel's;";
+  return failed;
+}
+
+// The delta kernel where o is a mean of two calls' outputs (Delta::other_delta): 2 d_o . o less
+// the other call's delta, to the bit, from its plain d_o . o. Returns what failed ("" if nothing).
+inline std::string check_own_delta(const Case& c, const Kernels& kernels) {
+  torch::manual_seed(c.L + c.D + 1);
+  const auto o = torch::randn({1, 2, c.L, c.D}).to(c.dtype), d_o = torch::randn_like(o);
+  const auto acc = torch::TensorOptions().dtype(fused_glue::acc_type(c.dtype));
+  const auto other = torch::randn({1, 2, c.L}, acc);
+  const auto plain = torch::full({1, 2, c.L}, NAN, acc), own = plain.clone();
+  kernels.delta(fused_glue::delta_of(o, d_o, plain));
+  kernels.delta(fused_glue::delta_of(o, d_o, own, other));
+  return torch::equal(own, 2 * plain - other) ? "" : " not 2 d_o . o less the other's;";
+}
+
+// A pass storing the mean of its o and another call's (Forward::mean_with): the variant's joint
+// pass that reads no slot stores its rows, then (`merge`) runs again merging into them; the last
+// launch with mean_with and without. lse the same bits; o the mean of the pass's own o and the
+// other, (o + other) / 2, to the bit in float32 and float64 (one rounding either way), within a
+// bfloat16 rounding of it in bfloat16 (the mean is of the unrounded o). Vertical's column pass is
+// strict: a column's first row has no term, and a merging pass stores the mean of what it held.
+// Returns what failed ("" if nothing).
+inline std::string check_mean_with(const Case& c, const Kernels& kernels, bool merge) {
+  FusedPass fp;  // the variant's pass that reads no slot
+  for (const auto& p :
+       c.horizontal ? horizontal_joint_passes(c.L, c.W) : vertical_joint_passes(c.L, c.W))
+    if (!p.summaries && !p.a_from_summaries) fp = p;
+  torch::manual_seed(c.L + c.W + c.D + 2);
+  const auto draw = [&] { return torch::randn({1, 2, c.L, c.D}).to(c.dtype); };
+  const auto q = draw(), k = draw(), v = draw(), other = draw();
+  const auto acc = torch::TensorOptions().dtype(fused_glue::acc_type(c.dtype));
+  std::vector<torch::Tensor> o(2), lse(2);
+  for (const bool mean : {false, true}) {
+    o[mean] = torch::full({1, 2, c.L, c.D}, NAN).to(c.dtype);
+    lse[mean] = torch::full({1, 2, c.L}, NAN, acc);
+    for (const bool last : {false, true}) {
+      if (!last && !merge) continue;
+      fused::Forward f;
+      f.pass = fused_glue::make_pass(fp, q, k, v, {}, {}, 1.0 / std::sqrt(double(c.D)));
+      f.o = o[mean].data_ptr();
+      for (int d = 0; d < 3; ++d) f.o_stride[d] = o[mean].stride(d);
+      f.lse = lse[mean].data_ptr();
+      f.merge = merge && last;
+      if (last && mean) f.mean_with = other.data_ptr();
+      kernels.forward(f);
+    }
+  }
+  std::string failed;
+  if (!torch::equal(lse[1], lse[0])) failed += " lse not the pass's own;";
+  if (o[0].isnan().any().item<bool>()) failed += " a row of o not written;";
+  const auto expected = (o[0].to(acc.dtype()) + other.to(acc.dtype())) * 0.5;
+  if (c.dtype == torch::kBFloat16) {
+    const double bound = std::ldexp(expected.abs().max().item<double>(), -7);
+    if ((o[1].to(acc.dtype()) - expected).abs().max().item<double>() > bound)
+      failed += " o not the mean to a bfloat16 rounding;";
+  } else if (!torch::equal(o[1], expected)) {
+    failed += " o not the mean to the bit;";
+  }
+  if (lse[0].isinf().sum().item<int64_t>() == 0 && merge && !c.horizontal)
+    failed += " no row without a term;";
   return failed;
 }
 

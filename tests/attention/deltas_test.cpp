@@ -70,6 +70,38 @@ TEST(PassDeltas, GradientsScaledInThePassAreThoseOfAScaledDo) {
             << (kind == fused::GradOut::kStore ? ", stored" : ", added");
 }
 
+// combiner-mixture's second call keeps the mean of the two calls' outputs for its o, stored by its
+// last pass (Forward::mean_with), and makes its own delta from the mean and the first call's
+// (Delta::other_delta): the delta kernel, the passes that make o's delta themselves (one CTA per
+// segment, in the dk/dv walk) and a forward's CTAs alike, to the bit.
+TEST(PassDeltas, OsDeltaOfAMeanIsMadeFromTheOtherCallsDelta) {
+  for (const Case& c : std::vector<Case>{{false, 200, 40, 64, torch::kBFloat16},
+                                         {true, 96, 12, 16, torch::kDouble},
+                                         {false, 1280, 20, 32, torch::kFloat}})
+    EXPECT_EQ(delta_cases::check_own_delta(c, kCpu), "") << delta_cases::name(c);
+  for (const Case& c : std::vector<Case>{{false, 200, 40, 64, torch::kBFloat16, false, true},
+                                         {true, 96, 12, 16, torch::kDouble, false, true},
+                                         {false, 200, 40, 64, torch::kBFloat16, true, true}})
+    EXPECT_EQ(delta_cases::check(c, kCpu, true), "") << delta_cases::name(c);
+  EXPECT_EQ(
+      delta_cases::check({true, 400, 100, 64, torch::kBFloat16, false, true}, kCpu, true, true),
+      "");
+  EXPECT_EQ(
+      delta_cases::check_forward_delta({false, 200, 40, 64, torch::kBFloat16, false, true}, kCpu),
+      "");
+}
+
+TEST(PassDeltas, APassStoresTheMeanOfItsOAndAnotherCalls) {
+  for (const Case& c : std::vector<Case>{{false, 200, 40, 64, torch::kBFloat16},
+                                         {false, 72, 8, 32, torch::kFloat},
+                                         {true, 200, 40, 32, torch::kFloat},
+                                         {false, 90, 9, 16, torch::kDouble},
+                                         {true, 96, 12, 16, torch::kDouble}})
+    for (const bool merge : {false, true})
+      EXPECT_EQ(delta_cases::check_mean_with(c, kCpu, merge), "")
+          << delta_cases::name(c) << (merge ? ", merging" : "");
+}
+
 // o's delta made in the dk/dv walk of a pass of two key tiles a segment, the dq launch after it
 // reading it (kernel.h walk_makes_delta): every row by one CTA, the delta kernel's to the bit.
 TEST(PassDeltas, ADkvWalkMakesOsDeltaAsTheDeltaKernel) {

@@ -72,6 +72,36 @@ TEST(SimtPassDeltas, GradientsScaledInThePassAreThoseOfAScaledDo) {
       }
 }
 
+// o a mean of two calls' outputs (combiner-mixture's second call): its delta made from the other
+// call's (Delta::other_delta) by the delta kernel and by the passes and forwards that make it, to
+// the bit; the last pass storing the mean (Forward::mean_with), merging or not.
+TEST(SimtPassDeltas, OsDeltaOfAMeanIsMadeFromTheOtherCallsDelta) {
+  for (const Case& c :
+       std::vector<Case>{{false, 200, 40, 64, torch::kBFloat16}, {true, 96, 12, 32, torch::kFloat}})
+    EXPECT_EQ(delta_cases::check_own_delta(c, kCuda), "") << delta_cases::name(c);
+  check_both_schedules({{false, 200, 40, 64, torch::kBFloat16, false, true},
+                        {true, 96, 12, 32, torch::kFloat, false, true},
+                        {false, 200, 40, 64, torch::kBFloat16, true, true}},
+                       true);
+  check_both_schedules({{true, 400, 100, 64, torch::kBFloat16, false, true}}, true, true);
+  EXPECT_EQ(
+      delta_cases::check_forward_delta({false, 200, 40, 64, torch::kBFloat16, false, true}, kCuda),
+      "");
+}
+
+TEST(SimtPassDeltas, APassStoresTheMeanOfItsOAndAnotherCalls) {
+  for (const Case& c : std::vector<Case>{{false, 200, 40, 64, torch::kBFloat16},
+                                         {false, 72, 8, 32, torch::kFloat},
+                                         {true, 200, 40, 32, torch::kFloat},
+                                         {true, 200, 40, 128, torch::kBFloat16}})
+    for (const bool merge : {false, true}) {
+      const int64_t before = simt::launches();
+      EXPECT_EQ(delta_cases::check_mean_with(c, kCuda, merge), "")
+          << delta_cases::name(c) << (merge ? ", merging" : "");
+      EXPECT_GT(simt::launches(), before) << delta_cases::name(c) << ": no kernel was emulated";
+    }
+}
+
 // Made in the dk/dv kernel's walk, two key tiles a segment, and read by the dq kernel after it
 // (kernel.h walk_makes_delta): only the CTAs of each segment's first key tile write it.
 TEST(SimtPassDeltas, ADkvWalkMakesOsDeltaAsTheDeltaKernel) {

@@ -126,8 +126,9 @@ void expect_within(const std::string& name,
 // Rowmajor's peak also takes u's delta, a float per row of u, since the joint pass that stores
 // u's gradient makes it, which is allocated before that pass where a delta launch allocated it
 // after: one launch and a read of u and its gradient fewer.) The mixture is vertical's and
-// horizontal's calls in one node (fused_mean) and one op of glue, their mean: each call's half
-// of d_o is taken where its joint passes write their gradients (fused::Backward::grad_scale).
+// horizontal's calls in one node (fused_mean) with no glue: each call's half of d_o is taken where
+// its joint passes write their gradients (fused::Backward::grad_scale), and the second call's
+// last pass stores the mean of the two outputs (fused::Forward::mean_with).
 TEST(LaunchCount, FusedVariantsStayWithinTheirBounds) {
   struct Bound {
     int64_t launches;
@@ -138,7 +139,7 @@ TEST(LaunchCount, FusedVariantsStayWithinTheirBounds) {
       {"combiner-axial-rowmajor", {6, 0.2516, 0.2516}},
       {"combiner-axial-vertical", {5, 0.3102, 0.2498}},
       {"combiner-axial-horizontal", {10, 0.4915, 0.2498}},
-      {"combiner-mixture", {16, 0.7392, 0.3143}},
+      {"combiner-mixture", {15, 0.7079, 0.2850}},
   };
   for (const auto& [variant, bound] : bounds)
     expect_within(variant,
@@ -177,8 +178,11 @@ TEST(LaunchCount, ThePresetsVerticalStaysWithinItsBound) {
 // read, whose gradients then need no zero fill, and their running max pools in their tiles,
 // forward and backward; at 96 (no pool launch but the pools' backward, which scans the steps
 // read) as vertical's local pass does down columns of 127 rows (rows of 24: L 12288's columns at
-// rows of 96), two tiles each. The mixture is vertical's and horizontal's launches and one more
-// (fused_mean: their mean). Rowmajor's column pass writes the gradient of the row maxes in slabs
+// rows of 96), two tiles each. The mixture is vertical's and horizontal's launches and no more
+// (fused_mean): the second call's last pass stores the two calls' mean, reading the first's o
+// there (its kernel bound was raised by that read, 0.75 MiB here, and by the first call's delta
+// read where the second makes its own, 0.02, while LibTorch's average, which read both outputs
+// and wrote their mean, went). Rowmajor's column pass writes the gradient of the row maxes in slabs
 // (its columns share their keys), which the maxes' backward sums as it reads them: no sum launch,
 // and the slabs' bytes, once read by LibTorch's sum, are the kernel's now (its bound was raised by
 // them, 1.45 MiB here, while the sum's write of the rows and their read again went). The same rule
@@ -197,8 +201,8 @@ TEST(LaunchCount, TheBenchmarkAndCifarLayoutsStayWithinTheirBounds) {
                           {"combiner-axial-horizontal", 48, 10, 12.0447, 56.258},
                           {"combiner-fixed", 48, 9, 3.1710, 16.848},
                           {"combiner-fixed", 96, 10, 3.1079, 17.284},
-                          {"combiner-mixture", 48, 16, 18.0905, 90.134},
-                          {"combiner-mixture", 96, 23, 17.8763, 105.697}})
+                          {"combiner-mixture", 48, 15, 17.3405, 90.908},
+                          {"combiner-mixture", 96, 22, 17.1263, 106.470}})
     expect_within(bound.variant + " at " + std::to_string(bound.segment),
                   counted_case(bound.variant, 3072, bound.segment, 64),
                   bound.launches,

@@ -241,8 +241,12 @@ Grad slot_grad(const torch::Tensor& x,
 
 std::array<torch::Tensor, 6> backward_call(const CallRecord& record,
                                            const torch::Tensor& grad_o,
-                                           const std::array<torch::Tensor, 3>& into,
-                                           double grad_scale) {
+                                           const BackwardOptions& options) {
+  const auto& into = options.into;
+  const auto& other_delta = options.other_delta;
+  TORCH_CHECK(record.mean == other_delta.defined(),
+              "fused attention: a call whose o is a mean takes the other call's delta, and no "
+              "other call takes one");
   const auto& saved = record.tensors;
   const auto &q = saved[0], &k = saved[1], &v = saved[2], &o = saved[5], &lse = saved[6];
   const auto passes = decode(record.plan.passes), local = decode(record.plan.local);
@@ -304,8 +308,8 @@ std::array<torch::Tensor, 6> backward_call(const CallRecord& record,
                           walk_makes_delta(steps[0], q, scale);
   const auto delta = first_makes_delta || remake_makes_delta || walk_makes
                          ? unset(lse.sizes(), lse.options())
-                         : row_delta(o, d_o, lse);
-  auto delta_in_remake = remake_makes_delta ? delta_of(o, d_o, delta) : fused::Delta();
+                         : row_delta(o, d_o, lse, other_delta);
+  auto delta_in_remake = remake_makes_delta ? delta_of(o, d_o, delta, other_delta) : fused::Delta();
   // The local passes read q itself (no query-side pool, no qs given); else qs, or q pooled in
   // their tiles (FusedPass::pooled), whose gradient is qs's all the same.
   const bool local_q =
@@ -381,7 +385,7 @@ std::array<torch::Tensor, 6> backward_call(const CallRecord& record,
     fused::Backward bw;
     bw.pass = make_pass(p, q, k, v, ks_g, u_g, scale);
     bw.d_o = operand(d_o);
-    bw.grad_scale = grad_scale;
+    bw.grad_scale = options.grad_scale;
     bw.lse = lse.data_ptr();
     bw.delta = delta.data_ptr();
     bw.dq = dq.out(s);
@@ -407,6 +411,7 @@ std::array<torch::Tensor, 6> backward_call(const CallRecord& record,
     if (s == 0 && (first_makes_delta || walk_makes)) {
       bw.made_delta = delta.data_ptr();
       bw.o = operand(o);
+      if (other_delta.defined()) bw.other_delta = other_delta.data_ptr();
     }
     if (u_delta.defined()) {
       bw.summary_delta = u_delta.data_ptr();
@@ -675,6 +680,7 @@ std::array<torch::Tensor, 6> backward_call(const CallRecord& record,
     if (!g.buffer.is_same(home)) adds ? home.add_(g.buffer) : home.copy_(g.buffer);
     return home;
   };
+  if (options.delta != nullptr) *options.delta = delta;
   return {at_home(dq, homes[0], int64_t(dtype)),
           at_home(dk, homes[1], dtypes[0]),
           at_home(dv, homes[2], dtypes[1]),

@@ -148,7 +148,8 @@ GradOut grad_out(const torch::Tensor& buffer, GradOut::Kind kind) {
 
 fused::Delta delta_of(const torch::Tensor& o,
                       const torch::Tensor& d_o,
-                      const torch::Tensor& delta) {
+                      const torch::Tensor& delta,
+                      const torch::Tensor& other_delta) {
   fused::Delta dl;
   dl.batch = o.size(0);
   dl.heads = o.size(1);
@@ -158,14 +159,21 @@ fused::Delta delta_of(const torch::Tensor& o,
   dl.o = operand(o);
   dl.d_o = operand(d_o);
   dl.delta = delta.data_ptr();
+  if (other_delta.defined()) {
+    TORCH_CHECK(other_delta.sizes() == delta.sizes() && other_delta.is_contiguous() &&
+                    other_delta.scalar_type() == delta.scalar_type(),
+                "fused attention: the other call's delta is laid out as this call's");
+    dl.other_delta = other_delta.data_ptr();
+  }
   return dl;
 }
 
 torch::Tensor row_delta(const torch::Tensor& o,
                         const torch::Tensor& d_o,
-                        const torch::Tensor& lse) {
+                        const torch::Tensor& lse,
+                        const torch::Tensor& other_delta) {
   auto delta = unset(lse.sizes(), lse.options());
-  fused_launch::delta(o, delta_of(o, d_o, delta));
+  fused_launch::delta(o, delta_of(o, d_o, delta, other_delta));
   return delta;
 }
 
@@ -280,7 +288,8 @@ torch::Tensor forward_call(const torch::Tensor& q_in,
                            const torch::Tensor& u_in,
                            const torch::Tensor& qs_in,
                            const CallPlan& plan,
-                           CallRecord& record) {
+                           CallRecord& record,
+                           const torch::Tensor& mean_with) {
   const auto passes = decode(plan.passes), local = decode(plan.local);
   const auto pools = fused_pools::decode(plan.pools);
   const double scale = plan.scale;
@@ -318,12 +327,21 @@ torch::Tensor forward_call(const torch::Tensor& q_in,
                                      pools);
   }
   // The joint stage: every pass after the first to store its rows merges into them (the paired
-  // one, where there is one, stored them in the local stage's launch).
+  // one, where there is one, stored them in the local stage's launch). The last, where it is
+  // launched alone over every row of o, stores the mean with `mean_with` there.
+  const size_t last = passes.size() - (paired + 1 == passes.size() ? 2 : 1);
+  record.mean = mean_with.defined() && last < passes.size() && last != paired &&
+                covers(passes[last].query, Lq);
+  if (record.mean)
+    TORCH_CHECK(mean_with.sizes() == o.sizes() && mean_with.strides() == o.strides() &&
+                    mean_with.scalar_type() == o.scalar_type(),
+                "fused attention: the mean of two calls' outputs takes them laid out alike");
   bool stored = paired < passes.size();
   for (size_t i = 0; i < passes.size(); ++i) {
     if (i == paired) continue;
     fused::Forward f = stage_pass(passes[i], q, k, v, ks, u, scale, o, lse);
     f.merge = stored;
+    if (i == last && record.mean) f.mean_with = mean_with.data_ptr();
     stored = true;
     fused_launch::forward(q, f);
   }

@@ -39,10 +39,17 @@ fused::GradOut grad_out(const torch::Tensor& buffer, fused::GradOut::Kind kind);
 
 // delta = rowsum(o * d_o) per query row (the backward's D of FlashAttention), into `delta`
 // ([B, H, rows], Acc, contiguous): the delta kernel's descriptor, for its launch or a forward's
-// (fused::Forward::delta).
-fused::Delta delta_of(const torch::Tensor& o, const torch::Tensor& d_o, const torch::Tensor& delta);
+// (fused::Forward::delta). `other_delta`, where defined: o is the mean of the call's output and
+// another call's, whose delta this is, and the call's own is made (fused::Delta::other_delta).
+fused::Delta delta_of(const torch::Tensor& o,
+                      const torch::Tensor& d_o,
+                      const torch::Tensor& delta,
+                      const torch::Tensor& other_delta = {});
 // The delta kernel's launch: a new [B, H, rows] tensor, like lse.
-torch::Tensor row_delta(const torch::Tensor& o, const torch::Tensor& d_o, const torch::Tensor& lse);
+torch::Tensor row_delta(const torch::Tensor& o,
+                        const torch::Tensor& d_o,
+                        const torch::Tensor& lse,
+                        const torch::Tensor& other_delta = {});
 
 // The local stage: u [B, H, Lu, D] (and its lse) from its passes over their queries
 // (local_queries) and k, v, each pass storing its own rows (rows no local query writes are
@@ -88,20 +95,26 @@ CallPlan plan_of(const FusedCall& call);
 
 // What one call's backward reads, kept by its forward: q, k, v, ks, u, o, lse, qs, u's lse
 // (undefined where there is none or where it is made again in backward), the plan, the input
-// dtypes of k, v, ks, u, qs, and whether q, k, v were the parts of one packed tensor.
+// dtypes of k, v, ks, u, qs, whether q, k, v were the parts of one packed tensor, and whether o
+// is the mean of the call's output and an earlier call's (forward_call's mean_with).
 struct CallRecord {
   static constexpr size_t kTensors = 9;
   std::vector<torch::Tensor> tensors;
   CallPlan plan;
   std::vector<int64_t> dtypes;
   bool packed = false;
+  bool mean = false;
 };
 
 // One call: optionally max pools making ks from k and qs from q, and a local stage making the
 // summary values u from the summary queries qs (or q) and k, v; then the joint stage over
 // (q, k, v, ks, u). Returns o and fills `record` (with cumulative pools,
 // fused_pools::remade_in_backward, their slots and the local stage's u are not kept: backward
-// makes them again, a summary group at a time: backward.cpp).
+// makes them again, a summary group at a time: backward.cpp). With `mean_with` (an earlier
+// call's o over the same q, k, v, laid out as this call's), it returns the mean of the two,
+// stored by its last joint pass where that pass writes every row of o alone
+// (fused::Forward::mean_with; record.mean: the record keeps the mean, not this call's o), else
+// its own o.
 torch::Tensor forward_call(const torch::Tensor& q_in,
                            const torch::Tensor& k_in,
                            const torch::Tensor& v_in,
@@ -109,18 +122,27 @@ torch::Tensor forward_call(const torch::Tensor& q_in,
                            const torch::Tensor& u_in,
                            const torch::Tensor& qs_in,
                            const CallPlan& plan,
-                           CallRecord& record);
+                           CallRecord& record,
+                           const torch::Tensor& mean_with = {});
+// How a call's backward takes its d_o, beside the call's own (the mean of two calls, nodes.cpp):
+//  - into: the gradients of q, k and v so far (an earlier call's over the same q, k, v, in their
+//    dtypes), which every pass adds its part into in place and which are returned;
+//  - grad_scale: the gradients are those of grad_scale x d_o, scaled where the joint passes
+//    write them (fused::Backward::grad_scale): no scaled copy of d_o;
+//  - other_delta: where the record's o is a mean (CallRecord::mean), the earlier call's delta;
+//  - delta: where not null, receives the call's delta of its o (for a later call's other_delta).
+struct BackwardOptions {
+  std::array<torch::Tensor, 3> into;
+  double grad_scale = 1;
+  torch::Tensor other_delta;
+  torch::Tensor* delta = nullptr;
+};
 // The backward of one call given d_o: the gradients of q, k, v, ks, u, qs (undefined where there
 // is none). It runs the joint passes, then the local ones with u's gradient as their d_o, then
-// the pools' backward; every pass and pool adds its part of dk, dv (and dq) in place. `into`,
-// where defined: the gradients of q, k and v so far (an earlier call's over the same q, k, v,
-// in their dtypes), which every pass adds its part into in place and which are returned. The
-// gradients are those of grad_scale x d_o, scaled where the joint passes write them
-// (fused::Backward::grad_scale): no scaled copy of d_o.
+// the pools' backward; every pass and pool adds its part of dk, dv (and dq) in place.
 std::array<torch::Tensor, 6> backward_call(const CallRecord& record,
                                            const torch::Tensor& d_o,
-                                           const std::array<torch::Tensor, 3>& into = {},
-                                           double grad_scale = 1);
+                                           const BackwardOptions& options = {});
 // The records of a node's calls, in its context and back (keys suffixed by the call's index).
 void save_calls(torch::autograd::AutogradContext* ctx, const std::vector<CallRecord>& calls);
 std::vector<CallRecord> saved_calls(torch::autograd::AutogradContext* ctx);

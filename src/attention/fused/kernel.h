@@ -107,12 +107,16 @@ struct Pass {
   Geometry pooled_query, pooled_keys;
 };
 
-// delta[b, h, r] = sum_d d_o[b, h, r, d] * o[b, h, r, d] for r < rows (Acc, contiguous).
+// delta[b, h, r] = sum_d d_o[b, h, r, d] * o[b, h, r, d] for r < rows (Acc, contiguous). Where o
+// holds the mean of the call's output and another call's (Forward::mean_with), `other_delta` is
+// that call's delta (Acc, [B, H, rows] contiguous) and the call's own is made instead:
+// 2 d_o . o - other_delta (own_delta).
 struct Delta {
   int64_t batch = 0, heads = 0, rows = 0, dim = 0;
   Dtype dtype = Dtype::kFloat32;
   Operand o, d_o;
   void* delta = nullptr;
+  const void* other_delta = nullptr;
 };
 
 // The max over each whole segment of x (the summaries of combiner-fixed's blocks and of
@@ -153,6 +157,13 @@ struct Forward {
   int64_t o_stride[3] = {0, 0, 0};
   void* lse = nullptr;
   bool merge = false;
+  // With mean_with: the pass writes every row of o last (nothing merges into it after), and
+  // stores there the mean of its result and mean_with's row (another call's o over the same
+  // queries, laid out as o: o_stride), (o + mean_with) / 2 rounded once; lse stays its own (a
+  // merging pass's rows without terms take the mean of what they hold). combiner-mixture's
+  // average, in its second call's last pass: no average launch, no tensor of that call's own o
+  // (its backward makes its delta from the mean: Delta::other_delta).
+  const void* mean_with = nullptr;
   // A pooled pass (Pass::pooled): key j of segment g's running max down its segment (keys
   // 0..j) at row row_of(pass.pooled_keys, g, j) of ks [B, H, rows, D] (element strides, the last
   // axis contiguous): the slot the later passes read as their summaries' keys.
@@ -227,6 +238,7 @@ struct Backward {
   // walk (the summaries' walk by prefix, dq) read them (walk_makes_delta).
   void* made_delta = nullptr;
   Operand o;
+  const void* other_delta = nullptr;  // o the mean of two calls' outputs: Delta::other_delta
   // Where interleaved_backward allows it, the dk/dv walk and dq in one launch (false: in two,
   // as the tests compare them).
   bool interleave = true;
@@ -242,6 +254,14 @@ struct Backward {
 // Where row r of (b, h) of a forward's o starts, in elements.
 COMBINER_HD int64_t output_at(const Forward& f, int64_t b, int64_t h, int64_t r) {
   return b * f.o_stride[0] + h * f.o_stride[1] + r * f.o_stride[2];
+}
+
+// o's delta at index `at` of [B, H, rows] from its row's sum d_o . o: the sum, or where o is the
+// mean of the call's output and another's (Delta::other_delta), the call's own, 2 x the sum less
+// the other call's.
+template <typename T>
+COMBINER_HD T own_delta(T sum, const void* other_delta, int64_t at) {
+  return other_delta ? T(2) * sum - static_cast<const T*>(other_delta)[at] : sum;
 }
 
 // Where row r of (b, h) of a gradient output starts, in elements.

@@ -173,9 +173,9 @@ void make_delta_tile(const Backward& bw, int64_t b, int64_t h, int64_t cta) {
   for (int64_t r = 0; r < kQueryTile; ++r) {
     const TileIndex q = tile_query(p, cta, r);
     if (!q.valid) continue;
-    const int64_t row = row_of(p.query, q.g, q.i);
-    static_cast<T*>(bw.made_delta)[(b * p.heads + h) * p.query.limit + row] =
-        row_delta<S, T>(bw.o, bw.d_o, b, h, row, p.dim);
+    const int64_t row = row_of(p.query, q.g, q.i), at = (b * p.heads + h) * p.query.limit + row;
+    static_cast<T*>(bw.made_delta)[at] =
+        own_delta(row_delta<S, T>(bw.o, bw.d_o, b, h, row, p.dim), bw.other_delta, at);
   }
 }
 

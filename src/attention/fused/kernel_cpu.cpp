@@ -78,16 +78,24 @@ void forward_tile(const Forward& f, int64_t b, int64_t h, int64_t cta) {
     T* lse = static_cast<T*>(f.lse) + at;
     const T lse2 = l[r] > 0 ? m[r] + std::log2(l[r]) : -inf;
     const T inv = l[r] > 0 ? T(1) / l[r] : T(0);
+    // Element d of the row's result y stored: y, or its mean with mean_with's (Forward::mean_with).
+    const S* with =
+        f.mean_with ? static_cast<const S*>(f.mean_with) + output_at(f, b, h, row) : nullptr;
+    const auto store = [&](int64_t d, T y) {
+      o_out[d] = to_storage<S>(with ? T(0.5) * (y + to_math<S, T>(with[d])) : y);
+    };
     if (!f.merge) {
-      for (int64_t d = 0; d < D; ++d) o_out[d] = to_storage<S>(acc[r * D + d] * inv);
+      for (int64_t d = 0; d < D; ++d) store(d, acc[r * D + d] * inv);
       *lse = lse2 * T(kLn2);
     } else if (l[r] > 0) {  // log-sum-exp of the two passes; rows without terms keep theirs
       const T prev2 = *lse * T(kLog2e), top = std::max(prev2, lse2);
       const T total2 = top + std::log2(std::exp2(prev2 - top) + std::exp2(lse2 - top));
       const T w_prev = std::exp2(prev2 - total2), w_new = std::exp2(lse2 - total2) * inv;
       for (int64_t d = 0; d < D; ++d)
-        o_out[d] = to_storage<S>(w_prev * to_math<S, T>(o_out[d]) + w_new * acc[r * D + d]);
+        store(d, w_prev * to_math<S, T>(o_out[d]) + w_new * acc[r * D + d]);
       *lse = total2 * T(kLn2);
+    } else if (with) {
+      for (int64_t d = 0; d < D; ++d) store(d, to_math<S, T>(o_out[d]));
     }
   }
 }
@@ -106,7 +114,9 @@ void delta_all(const Delta& d) {
     for (int64_t h = 0; h < d.heads; ++h)
       for (int64_t r = 0; r < d.rows; ++r)
         static_cast<T*>(d.delta)[(b * d.heads + h) * d.rows + r] =
-            row_delta<S, T>(d.o, d.d_o, b, h, r, d.dim);
+            own_delta(row_delta<S, T>(d.o, d.d_o, b, h, r, d.dim),
+                      d.other_delta,
+                      (b * d.heads + h) * d.rows + r);
 }
 
 }  // namespace cpu_model

@@ -29,8 +29,9 @@ constexpr int kDsPitch = kKeyTile + 4;
 
 // Backward::made_delta: delta = d_o . o for each of a walk tile's ROWS queries (row(i): its row
 // of o and d_o, or -1), d_o as the tile holds it, o's row read here, summed as the delta kernel
-// sums it (piece_dot); into the tile's deltas (0 where no row) and, where `write`, into
-// made[row] for the launches and passes after this walk.
+// sums it (piece_dot; own_delta of it where `other`, the other call's deltas of this (b, h), is
+// not null); into the tile's deltas (0 where no row) and, where `write`, into made[row] for the
+// launches and passes after this walk.
 template <typename T, int D, int ROWS, typename RowFn>
 __device__ __forceinline__ void make_deltas(const T* d_o_tile,
                                             const T* o0,
@@ -38,6 +39,7 @@ __device__ __forceinline__ void make_deltas(const T* d_o_tile,
                                             RowFn row,
                                             float* deltas,
                                             float* made,
+                                            const float* other,
                                             bool write) {
   constexpr int E = 16 / int(sizeof(T)), kPieces = D / E, P = pitch<T, D>();
   constexpr int kPerThread = ROWS * kPieces / kThreads;
@@ -57,8 +59,9 @@ __device__ __forceinline__ void make_deltas(const T* d_o_tile,
     float o[E], d_o[E];
     to_floats(bits[i], o);
     to_floats(*reinterpret_cast<const uint4*>(d_o_tile + r * P + c), d_o);
-    const float sum = piece_dot<kPieces>(o, d_o);
+    float sum = piece_dot<kPieces>(o, d_o);
     if (c == 0) {
+      if (at[i] >= 0) sum = own_delta(sum, other, at[i]);
       deltas[r] = at[i] >= 0 ? sum : 0.f;
       if (at[i] >= 0 && write) made[at[i]] = sum;
     }
@@ -281,7 +284,10 @@ __device__ __forceinline__ bool dkv_tile(const Backward& bw, int64_t cta, unsign
     if constexpr (kMakesDelta) {
       if (make_delta) {
         const T* o0 = at<T>(bw.o, b, h, 0);
-        float* made = static_cast<float*>(bw.made_delta) + (b * p.heads + h) * p.query.limit;
+        const int64_t head_rows = (b * p.heads + h) * p.query.limit;
+        float* made = static_cast<float*>(bw.made_delta) + head_rows;
+        const float* other =
+            bw.other_delta ? static_cast<const float*>(bw.other_delta) + head_rows : nullptr;
         make_deltas<T, D, MQ>(
             dos + stage * MQ * P,
             o0,
@@ -294,6 +300,7 @@ __device__ __forceinline__ bool dkv_tile(const Backward& bw, int64_t cta, unsign
             },
             deltas + stage * MQ,
             made,
+            other,
             DQ || j0 == 0);  // by the walk alone, the segment's first key tile's CTA writes
         __syncthreads();
       }

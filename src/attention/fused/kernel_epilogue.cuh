@@ -107,23 +107,30 @@ __device__ __forceinline__ float piece_dot(const float (&a)[E], const float (&b)
 // Writes tile row r to data + offset(r) (elements; skipped where negative) as
 // tile[r] + weight[r] x earlier[r], earlier read at the same offset of `earlier` (T; none where
 // null). Every piece's earlier value is loaded before any piece is stored, so `earlier` may be
-// `data` itself. `weight` (kStagedRows floats in shared memory) may be null: 1.
+// `data` itself. `weight` (kStagedRows floats in shared memory) may be null: 1. With `mean_with`
+// (T, read at the same offset), the mean of that value and mean_with's is stored instead
+// (Forward::mean_with).
 template <typename T, int D, typename OffsetFn>
-__device__ __forceinline__ void write_rows(
-    const float* tile, T* data, const T* earlier, const float* weight, OffsetFn offset) {
+__device__ __forceinline__ void write_rows(const float* tile,
+                                           T* data,
+                                           const T* earlier,
+                                           const float* weight,
+                                           OffsetFn offset,
+                                           const T* mean_with = nullptr) {
   constexpr int E = 16 / int(sizeof(T)), kPieces = D / E;
   constexpr int kPerThread = kStagedRows * kPieces / kThreads;
   static_assert(kStagedRows * kPieces % kThreads == 0, "whole pieces per thread");
   constexpr int P = stage_pitch<D>();
   int64_t at[kPerThread];
-  uint4 before[kPerThread];
+  uint4 before[kPerThread], with[kPerThread];
 #pragma unroll
   for (int i = 0; i < kPerThread; ++i) {
     const int piece = threadIdx.x + i * kThreads, r = piece / kPieces, c = piece % kPieces * E;
     const int64_t row = offset(r);
     at[i] = row < 0 ? -1 : row + c;
-    before[i] = make_uint4(0, 0, 0, 0);
+    before[i] = with[i] = make_uint4(0, 0, 0, 0);
     if (earlier && at[i] >= 0) before[i] = *reinterpret_cast<const uint4*>(earlier + at[i]);
+    if (mean_with && at[i] >= 0) with[i] = *reinterpret_cast<const uint4*>(mean_with + at[i]);
   }
 #pragma unroll
   for (int i = 0; i < kPerThread; ++i) {
@@ -136,6 +143,12 @@ __device__ __forceinline__ void write_rows(
     if (earlier) {
 #pragma unroll
       for (int e = 0; e < E; ++e) x[e] += w * prev[e];
+    }
+    if (mean_with) {
+      float other[E];
+      to_floats(with[i], other);
+#pragma unroll
+      for (int e = 0; e < E; ++e) x[e] = 0.5f * (x[e] + other[e]);
     }
     *reinterpret_cast<uint4*>(data + at[i]) = from_floats(x);
   }

@@ -318,6 +318,9 @@ __device__ __forceinline__ void forward_cta(const Forward& f, unsigned char* sme
         w[r] = exp2f(lse2 - total2) * inv;
         writes[r] = true;
         if (qq == 0) lse[row] = total2 * kLn2;
+      } else if (f.mean_with) {  // the mean of what the row holds
+        w_prev[r] = 1.f;
+        writes[r] = true;
       }
     }
   }
@@ -335,12 +338,18 @@ __device__ __forceinline__ void forward_cta(const Forward& f, unsigned char* sme
   }
   __syncthreads();
   T* o_out = static_cast<T*>(f.o);
-  write_rows<T, D>(tile, o_out, f.merge ? o_out : nullptr, weight, [&](int r) -> int64_t {
-    if (!written[r]) return -1;
-    if constexpr (PACKED)
-      return output_at(f, b, h, row_of(p.query, g + tables.q_seg(r), tables.q_idx(r)));
-    return output_at(f, b, h, row_of(p.query, g, t0 + r));
-  });
+  write_rows<T, D>(
+      tile,
+      o_out,
+      f.merge ? o_out : nullptr,
+      weight,
+      [&](int r) -> int64_t {
+        if (!written[r]) return -1;
+        if constexpr (PACKED)
+          return output_at(f, b, h, row_of(p.query, g + tables.q_seg(r), tables.q_idx(r)));
+        return output_at(f, b, h, row_of(p.query, g, t0 + r));
+      },
+      static_cast<const T*>(f.mean_with));
   if constexpr (!PACKED) {
     if (f.key_pool.segments > 0 && n_direct > 1 && g < f.key_pool.segments && t0 == 0) {
       // Forward::key_pool over a segment of more than one key tile, by its first query tile's
@@ -407,7 +416,8 @@ __device__ __forceinline__ void delta_cta(const Delta& d, int64_t block) {
     to_floats(y[i], d_o);
     const float sum = piece_dot<kLanes>(o, d_o);
     const int64_t r = r0 + i * kApart;
-    if (piece == 0 && r < d.rows) delta[r] = sum;
+    if (piece == 0 && r < d.rows)
+      delta[r] = own_delta(sum, d.other_delta, int64_t(bh) * d.rows + r);
   }
 }
 template <typename T, int D>

@@ -32,6 +32,7 @@ void save_calls(AutogradContext* ctx, const std::vector<CallRecord>& calls) {
     ctx->saved_data[key("scale")] = c.plan.scale;
     ctx->saved_data[key("dtypes")] = c.dtypes;
     ctx->saved_data[key("packed")] = c.packed;
+    ctx->saved_data[key("mean")] = c.mean;
   }
   ctx->saved_data["calls"] = int64_t(calls.size());
   ctx->save_for_backward(tensors);
@@ -51,6 +52,7 @@ std::vector<CallRecord> saved_calls(AutogradContext* ctx) {
               ctx->saved_data[key("scale")].toDouble()};
     c.dtypes = ctx->saved_data[key("dtypes")].toIntVector();
     c.packed = ctx->saved_data[key("packed")].toBool();
+    c.mean = ctx->saved_data[key("mean")].toBool();
   }
   return calls;
 }
@@ -122,6 +124,9 @@ class MeanFunction : public torch::autograd::Function<MeanFunction> {
                                   given(qs_a),
                                   {passes_a, local_a, pools_a, scale},
                                   calls[0]);
+    // (o_a + o_b) / 2 stored by the second call's last pass where it can (CallRecord::mean: o_b
+    // is then never in memory), else by one kernel, laid out as o_a (the heads' merge stays a
+    // view either way).
     const auto o_b = forward_call(q,
                                   k,
                                   v,
@@ -129,10 +134,10 @@ class MeanFunction : public torch::autograd::Function<MeanFunction> {
                                   given(u_b),
                                   given(qs_b),
                                   {passes_b, local_b, pools_b, scale},
-                                  calls[1]);
+                                  calls[1],
+                                  o_a);
     save_calls(ctx, calls);
-    // (o_a + o_b) / 2 in one kernel, laid out as o_a (the heads' merge stays a view).
-    return at::lerp(o_a, o_b, 0.5);
+    return calls[1].mean ? o_b : at::lerp(o_a, o_b, 0.5);
   }
 
   static tensor_list backward(AutogradContext* ctx, tensor_list grads) {
@@ -142,8 +147,11 @@ class MeanFunction : public torch::autograd::Function<MeanFunction> {
     // Each call's share is half of d_o: halved where its joint passes write their gradients
     // (exact: a power of two), with no halved copy of d_o.
     const auto d_o = kernel_ready(grads[0], calls[0].tensors[0].scalar_type());
-    const auto a = backward_call(calls[0], d_o, {}, 0.5);
-    const auto b = backward_call(calls[1], d_o, {a[0], a[1], a[2]}, 0.5);
+    // Where the second call kept the mean for its o, its delta is made from the mean and the
+    // first call's (fused::Delta::other_delta).
+    torch::Tensor delta_a;
+    const auto a = backward_call(calls[0], d_o, {{}, 0.5, {}, calls[1].mean ? &delta_a : nullptr});
+    const auto b = backward_call(calls[1], d_o, {{a[0], a[1], a[2]}, 0.5, delta_a});
     tensor_list out = {b[0], b[1], b[2], a[3], a[4], a[5], b[3], b[4], b[5]};
     out.resize(kInputs);
     return out;

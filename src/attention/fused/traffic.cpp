@@ -156,6 +156,7 @@ void dkv_walk(Ledger& l, const Backward& bw, Keys keys, int64_t cta, int64_t par
     if (walk_delta) {
       const int64_t row = row_of(p.query, q.g, q.i);
       read_row(l, bw.o, row, p.dim, element_bytes(p.dtype), Load::kPlain);
+      if (bw.other_delta) l.read(bw.other_delta, row, acc_bytes(p.dtype), 1, Load::kPlain);
       if (tile[0].i == 0) l.write(bw.made_delta, row, acc_bytes(p.dtype), 1);
     }
   }
@@ -183,12 +184,13 @@ double heads_of(int64_t batch, int64_t heads) {
 namespace {
 
 // The delta kernel's CTAs, or a forward's that make its delta: every row of o and d_o, read
-// once, and its delta.
+// once (and the other call's delta, where o is a mean), and its delta.
 void delta_traffic(Ledger& l, const Delta& d) {
   const int64_t es = element_bytes(d.dtype), acc = acc_bytes(d.dtype);
   for (int64_t r = 0; r < d.rows; ++r) {
     read_row(l, d.o, r, d.dim, es, Load::kPlain);
     read_row(l, d.d_o, r, d.dim, es, Load::kPlain);
+    if (d.other_delta) l.read(d.other_delta, r, acc, 1, Load::kPlain);
     l.write(d.delta, r, acc, 1);
   }
 }
@@ -247,6 +249,7 @@ void forward_cta(Ledger& l, const Forward& f, int64_t cta) {
       l.read(f.o, at, es, p.dim, Load::kPlain);
       l.read(f.lse, row, acc, 1, Load::kPlain);
     }
+    if (f.mean_with) l.read(f.mean_with, at, es, p.dim, Load::kPlain);
     l.write(f.o, at, es, p.dim);
     l.write(f.lse, row, acc, 1);
   }
@@ -294,6 +297,7 @@ void segment_cta(Ledger& l, const Backward& bw, int64_t cta) {
     const int64_t es = element_bytes(p.dtype);
     for (const int64_t row : query_rows(p, cta)) {
       read_row(l, bw.o, row, p.dim, es, Load::kPlain);
+      if (bw.other_delta) l.read(bw.other_delta, row, acc_bytes(p.dtype), 1, Load::kPlain);
       l.write(bw.made_delta, row, acc_bytes(p.dtype), 1);
     }
   }
