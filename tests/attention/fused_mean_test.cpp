@@ -1,9 +1,11 @@
-// The mean of two fused calls in one autograd node (attention/fused/mean.cpp: combiner-mixture's
+// The mean of two fused calls in one autograd node (attention/fused/nodes.cpp: combiner-mixture's
 // fused path): the mean of the two calls as two nodes, to rounding, with one set of the gradients
 // of q, k and v (the second call adds into the first's) and no sums of outputs or gradients
-// (the launches: tests/tools/launch_count_test.cpp).
+// (the launches: tests/tools/launch_count_test.cpp). The second call's last pass stores the mean
+// where it writes every row of o (fused::Forward::mean_with), else an average launch does.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdio>
 #include <string>
 #include <utility>
@@ -12,6 +14,7 @@
 #include "attention/attention.h"
 #include "attention/fused/fused.h"
 #include "attention/summary.h"
+#include "pooled_plans.h"
 #include "util/device.h"
 
 // A namespace of this file's own: its constants would meet another file's in a unity batch.
@@ -129,6 +132,41 @@ TEST(FusedMean, AddsASecondCallsBufferIntoTheFirstsGradients) {
       }
     }
   }
+}
+
+// Where the second call's last pass to run writes only some rows of o, it cannot store the mean:
+// the average runs after the call, and the second call's backward makes its delta from its own o.
+// Here horizontal's plan with its row pass last and a pass over the first half of the rows before
+// it; the row pass runs first, in its local passes' launch (paired), so the half pass runs last.
+// Against two nodes, with vertical's plan first (an o that differs from the second's in every
+// row).
+TEST(FusedMean, ASecondCallWhoseLastPassWritesSomeRowsIsAveragedAfter) {
+  const int64_t L = 200, W = 40;
+  const auto plan = pooled_plans::horizontal(L, W, true),
+             first = pooled_plans::vertical(L, W, true);
+  ASSERT_EQ(plan.joint.size(), 3u);  // the row pass, the suffixes', the column pass
+  FusedCall a, b;
+  a.passes = first.joint;
+  a.local = first.local;
+  a.pools = first.pools;
+  b.local = plan.local;
+  b.pools = plan.pools;
+  FusedPass half;
+  half.query = half.key = half.value = {1, L / 2, 0, 1, L};
+  half.mask = fused::Mask::kCausal;
+  b.passes = {plan.joint[2], plan.joint[1], half, plan.joint[0]};
+  a.scale = b.scale = 1 / std::sqrt(double(kD));
+  torch::manual_seed(11);
+  std::vector<torch::Tensor> in;
+  for (int i = 0; i < 3; ++i) in.push_back(torch::randn({kB, kH, L, kD}).requires_grad_());
+  const auto d_o = torch::randn({kB, kH, L, kD});
+  const auto one = fused_mean(in[0], in[1], in[2], a, b);
+  const auto two = 0.5 * (fused_call(in[0], in[1], in[2], a) + fused_call(in[0], in[1], in[2], b));
+  EXPECT_LT((one - two).abs().max().item<double>(), 2e-6);
+  const auto g1 = torch::autograd::grad({one}, {in[0], in[1], in[2]}, {d_o});
+  const auto g2 = torch::autograd::grad({two}, {in[0], in[1], in[2]}, {d_o});
+  for (int i = 0; i < 3; ++i)
+    EXPECT_LT((g1[i] - g2[i]).abs().max().item<double>(), 2e-6) << "input " << i;
 }
 
 TEST(FusedMean, CallsOfTwoScalesAreAnError) {

@@ -119,9 +119,11 @@ torch::Tensor fused_call(const torch::Tensor& q,
                          const torch::Tensor& k,
                          const torch::Tensor& v,
                          const FusedCall& call);
-// (o of a + o of b) / 2, both over q, k, v, in one autograd node (combiner-mixture's average):
-// its backward runs a's backward, then b's adding its parts of the gradients of q, k and v
-// into a's in place, both with d_o / 2; no sum of two gradients, no second set of them.
+// (o of a + o of b) / 2, both over q, k, v, in one autograd node (combiner-mixture's average),
+// stored by b's last pass where it writes every row of o alone: no average launch, no tensor of
+// b's own o. Its backward runs a's backward, then b's adding its parts of the gradients of q, k
+// and v into a's in place, both taking d_o / 2 where they write their gradients; no sum of two
+// gradients, no second set of them, no halved copy of d_o.
 torch::Tensor fused_mean(const torch::Tensor& q,
                          const torch::Tensor& k,
                          const torch::Tensor& v,

@@ -4,8 +4,9 @@
 //  - MeanFunction: the mean of two calls over the same q, k, v (fused_mean: combiner-mixture's
 //    average of vertical and horizontal). Two nodes and an average would cost, besides the
 //    calls, the sum of the two outputs, its halving and its backward's, and three sums of two
-//    gradients of q, k and v (each a tensor of their size); here the second call's backward adds
-//    into the first's gradients in place.
+//    gradients of q, k and v (each a tensor of their size); here the second call's last pass
+//    stores the mean, each call's backward takes its half of d_o where it writes its gradients,
+//    and the second's adds into the first's gradients in place.
 #include "attention/fused/checks.h"
 #include "attention/fused/function.h"
 #include "attention/fused/pool_stage.h"
