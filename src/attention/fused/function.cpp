@@ -327,8 +327,9 @@ torch::Tensor forward_call(const torch::Tensor& q_in,
                                      pools);
   }
   // The joint stage: every pass after the first to store its rows merges into them (the paired
-  // one, where there is one, stored them in the local stage's launch). The last, where it is
-  // launched alone over every row of o, stores the mean with `mean_with` there.
+  // one, where there is one, stored them in the local stage's launch). The last to run (the last
+  // but the paired one, which ran first), where it is launched alone over every row of o, stores
+  // the mean with `mean_with` there.
   const size_t last = passes.size() - (paired + 1 == passes.size() ? 2 : 1);
   record.mean = mean_with.defined() && last < passes.size() && last != paired &&
                 covers(passes[last].query, Lq);
