@@ -29,8 +29,9 @@
 #             missing or refused, as under gVisor);
 #   attention attention alone, forward + backward, bf16, B 8 x 8 heads x D 64 at L 3072 and 12288,
 #             B 2 at 49152: `full` (at::scaled_dot_product_attention, labelled sdpa-flash) and
-#             ours -> OUT/attention-vs-flash.csv (with --count: attention-cuda.csv's launches and
-#             allocated_mib, against the profile's kernels and the CPU's count);
+#             ours, the mixture last (its peak against flash's) -> OUT/attention-vs-flash.csv
+#             (with --count: attention-cuda.csv's launches and allocated_mib, against the
+#             profile's kernels and the CPU's count);
 #   flex      the same cases in compiled FlexAttention (scripts/peer_flex.py, flex:<variant>,
 #             every fused variant), one process per L, each row kept as it is measured; the
 #             compile is untimed and its seconds logged, Inductor's cache
@@ -77,7 +78,7 @@ mkdir -p "$out"
 exec > >(tee -a "$out/test-gpu.log") 2>&1
 budget=${COMBINER_GPU_BUDGET_S:-470}
 fused_variants=combiner-fixed,combiner-axial-rowmajor,combiner-axial-vertical,combiner-axial-horizontal
-variants=${COMBINER_GPU_VARIANTS:-full,$fused_variants,axial}
+variants=${COMBINER_GPU_VARIANTS:-full,$fused_variants,axial,combiner-mixture}
 begin=$SECONDS
 work=$(mktemp -d)
 bench=build-cuda/combiner-bench
