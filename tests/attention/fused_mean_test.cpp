@@ -31,9 +31,10 @@ struct Run {
   std::vector<std::string> next;  // the nodes it passes gradients to
 };
 
-// vertical's and horizontal's fused calls over rows of W: their mean as one node (`one_node`)
-// or as two nodes and an average (the glue combiner-mixture ran before).
-Run run(int64_t L, int64_t W, torch::ScalarType dtype, bool one_node) {
+// vertical's and horizontal's fused calls over rows of W: their mean as one node ("one node"),
+// or as two nodes and an average ("two nodes": the glue combiner-mixture ran before); or
+// vertical's alone ("vertical").
+Run run(int64_t L, int64_t W, torch::ScalarType dtype, const std::string& what) {
   torch::manual_seed(5);
   std::vector<torch::Tensor> in;
   for (int i = 0; i < 3; ++i)
@@ -45,9 +46,13 @@ Run run(int64_t L, int64_t W, torch::ScalarType dtype, bool one_node) {
   util::reset_peak_memory(cpu);
   const double before = util::device_allocated_mib(cpu);
   Run r;
-  r.out = one_node ? fused_combiner_mixture(in[0], in[1], in[2], summary, W)
-                   : 0.5 * (fused_combiner_vertical(in[0], in[1], in[2], summary, W) +
-                            fused_combiner_horizontal(in[0], in[1], in[2], summary, W));
+  if (what == "one node")
+    r.out = fused_combiner_mixture(in[0], in[1], in[2], summary, W);
+  else if (what == "two nodes")
+    r.out = 0.5 * (fused_combiner_vertical(in[0], in[1], in[2], summary, W) +
+                   fused_combiner_horizontal(in[0], in[1], in[2], summary, W));
+  else
+    r.out = fused_combiner_vertical(in[0], in[1], in[2], summary, W);
   r.node = r.out.grad_fn()->name();
   for (const auto& edge : r.out.grad_fn()->next_edges())
     r.next.push_back(edge.function ? edge.function->name() : "");
@@ -64,7 +69,7 @@ TEST(FusedMean, IsTheMeanOfTwoNodesToRounding) {
   for (const auto& [L, W] : std::vector<std::pair<int64_t, int64_t>>{{60, 8}, {200, 72}}) {
     for (const auto& [dtype, tol] : std::vector<std::pair<torch::ScalarType, double>>{
              {torch::kDouble, 1e-13}, {torch::kFloat, 2e-6}, {torch::kBFloat16, 0.07}}) {
-      const auto one = run(L, W, dtype, true), two = run(L, W, dtype, false);
+      const auto one = run(L, W, dtype, "one node"), two = run(L, W, dtype, "two nodes");
       const std::string at =
           "L " + std::to_string(L) + " W " + std::to_string(W) + " " + c10::toString(dtype);
       // One node, passing its gradients of q, k and v to the inputs themselves: no sums.
@@ -167,6 +172,46 @@ TEST(FusedMean, ASecondCallWhoseLastPassWritesSomeRowsIsAveragedAfter) {
   const auto g2 = torch::autograd::grad({two}, {in[0], in[1], in[2]}, {d_o});
   for (int i = 0; i < 3; ++i)
     EXPECT_LT((g1[i] - g2[i]).abs().max().item<double>(), 2e-6) << "input " << i;
+}
+
+// The first call's o is the node's own: its backward lets go of it as soon as its delta is made,
+// before the summaries' gradients are (BackwardOptions::o_alone). At its peak the mean holds what
+// vertical's call alone holds (its o there is the node's output) and the first call's delta, a
+// float per row, kept for the second's; an o more before. (At whole rows of one tile, as here at
+// L 96, vertical's first joint pass could make the delta; it is made by the local passes remade
+// before it instead.)
+TEST(FusedMean, HoldsAtItsPeakOneCallsBytesAndADelta) {
+  util::count_cpu_tensor_bytes();
+  for (const auto& [L, W] : std::vector<std::pair<int64_t, int64_t>>{{96, 8}, {60, 8}, {200, 72}}) {
+    for (const auto dtype : {torch::kFloat, torch::kBFloat16}) {
+      const auto mean = run(L, W, dtype, "one node"), alone = run(L, W, dtype, "vertical");
+      const int64_t delta = kB * kH * L * int64_t(sizeof(float));
+      EXPECT_LE(mean.peak, alone.peak + delta)
+          << "L " << L << " W " << W << " " << c10::toString(dtype) << ": vertical alone "
+          << alone.peak << " bytes";
+    }
+  }
+}
+
+// A graph kept for another backward (retain_graph) keeps the first call's o: each backward gives
+// the same gradients.
+TEST(FusedMean, AGraphKeptRunsBackwardAgain) {
+  const int64_t L = 60, W = 8;
+  torch::manual_seed(3);
+  std::vector<torch::Tensor> in;
+  for (int i = 0; i < 3; ++i) in.push_back(torch::randn({kB, kH, L, kD}).requires_grad_());
+  const auto d_o = torch::randn({kB, kH, L, kD});
+  torch::nn::Module owner;
+  const SpanSummary summary(owner, "max", kD, /*with_query=*/true);
+  const auto out = fused_combiner_mixture(in[0], in[1], in[2], summary, W);
+  const auto first = torch::autograd::grad({out}, {in[0], in[1], in[2]}, {d_o}, true);
+  const auto second = torch::autograd::grad({out}, {in[0], in[1], in[2]}, {d_o}, true);
+  const auto last = torch::autograd::grad({out}, {in[0], in[1], in[2]}, {d_o});
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_GT(first[i].abs().sum().item<double>(), 0) << "input " << i;
+    EXPECT_TRUE(torch::equal(first[i], second[i])) << "input " << i;
+    EXPECT_TRUE(torch::equal(first[i], last[i])) << "input " << i;
+  }
 }
 
 TEST(FusedMean, CallsOfTwoScalesAreAnError) {

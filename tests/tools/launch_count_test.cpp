@@ -128,7 +128,9 @@ void expect_within(const std::string& name,
 // after: one launch and a read of u and its gradient fewer.) The mixture is vertical's and
 // horizontal's calls in one node (fused_mean) with no glue: each call's half of d_o is taken where
 // its joint passes write their gradients (fused::Backward::grad_scale), and the second call's
-// last pass stores the mean of the two outputs (fused::Forward::mean_with).
+// last pass stores the mean of the two outputs (fused::Forward::mean_with). The first call's o,
+// the node's own, is let go of in its backward once its delta is made, before the summaries'
+// gradients are (BackwardOptions::o_alone): its peak is vertical's and a float per row.
 TEST(LaunchCount, FusedVariantsStayWithinTheirBounds) {
   struct Bound {
     int64_t launches;
@@ -139,7 +141,7 @@ TEST(LaunchCount, FusedVariantsStayWithinTheirBounds) {
       {"combiner-axial-rowmajor", {6, 0.2516, 0.2516}},
       {"combiner-axial-vertical", {5, 0.3102, 0.2498}},
       {"combiner-axial-horizontal", {10, 0.4915, 0.2498}},
-      {"combiner-mixture", {15, 0.7079, 0.2850}},
+      {"combiner-mixture", {15, 0.7079, 0.2518}},
   };
   for (const auto& [variant, bound] : bounds)
     expect_within(variant,
@@ -182,11 +184,14 @@ TEST(LaunchCount, ThePresetsVerticalStaysWithinItsBound) {
 // (fused_mean): the second call's last pass stores the two calls' mean, reading the first's o
 // there (its kernel bound was raised by that read, 0.75 MiB here, and by the first call's delta
 // read where the second makes its own, 0.02, while LibTorch's average, which read both outputs
-// and wrote their mean, went). Rowmajor's column pass writes the gradient of the row maxes in slabs
-// (its columns share their keys), which the maxes' backward sums as it reads them: no sum launch,
-// and the slabs' bytes, once read by LibTorch's sum, are the kernel's now (its bound was raised by
-// them, 1.45 MiB here, while the sum's write of the rows and their read again went). The same rule
-// as above: lower, never raise.
+// and wrote their mean, went). At 48 the first call's delta is made by its local passes remade
+// in backward, not by its first joint pass, so that its o is let go of before the summaries'
+// gradients are made: its bound was raised by that launch's read of d_o, 0.75 MiB, for an o fewer
+// at the peak. Rowmajor's column pass writes the gradient of the row maxes in slabs (its columns
+// share their keys), which the maxes' backward sums as it reads them: no sum launch, and the slabs'
+// bytes, once read by LibTorch's sum, are the kernel's now (its bound was raised by them, 1.45 MiB
+// here, while the sum's write of the rows and their read again went). The same rule as above:
+// lower, never raise.
 TEST(LaunchCount, TheBenchmarkAndCifarLayoutsStayWithinTheirBounds) {
   struct Bound {
     std::string variant;
@@ -201,7 +206,7 @@ TEST(LaunchCount, TheBenchmarkAndCifarLayoutsStayWithinTheirBounds) {
                           {"combiner-axial-horizontal", 48, 10, 12.0447, 56.258},
                           {"combiner-fixed", 48, 9, 3.1710, 16.848},
                           {"combiner-fixed", 96, 10, 3.1079, 17.284},
-                          {"combiner-mixture", 48, 15, 17.3405, 90.908},
+                          {"combiner-mixture", 48, 15, 17.3405, 91.658},
                           {"combiner-mixture", 96, 22, 17.1263, 106.470}})
     expect_within(bound.variant + " at " + std::to_string(bound.segment),
                   counted_case(bound.variant, 3072, bound.segment, 64),

@@ -239,7 +239,7 @@ Grad slot_grad(const torch::Tensor& x,
 
 }  // namespace
 
-std::array<torch::Tensor, 6> backward_call(const CallRecord& record,
+std::array<torch::Tensor, 6> backward_call(CallRecord record,
                                            const torch::Tensor& grad_o,
                                            const BackwardOptions& options) {
   const auto& into = options.into;
@@ -248,7 +248,10 @@ std::array<torch::Tensor, 6> backward_call(const CallRecord& record,
               "fused attention: a call whose o is a mean takes the other call's delta, and no "
               "other call takes one");
   const auto& saved = record.tensors;
-  const auto &q = saved[0], &k = saved[1], &v = saved[2], &o = saved[5], &lse = saved[6];
+  const auto &q = saved[0], &k = saved[1], &v = saved[2], &lse = saved[6];
+  // o is read by the launch that makes its delta alone: let go of after it (in memory still where
+  // the caller keeps it: a node's output, or a graph kept for another backward).
+  auto o = std::move(record.tensors[5]);
   const auto passes = decode(record.plan.passes), local = decode(record.plan.local);
   const auto pools = fused_pools::decode(record.plan.pools);
   const double scale = record.plan.scale;
@@ -292,15 +295,19 @@ std::array<torch::Tensor, 6> backward_call(const CallRecord& record,
   // Where the first step is a joint pass whose queries, one CTA per segment, are every row of o
   // once, it makes delta itself as its query tiles land (Backward::made_delta): no delta launch.
   // (q stands in for its slots in the check: only their geometry counts.)
-  const bool first_makes_delta = total > 0 && makes_delta(steps[0], q, scale);
   // Else, where the backward's first launch is a summary group's local passes, remade (their
   // slots were not kept), that launch makes delta by CTAs of its own (fused::Forward::delta).
+  // Where the record holds o alone, that launch makes it even where the first step could: o is
+  // then let go of before the group's gradients are made (two slots' size), for one more read of
+  // d_o.
   const auto first_group = std::find_if(
       groups.begin(), groups.end(), [](const SummaryGroup& g) { return !g.joint.empty(); });
-  const bool remake_makes_delta =
-      !first_makes_delta && first_group != groups.end() && first_group->made_here &&
-      !first_group->local.empty() &&
+  const bool remake_can =
+      first_group != groups.end() && first_group->made_here && !first_group->local.empty() &&
       std::none_of(steps.begin(), steps.end(), [](const Step& s) { return s.group < 0; });
+  const bool first_makes_delta =
+      total > 0 && !(options.o_alone && remake_can) && makes_delta(steps[0], q, scale);
+  const bool remake_makes_delta = !first_makes_delta && remake_can;
   // Else, where the first step's dk/dv walk can make it (its summaries read by prefix, each
   // segment's first key tile walking all its queries: combiner-fixed's joint pass), that walk
   // makes it, read by the launches after it.
@@ -309,6 +316,7 @@ std::array<torch::Tensor, 6> backward_call(const CallRecord& record,
   const auto delta = first_makes_delta || remake_makes_delta || walk_makes
                          ? unset(lse.sizes(), lse.options())
                          : row_delta(o, d_o, lse, other_delta);
+  if (!first_makes_delta && !remake_makes_delta && !walk_makes) o = torch::Tensor();
   auto delta_in_remake = remake_makes_delta ? delta_of(o, d_o, delta, other_delta) : fused::Delta();
   // The local passes read q itself (no query-side pool, no qs given); else qs, or q pooled in
   // their tiles (FusedPass::pooled), whose gradient is qs's all the same.
@@ -428,6 +436,7 @@ std::array<torch::Tensor, 6> backward_call(const CallRecord& record,
                              const torch::Tensor& u_delta) {
     torch::Tensor slabs;
     fused_launch::backward(q, joint_backward(s, ks_g, u_g, dks, du, u_delta, slabs));
+    if (s == 0) o = torch::Tensor();
     if (slabs.defined()) {
       const auto& key = steps[s].plan.key;
       const Grad& key_grad = steps[s].plan.a_from_summaries ? dks : dk;
@@ -463,6 +472,7 @@ std::array<torch::Tensor, 6> backward_call(const CallRecord& record,
                                            std::exchange(delta_in_remake, fused::Delta()),
                                            group.pools);
       qs_g = torch::Tensor();
+      if (remake_makes_delta) o = torch::Tensor();
     }
     const auto local_step = [&](size_t s) { return steps[s].group == int(gi) && steps[s].local; };
     // The local passes' backward runs where u has a gradient, their d_o.

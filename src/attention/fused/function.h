@@ -130,22 +130,36 @@ torch::Tensor forward_call(const torch::Tensor& q_in,
 //  - grad_scale: the gradients are those of grad_scale x d_o, scaled where the joint passes
 //    write them (fused::Backward::grad_scale): no scaled copy of d_o;
 //  - other_delta: where the record's o is a mean (CallRecord::mean), the earlier call's delta;
-//  - delta: where not null, receives the call's delta of its o (for a later call's other_delta).
+//  - delta: where not null, receives the call's delta of its o (for a later call's other_delta);
+//  - o_alone: the record holds the call's o alone (the mean's first call: the caller moved its
+//    record in and keeps no o), which its backward lets go of before a summary group's gradients
+//    are made where a launch before them can make o's delta.
 struct BackwardOptions {
   std::array<torch::Tensor, 3> into;
   double grad_scale = 1;
   torch::Tensor other_delta;
   torch::Tensor* delta = nullptr;
+  bool o_alone = false;
 };
 // The backward of one call given d_o: the gradients of q, k, v, ks, u, qs (undefined where there
 // is none). It runs the joint passes, then the local ones with u's gradient as their d_o, then
-// the pools' backward; every pass and pool adds its part of dk, dv (and dq) in place.
-std::array<torch::Tensor, 6> backward_call(const CallRecord& record,
+// the pools' backward; every pass and pool adds its part of dk, dv (and dq) in place. It lets go
+// of the record's o once o's delta is made (a caller that moves its record in frees it there).
+std::array<torch::Tensor, 6> backward_call(CallRecord record,
                                            const torch::Tensor& d_o,
                                            const BackwardOptions& options = {});
-// The records of a node's calls, in its context and back (keys suffixed by the call's index).
-void save_calls(torch::autograd::AutogradContext* ctx, const std::vector<CallRecord>& calls);
+// The records of a node's calls, in its context and back (keys suffixed by the call's index). The
+// first `released` calls' o and lse are the node's own (neither an input nor its output), which
+// backward lets go of as soon as it can (take_call).
+void save_calls(torch::autograd::AutogradContext* ctx,
+                const std::vector<CallRecord>& calls,
+                size_t released = 0);
 std::vector<CallRecord> saved_calls(torch::autograd::AutogradContext* ctx);
+// Call i's record taken out of `calls` for its backward, and its o and lse out of saved_data where
+// save_calls put them there, unless the graph is kept for another backward (retain_graph).
+CallRecord take_call(torch::autograd::AutogradContext* ctx,
+                     std::vector<CallRecord>& calls,
+                     size_t i);
 
 // One call as an autograd node: forward_call, backward_call.
 class FusedFunction : public torch::autograd::Function<FusedFunction> {

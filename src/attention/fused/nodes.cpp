@@ -11,7 +11,10 @@
 #include "attention/fused/function.h"
 #include "attention/fused/pool_stage.h"
 
+#include <torch/csrc/autograd/graph_task.h>
+
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace combiner::attention {
@@ -21,12 +24,20 @@ namespace fused_glue {
 using torch::autograd::AutogradContext;
 using torch::autograd::tensor_list;
 
-void save_calls(AutogradContext* ctx, const std::vector<CallRecord>& calls) {
+// The released calls' o and lse (tensors 5 and 6) go to saved_data, whose entries backward can
+// erase, rather than to save_for_backward. (The node's output cannot: saved_data would hold it
+// and with it, through its grad_fn, the node.)
+void save_calls(AutogradContext* ctx, const std::vector<CallRecord>& calls, size_t released) {
   std::vector<torch::Tensor> tensors;
   for (size_t i = 0; i < calls.size(); ++i) {
     const auto& c = calls[i];
-    tensors.insert(tensors.end(), c.tensors.begin(), c.tensors.end());
     const auto key = [&](const char* name) { return name + std::to_string(i); };
+    tensors.insert(tensors.end(), c.tensors.begin(), c.tensors.end());
+    if (i < released) {
+      ctx->saved_data[key("o")] = c.tensors[5];
+      ctx->saved_data[key("lse")] = c.tensors[6];
+      tensors.end()[-4] = tensors.end()[-3] = torch::Tensor();
+    }
     ctx->saved_data[key("plan")] = c.plan.passes;
     ctx->saved_data[key("local")] = c.plan.local;
     ctx->saved_data[key("pools")] = c.plan.pools;
@@ -47,6 +58,10 @@ std::vector<CallRecord> saved_calls(AutogradContext* ctx) {
     const auto key = [&](const char* name) { return name + std::to_string(i); };
     const auto first = tensors.begin() + int64_t(i * CallRecord::kTensors);
     c.tensors.assign(first, first + CallRecord::kTensors);
+    if (ctx->saved_data.count(key("o"))) {
+      c.tensors[5] = ctx->saved_data[key("o")].toTensor();
+      c.tensors[6] = ctx->saved_data[key("lse")].toTensor();
+    }
     c.plan = {ctx->saved_data[key("plan")].toIntVector(),
               ctx->saved_data[key("local")].toIntVector(),
               ctx->saved_data[key("pools")].toIntVector(),
@@ -56,6 +71,12 @@ std::vector<CallRecord> saved_calls(AutogradContext* ctx) {
     c.mean = ctx->saved_data[key("mean")].toBool();
   }
   return calls;
+}
+
+CallRecord take_call(AutogradContext* ctx, std::vector<CallRecord>& calls, size_t i) {
+  if (!torch::autograd::get_current_graph_task_keep_graph())
+    for (const char* name : {"o", "lse"}) ctx->saved_data.erase(name + std::to_string(i));
+  return std::exchange(calls[i], CallRecord());
 }
 
 torch::Tensor FusedFunction::forward(AutogradContext* ctx,
@@ -137,22 +158,30 @@ class MeanFunction : public torch::autograd::Function<MeanFunction> {
                                   {passes_b, local_b, pools_b, scale},
                                   calls[1],
                                   o_a);
-    save_calls(ctx, calls);
+    // o_a is the node's own, and o_b too where it is not the mean: backward lets go of each
+    // once its call's backward has made its delta.
+    save_calls(ctx, calls, /*released=*/calls[1].mean ? 1 : 2);
     return calls[1].mean ? o_b : at::lerp(o_a, o_b, 0.5);
   }
 
   static tensor_list backward(AutogradContext* ctx, tensor_list grads) {
     constexpr size_t kInputs = 16;
     if (!grads[0].defined()) return tensor_list(kInputs);
-    const auto calls = saved_calls(ctx);
+    auto calls = saved_calls(ctx);
     // Each call's share is half of d_o: halved where its joint passes write their gradients
     // (exact: a power of two), with no halved copy of d_o.
     const auto d_o = kernel_ready(grads[0], calls[0].tensors[0].scalar_type());
     // Where the second call kept the mean for its o, its delta is made from the mean and the
     // first call's (fused::Delta::other_delta).
     torch::Tensor delta_a;
-    const auto a = backward_call(calls[0], d_o, {{}, 0.5, {}, calls[1].mean ? &delta_a : nullptr});
-    const auto b = backward_call(calls[1], d_o, {{a[0], a[1], a[2]}, 0.5, delta_a});
+    // The first call's o (24 MiB at L 3072, B 8 x 8, D 64 in bf16), and the second's where it is
+    // not the mean, are let go of once their deltas are made: not live beside the summaries each
+    // call's backward makes again.
+    const bool mean = calls[1].mean;
+    const auto a = backward_call(
+        take_call(ctx, calls, 0), d_o, {{}, 0.5, {}, mean ? &delta_a : nullptr, /*o_alone=*/true});
+    const auto b = backward_call(
+        take_call(ctx, calls, 1), d_o, {{a[0], a[1], a[2]}, 0.5, delta_a, nullptr, !mean});
     tensor_list out = {b[0], b[1], b[2], a[3], a[4], a[5], b[3], b[4], b[5]};
     out.resize(kInputs);
     return out;
