@@ -30,8 +30,11 @@ TEST(KeyPool, TheLocalPassMakesTheKeyMaxesAsTheSegmentMaxKernel) {
                                          {false, 288, 48, 64, torch::kBFloat16, false, 48},
                                          {false, 390, 64, 16, torch::kDouble, true, 64},
                                          {false, 320, 40, 32, torch::kFloat, false, 40},
-                                         // more than one key tile a segment: the forward only
+                                         // more than one key tile a segment: the backward in
+                                         // the dk/dv walk's CTA of the arg-max's tile
                                          {false, 480, 96, 64, torch::kBFloat16},
+                                         {false, 480, 96, 128, torch::kBFloat16, true},
+                                         {true, 480, 96, 128, torch::kFloat, true},
                                          {false, 960, 96, 32, torch::kFloat, true, 96},
                                          {false, 600, 150, 32, torch::kFloat, true},
                                          {true, 960, 192, 32, torch::kBFloat16, true}})
@@ -51,8 +54,8 @@ TEST(KeyPool, FixedsLocalPassMakesItsQueriesAsTheSegmentMaxKernel) {
 }
 
 // A pass that packs segments makes none: the call keeps its pool launches there. One whose
-// segments are more than a key tile makes them, but leaves their backward to the pool kernel.
-TEST(KeyPool, AnUnpackedPassMakesThemAndOfOneKeyTileASegmentTakesThemBack) {
+// segments are more than a key tile makes them and takes their backward in its dk/dv walk.
+TEST(KeyPool, AnUnpackedPassMakesThemAndTakesThemBack) {
   const auto q = torch::zeros({1, 2, 8, 64});
   struct Expected {
     int64_t W;
@@ -60,8 +63,8 @@ TEST(KeyPool, AnUnpackedPassMakesThemAndOfOneKeyTileASegmentTakesThemBack) {
   };
   for (const auto& e : std::vector<Expected>{{48, true, true},
                                              {64, true, true},
-                                             {96, true, false},
-                                             {192, true, false},
+                                             {96, true, true},
+                                             {192, true, true},
                                              {24, false, false}}) {
     const Case c{false, 8 * e.W, e.W, 64, torch::kFloat};
     const FusedPool pool = FusedPool::segment_max(false, 7, e.W);
@@ -73,10 +76,9 @@ TEST(KeyPool, AnUnpackedPassMakesThemAndOfOneKeyTileASegmentTakesThemBack) {
 
 // At the benchmark's layout (L 3,072, rows and blocks of 48) in float64: rowmajor runs no pool
 // launch either way, fixed only its query maxes' backward (its local pass makes them, its
-// queries, in the forward). At CIFAR-10's (96: two key tiles a segment) the local pass makes the
-// key maxes in the forward and the pool kernel takes them back: rowmajor one pool launch, fixed
-// one too (both backwards; its local pass makes its queries from two tiles' rows of q). Each
-// call's gradients are the composed path's.
+// queries, in the forward). At CIFAR-10's (96: two key tiles a segment) the same: the local pass
+// makes the key maxes in the forward and takes them back in its dk/dv walk (fixed's makes its
+// queries from two tiles' rows of q). Each call's gradients are the composed path's.
 TEST(KeyPool, TheCallsMakeTheirKeyMaxesInTheLocalPass) {
   struct Expected {
     std::string variant;
@@ -86,8 +88,8 @@ TEST(KeyPool, TheCallsMakeTheirKeyMaxesInTheLocalPass) {
   for (const auto& [variant, W, pool_launches, made_expected, taken_expected, queries_expected] :
        std::vector<Expected>{{"combiner-axial-rowmajor", 48, 0, 2, 1, 0},
                              {"combiner-fixed", 48, 1, 2, 1, 1},
-                             {"combiner-axial-rowmajor", 96, 1, 1, 0, 0},
-                             {"combiner-fixed", 96, 1, 1, 0, 1}}) {
+                             {"combiner-axial-rowmajor", 96, 0, 2, 1, 0},
+                             {"combiner-fixed", 96, 1, 2, 1, 1}}) {
     const int64_t L = 3072, D = 16;
     auto fused = make_attention({variant, W, W, "max"}, L, D),
          composed = make_attention({variant, W, W, "max"}, L, D);

@@ -148,6 +148,31 @@ TEST(FusedTraffic, TwoKernelBackwardWalksBothWays) {
   EXPECT_DOUBLE_EQ(t.loaded, 4 * 320 * kRow + 2 * 192 * kLse);
 }
 
+// A walk's key pool backward (Backward::key_pool): each key tile's CTA reads its segment's keys
+// again (L2's), and the arg-max's CTA (counted as the first tile's) dy's row and dk's element a
+// column, read and written.
+TEST(FusedTraffic, AWalksKeyPoolReadsItsSegmentsKeysAgain) {
+  const Buffers b(128);
+  auto bw = backward_of(b, one_segment(b, 128));
+  const auto before = fused::traffic(bw);
+  std::vector<char> dy(D * 4);
+  fused::SegmentMax& m = bw.key_pool;
+  m.batch = m.heads = m.segments = 1;
+  m.rows = m.len = 128;
+  m.dim = D;
+  m.dtype = fused::Dtype::kBFloat16;
+  m.stride[2] = m.dx_stride[2] = D;
+  m.x = b.k.data();
+  m.dy = dy.data();
+  m.dy_acc = true;
+  m.dx = const_cast<char*>(b.dk.data());
+  m.accumulate = true;
+  const auto t = fused::traffic(bw);
+  EXPECT_DOUBLE_EQ(t.requested() - before.requested(), 2 * 128 * kRow + D * 4 + 2 * kRow);
+  EXPECT_DOUBLE_EQ(t.unique - before.unique, D * 4 + kRow);  // k read already; dk's row written
+  EXPECT_DOUBLE_EQ(t.loaded, before.loaded);                 // plain loads
+}
+
 TEST(FusedTraffic, ScansTouchEachElementOnceATensor) {
   std::vector<char> x(4096), y(4096);
   fused::RunningMaxes r;

@@ -1,7 +1,8 @@
 // The keys' segment maxes made and taken back in a local pass's CTAs (fused/kernel.h
 // Forward::key_pool, Backward::key_pool; segments of more than one key tile: made in the forward
-// from k's rows, taken back by the pool kernel) on the CUDA kernels' source: the pass and the
-// emulated segment max kernel's to the bit, under both schedules of the emulator's threads.
+// from k's rows, taken back in the dk/dv walk by the CTA of the arg-max's tile) on the CUDA
+// kernels' source: the pass and the emulated segment max kernel's to the bit, under both
+// schedules of the emulator's threads.
 #include <gtest/gtest.h>
 
 #include <vector>
@@ -28,19 +29,23 @@ TEST(SimtKeyPool, TheLocalPassMakesTheKeyMaxesAsTheSegmentMaxKernel) {
                                          // the maxes' gradient in slabs, one a column
                                          {false, 288, 48, 64, torch::kBFloat16, false, 48},
                                          {false, 240, 40, 32, torch::kFloat, true, 40},
-                                         // more than one key tile a segment: the forward only
+                                         // more than one key tile a segment: the backward in
+                                         // the dk/dv walk
                                          {false, 480, 96, 64, torch::kBFloat16},
                                          {false, 480, 96, 32, torch::kBFloat16, false, 96},
+                                         {false, 480, 96, 128, torch::kBFloat16, true},
+                                         {true, 480, 96, 128, torch::kFloat, true},
                                          {false, 600, 150, 32, torch::kFloat, true},
                                          {true, 960, 192, 32, torch::kBFloat16, true}})
     for (const auto schedule : {simt::Schedule::kForward, simt::Schedule::kReverse}) {
       const simt::ScheduleScope scope(schedule);
       const int64_t before = simt::launches();
       EXPECT_EQ(key_pool_cases::check(c, kCuda), "") << key_pool_cases::name(c);
-      // Two forwards, two backwards (a walk and dq each where a segment is more than a tile),
-      // the segment max kernel each way (its backward twice where the pass cannot take it), and
-      // its backward of the slabs' sum.
-      const int64_t expected = c.W <= 64 ? 7 : 10;
+      // Two forwards, two backwards (a walk and dq each where a segment is more than a tile, in
+      // one launch at D 128), the segment max kernel each way, and its backward of the slabs'
+      // sum.
+      const int64_t backward_launches = c.W > 64 && c.D < 128 ? 2 : 1;
+      const int64_t expected = 5 + 2 * backward_launches;
       EXPECT_EQ(simt::launches() - before, expected) << key_pool_cases::name(c);
     }
 }

@@ -244,8 +244,10 @@ struct Backward {
   bool interleave = true;
   // The backward of the forward's key_pool, in the same CTAs (segments 0: none; where
   // key_pool_fits, and `accumulate`): segment g's CTA adds dy[g] into dx at the arg-max of its
-  // key tile, after dk's own part is written, as the segment max kernel's backward does (the
-  // pool launch goes). dx is then the pass's dk, in the pass dtype. A pair's first carries none.
+  // key tile, or, in a dk/dv walk, the CTA of the key tile holding the segment's arg-max (each
+  // reads the segment's rows of k again to find it), after dk's own part is written, as the
+  // segment max kernel's backward does (the pool launch goes). dx is then the pass's dk, in the
+  // pass dtype, each row stored by its key tile's CTA alone. A pair's first carries none.
   SegmentMax key_pool;
 };
 
@@ -764,10 +766,12 @@ COMBINER_HD bool key_pool_on_chip(const Pass& p, int64_t segments, int64_t len) 
   return true;
 }
 // Whether the pass's CTAs can also take such a pool's backward (Backward::key_pool): one CTA
-// per segment (segment_backward), whose one key tile holds the segment's rows and their arg-max.
-// Rowmajor's and fixed's local passes at rows and blocks of at most 64.
+// per segment (segment_backward), whose one key tile holds the segment's rows and their arg-max;
+// else the dk/dv walk's CTA of each key tile (unpacked), which reads its segment's rows of k
+// again for each column's arg-max and adds where that row is one of its tile's. Rowmajor's and
+// fixed's local passes: at rows and blocks of at most 64, and of 96 (two key tiles) and more.
 COMBINER_HD bool key_pool_backward_on_chip(const Pass& p, int64_t segments, int64_t len) {
-  return key_pool_on_chip(p, segments, len) && segment_backward(p);
+  return key_pool_on_chip(p, segments, len);
 }
 // Whether `m` is such a pool of the pass's own k (the backward's: adding into dx).
 COMBINER_HD bool key_pool_fits(const Pass& p, const SegmentMax& m, bool backward) {
@@ -945,15 +949,14 @@ COMBINER_HD const Geometry& query_gradient_rows(const Backward& b) {
 // already share a launch: interleaved_backward): both passes' dk/dv walks in one launch, then
 // both dq in another, where there were four. Key CTA x is the same key tile of the same segment
 // (or pack group) in both, so unpacked their segments are as many key tiles long; neither pass
-// has a pool's backward (those are segment_backward's), and neither writes dq over a d_o, which
-// another CTA of the dq launch may read. Rowmajor's row pass and its local pass at rows of 96
-// (CIFAR-10) and 192 (ImageNet-64), D 64: each row two or three query and key tiles.
+// has its pools' backward (pools_dq: segment_backward's), and neither writes dq over a d_o, which
+// another CTA of the dq launch may read. (The second's key pool backward runs in its walk.)
+// Rowmajor's row pass and its local pass at rows of 96 (CIFAR-10) and 192 (ImageNet-64), D 64:
+// each row two or three query and key tiles.
 COMBINER_HD bool walks_pairable(const Backward& a, const Backward& b) {
   const Pass &p = a.pass, &r = b.pass;
   if (segment_backward(p) || segment_backward(r) || interleaved_backward_built(p.dim)) return false;
-  if (b.key_pool.segments != 0 || a.pools_dq.kind != GradOut::kNone ||
-      b.pools_dq.kind != GradOut::kNone)
-    return false;
+  if (a.pools_dq.kind != GradOut::kNone || b.pools_dq.kind != GradOut::kNone) return false;
   const auto over_d_o = [](const Backward& x) {
     return x.dq.data != nullptr && x.dq.data == x.d_o.data;
   };

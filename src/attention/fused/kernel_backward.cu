@@ -216,10 +216,14 @@ template <typename T, int D, bool PACKED>
 __global__ void __launch_bounds__(kThreads, 1) dkv_kernel(const __grid_constant__ Backward bw) {
   COMBINER_DYNAMIC_SHARED(unsigned char, smem);
   const int64_t a_ctas = key_ctas(bw.pass, false);
-  if (blockIdx.x < a_ctas)
+  if (blockIdx.x < a_ctas) {
     dkv_tile<T, D, Keys::kSourceA, PACKED>(bw, blockIdx.x, smem);
-  else
+    if constexpr (!PACKED) {
+      if (bw.key_pool.segments > 0) key_pool_walk_backward<T, D>(bw, blockIdx.x);
+    }
+  } else {
     dkv_tile<T, D, Keys::kSegmentSummaries, PACKED>(bw, blockIdx.x - a_ctas, smem);
+  }
 }
 
 // The dk/dv walk and dq in one launch (kernel.h interleaved_backward): each segment's CTAs of
@@ -233,12 +237,16 @@ __global__ void __launch_bounds__(kThreads, 1)
     interleaved_kernel(const __grid_constant__ Backward bw) {
   COMBINER_DYNAMIC_SHARED(unsigned char, smem);
   const BackwardCta c = interleaved_cta(bw.pass, blockIdx.x);
-  if (c.dq)
+  if (c.dq) {
     dq_cta<T, D, PACKED>(bw, c.cta, smem);
-  else if (c.keys == Keys::kSourceA)
+  } else if (c.keys == Keys::kSourceA) {
     dkv_tile<T, D, Keys::kSourceA, PACKED>(bw, c.cta, smem);
-  else
+    if constexpr (!PACKED) {
+      if (bw.key_pool.segments > 0) key_pool_walk_backward<T, D>(bw, c.cta);
+    }
+  } else {
     dkv_tile<T, D, Keys::kSegmentSummaries, PACKED>(bw, c.cta, smem);
+  }
 }
 
 // One warp's 16 rows (16 warp + ...) of dS K: dS as the walk stored it, K the key tile the walk
@@ -482,6 +490,9 @@ __global__ void __launch_bounds__(kThreads, 1)
   if (blockIdx.x >= key_ctas(pair.second.pass, false)) return;
   __syncthreads();
   dkv_tile<T, D, Keys::kSourceA, PACKED>(pair.second, blockIdx.x, smem);
+  if constexpr (!PACKED) {
+    if (pair.second.key_pool.segments > 0) key_pool_walk_backward<T, D>(pair.second, blockIdx.x);
+  }
 }
 template <typename T, int D, bool PACKED>
 __global__ void __launch_bounds__(kThreads, dq_blocks_per_sm<T, D>())

@@ -266,8 +266,9 @@ void backward_pair_all(const BackwardPair& pair) {
 
 }  // namespace cpu_model
 
-// Each CTA's key pool backward adds into rows of its own segment's dk, after that CTA's own
-// writes of them, and no other CTA touches them: after the whole pass, the same sums.
+// A key pool's backward adds into rows of dk after the CTA that stores them (the segment's, or
+// in a walk the key tile's) has, and no other CTA touches them: after the whole pass, the same
+// sums.
 void backward_cpu(const Backward& b) {
   if (b.made_delta && !makes_delta_built(b.pass))
     throw std::runtime_error("fused backward: o's delta asked of a pass that cannot make it");

@@ -68,6 +68,43 @@ __device__ __forceinline__ void make_deltas(const T* d_o_tile,
   }
 }
 
+// Backward::key_pool in a dk/dv walk's CTA (key tile `cta` of an unpacked pass, after its
+// dkv_tile; one CTA per segment takes it from its key tile: kernel_backward.cu
+// key_pool_backward), once the walk has stored dk's rows of its keys: each column's arg-max over
+// its segment's rows of k, read again (L2 holds them: this tile's were just loaded, the segment's
+// others by its neighbours), and dy[g] added into dx there where that row is one of this tile's, a
+// column a thread, as the segment max kernel's backward (accumulate) adds it. No other CTA writes
+// these rows of dk: the pool launch's sums. The barrier orders the walk's stores of the rows before
+// these loads. A call (not inlined): the walk before it holds up to 255 registers, and inlined this
+// spills them.
+template <typename T, int D>
+__device__ COMBINER_NOINLINE void key_pool_walk_backward(const Backward& bw, int64_t cta) {
+  const SegmentMax& m = bw.key_pool;
+  const TileIndex tile = dkv_key(bw.pass, false, cta, 0);  // its first key: segment g, index i
+  const int64_t g = tile.g, b = index_div(blockIdx.y, m.heads), h = index_mod(blockIdx.y, m.heads);
+  __syncthreads();
+  if (g >= m.segments) return;
+  const T* x =
+      static_cast<const T*>(m.x) + b * m.stride[0] + h * m.stride[1] + g * m.len * m.stride[2];
+  const int len = int(m.len);
+  for (int d = threadIdx.x; d < D; d += kThreads) {
+    float best = 0.f;
+    int at = -1;
+    for (int c = 0; c < len; ++c) {
+      const float v = scalar_float(x[c * m.stride[2] + d]);
+      if (segment_max_takes(c, v, best)) {
+        best = v;
+        at = c;
+      }
+    }
+    if (at < tile.i || at >= tile.i + kKeyTile) continue;  // another tile's row
+    const float grad = segment_max_dy<T>(m, b * m.heads + h, g, d);
+    T* e = static_cast<T*>(m.dx) + b * m.dx_stride[0] + h * m.dx_stride[1] +
+           (g * m.len + at) * m.dx_stride[2] + d;
+    *e = scalar_as<T>(scalar_float(*e) + grad);
+  }
+}
+
 // One dk/dv CTA: `cta` numbers the CTAs of its kind of keys (segment g, key tile; PACKED, a pack
 // group's keys, kernel.h dkv_key) or, by prefix, (summary tile, part).
 // DQ (segment_backward passes: one key tile, the walk's query tiles one segment's or pack

@@ -14,13 +14,13 @@
 // the table and its command; at this code, forward + backward:
 //   variant      L 3072 MiB   floor at 4.8 TB/s   L 12288 MiB   floor
 //   flash             289.5   0.063 ms               1,158.4   0.25 ms
-//   fixed             539.1   0.118 ms               2,237.7   0.49 ms
-//   rowmajor          725.6   0.159 ms               3,008.0   0.66 ms
+//   fixed             539.1   0.118 ms               2,140.4   0.47 ms
+//   rowmajor          725.6   0.159 ms               2,910.6   0.64 ms
 //   vertical        1,012.1   0.221 ms               5,488.4   1.20 ms
 //   horizontal      1,800.2   0.393 ms               9,260.6   2.02 ms
 // Measured on an H200 (docs/perf/attention-vs-flash.csv, with kernels older than these counts),
 // as multiples of these floors: at L 3072 fixed 0.994 ms (8.4x), rowmajor 1.370 (8.6x), vertical
-// 1.894 (8.6x), horizontal 2.958 (7.5x); at L 12288 4.25 ms (8.7x), 6.46 (9.8x), 8.77 (7.3x),
+// 1.894 (8.6x), horizontal 2.958 (7.5x); at L 12288 4.25 ms (9.1x), 6.46 (10.2x), 8.77 (7.3x),
 // 13.12 (6.5x). flash took 0.981 and 9.84 ms (15.5x and 39x its bytes' floor: its limit is
 // arithmetic, 1,536 and 6,144 terms a query). Ours' floor is memory, not arithmetic:
 // combiner-fixed at L 12288 takes ~112 terms a query (its block prefix, 48 on average, and 63.5

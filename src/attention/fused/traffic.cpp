@@ -359,6 +359,29 @@ void dq_cta(Ledger& l, const Backward& bw, int64_t cta) {
   for (const int64_t row : rows) write_grad(l, bw.dq, row, p);
 }
 
+// A walk's key tile CTA's part of its key pool's backward (Backward::key_pool): its segment's
+// rows of k read again, and, by the CTA holding each column's arg-max (counted as the segment's
+// first tile's), dy's row read (in each slab) and one element of dk a column read and written.
+void walk_key_pool(Ledger& l, const Backward& bw, int64_t cta) {
+  const SegmentMax& pool = bw.key_pool;
+  const TileIndex tile = dkv_key(bw.pass, false, cta, 0);
+  if (pool.segments == 0 || tile.g >= pool.segments) return;
+  const int64_t es = element_bytes(pool.dtype);
+  const Operand x = {pool.x, pool.stride[0], pool.stride[1], pool.stride[2]};
+  for (int64_t t = 0; t < pool.len; ++t)
+    read_row(l, x, tile.g * pool.len + t, pool.dim, es, Load::kPlain);
+  if (tile.i != 0) return;
+  for (int64_t slab = 0; slab < pool.dy_slabs; ++slab)
+    l.read(pool.dy,
+           segment_max_dy_at(pool, 0, slab, tile.g, 0),
+           pool.dy_acc ? acc_bytes(pool.dtype) : es,
+           pool.dim,
+           Load::kPlain);
+  const int64_t at = tile.g * pool.len * pool.dx_stride[2];
+  l.read(pool.dx, at, es, pool.dim, Load::kPlain);
+  l.write(pool.dx, at, es, pool.dim);
+}
+
 }  // namespace
 
 Traffic traffic(const Backward& bw) {
@@ -368,7 +391,10 @@ Traffic traffic(const Backward& bw) {
     for (int64_t cta = 0; cta < query_ctas(p); ++cta) segment_cta(l, bw, cta);
     return l.total(heads_of(p.batch, p.heads));
   }
-  for (int64_t cta = 0; cta < key_ctas(p, false); ++cta) dkv_walk(l, bw, Keys::kSourceA, cta, 0);
+  for (int64_t cta = 0; cta < key_ctas(p, false); ++cta) {
+    dkv_walk(l, bw, Keys::kSourceA, cta, 0);
+    walk_key_pool(l, bw, cta);
+  }
   if (p.summaries && p.by_segment) {
     for (int64_t cta = 0; cta < key_ctas(p, true); ++cta)
       dkv_walk(l, bw, Keys::kSegmentSummaries, cta, 0);
@@ -389,7 +415,9 @@ Traffic traffic(const BackwardPair& pair) {
   Ledger l;
   for (int64_t cta = 0; cta < key_ctas(p, false); ++cta) {
     dkv_walk(l, pair.first, Keys::kSourceA, cta, 0);
-    if (cta < key_ctas(r, false)) dkv_walk(l, pair.second, Keys::kSourceA, cta, 0);
+    if (cta >= key_ctas(r, false)) continue;
+    dkv_walk(l, pair.second, Keys::kSourceA, cta, 0);
+    walk_key_pool(l, pair.second, cta);
   }
   for (int64_t cta = 0; cta < query_ctas(p); ++cta) {
     dq_cta(l, pair.first, cta);
