@@ -93,10 +93,11 @@ torch::Tensor fused_combiner_fixed(const torch::Tensor& q,
   local.key = local.value = {spans, s, s, 1, spans * s};
   local.mask = fused::Mask::kNone;
   // The local pass makes the blocks' key maxes (from its key tiles; a block of more than one,
-  // from k's rows again), and, each block one key tile (s <= 64; L 3072 at s 48), takes their
-  // backward; and, each block one CTA (s > 32: shorter blocks share tiles), makes its queries,
-  // the blocks' query maxes, from the block's rows of q it loads in its query tile (a block of
-  // more than one, the rest read from q as they come; their backward stays the pool kernel's).
+  // from k's rows again) and takes their backward (in a block's CTA, or in its dk/dv walk where
+  // a block is more than one key tile); and, each block one CTA (s > 32: shorter blocks share
+  // tiles), makes its queries, the blocks' query maxes, from the block's rows of q it loads in its
+  // query tile (a block of more than one, the rest read from q as they come; their backward stays
+  // the pool kernel's).
   for (auto& p : pools)
     if (key_pool_fits_on_chip(local, q, p) || query_pool_fits_on_chip(local, q, p))
       p.on_chip = true;

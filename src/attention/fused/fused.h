@@ -172,8 +172,9 @@ bool pools_backward_fit_on_chip(const FusedPass& local, const torch::Tensor& q);
 // (fused/kernel.h key_pool_on_chip, at q's dtype and head dim): then the pool may be
 // FusedPool::on_chip (rowmajor's row maxes, fixed's block maxes).
 bool key_pool_fits_on_chip(const FusedPass& local, const torch::Tensor& q, const FusedPool& pool);
-// Whether it can also take that pool's backward in its own CTAs (key_pool_backward_on_chip: rows
-// and blocks of at most 64); else the pool kernel's backward runs.
+// Whether it can also take that pool's backward in its own CTAs (key_pool_backward_on_chip: a
+// segment's CTA at rows and blocks of at most 64, the dk/dv walk's key tile CTAs at longer ones;
+// wherever it makes the pool); else the pool kernel's backward runs.
 bool key_pool_backward_fits_on_chip(const FusedPass& local,
                                     const torch::Tensor& q,
                                     const FusedPool& pool);
