@@ -186,14 +186,14 @@ std::vector<KernelCheckCase> kernel_check_cases(const std::string& device,
   // tiles for vertical's spans (source B of its row pass, mask c != c', every query tile sees
   // every key tile) and 1584 / 24 gives columns of 66 queries to the column pass (with the
   // prefixes as its source B) and the suffix pass. 768 / 24 gives columns of 32 queries over 31
-  // or 32 keys, as CIFAR-10's rows of 96 do: two columns share each tile (kernel.h
+  // or 32 keys, as CIFAR-10's rows of 96 do: two columns share each tile (kernel_index.h
   // segment_pack), whose 64 queries are two of the key-side walk's tiles at D 128. 1152 / 72:
   // vertical's rows longer than a tile and columns of 16, as CIFAR-10's rows of 96 and columns of
   // 32 are, so that the backward's first launch is its local pass remade, which makes o's delta
-  // by CTAs of its own (kernel.h Forward::delta). Blocks and rows of 48 (one key tile, unpacked):
-  // the local pass makes the key maxes in its CTAs and takes their backward there (kernel.h
-  // Forward::key_pool, Backward::key_pool): those take the max abstraction (its pools are the
-  // call's own), the others each abstraction in turn.
+  // by CTAs of its own (kernel_pass.h Forward::delta). Blocks and rows of 48 (one key tile,
+  // unpacked): the local pass makes the key maxes in its CTAs and takes their backward there
+  // (kernel_pass.h Forward::key_pool, Backward::key_pool): those take the max abstraction (its
+  // pools are the call's own), the others each abstraction in turn.
   struct Layout {
     std::string variant;
     std::vector<int64_t> l;

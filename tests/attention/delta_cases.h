@@ -1,9 +1,9 @@
 // The backward's deltas made inside the passes rather than by the delta kernel, held to the delta
-// kernel run on the same rows: u's delta in the epilogue that stores u's gradient (fused/kernel.h
-// Backward::summary_delta; vertical's row pass, u its spans' values by segment, or horizontal's
-// suffix pass, u its source A), and o's delta made by the first pass as its query tiles land
-// (Backward::made_delta; vertical's row pass and horizontal's column pass, whose second source's
-// walk reads it back, or a pass of one source). Each pass's backward runs
+// kernel run on the same rows: u's delta in the epilogue that stores u's gradient
+// (fused/kernel_pass.h Backward::summary_delta; vertical's row pass, u its spans' values by
+// segment, or horizontal's suffix pass, u its source A), and o's delta made by the first pass as
+// its query tiles land (Backward::made_delta; vertical's row pass and horizontal's column pass,
+// whose second source's walk reads it back, or a pass of one source). Each pass's backward runs
 // with and without it. Shared by tests/attention (the CPU model) and tests/emulated (the CUDA
 // source). Then a forward making o's delta by CTAs of its own (Forward::delta).
 #pragma once
@@ -207,7 +207,8 @@ class PassRun {
 
 // The checks both test files make: the gradients as without the fold, each row written once and
 // no other, the delta kernel's value to the bit. `walk`: o's made by a pass that is no one CTA per
-// segment, in its dk/dv walk (kernel.h walk_makes_delta), else by one that is. Returns what failed
+// segment, in its dk/dv walk (kernel_plan.h walk_makes_delta), else by one that is. Returns what
+// failed
 // ("" if nothing).
 inline std::string check(const Case& c, const Kernels& kernels, bool made, bool walk = false) {
   PassRun run(c, kernels, made);
@@ -227,10 +228,10 @@ inline std::string check(const Case& c, const Kernels& kernels, bool made, bool 
   return failed;
 }
 
-// A pass's gradients scaled where it writes them (fused/kernel.h Backward::grad_scale) are those of
-// d_o scaled first, to the bit, for a power of two; the delta the pass makes is then u's of the
-// gradient as stored (the same bits), or o's of d_o as given (made_delta: 1 / factor times the
-// other's, to the bit). Returns what failed ("" if nothing).
+// A pass's gradients scaled where it writes them (fused/kernel_pass.h Backward::grad_scale) are
+// those of d_o scaled first, to the bit, for a power of two; the delta the pass makes is then u's
+// of the gradient as stored (the same bits), or o's of d_o as given (made_delta: 1 / factor times
+// the other's, to the bit). Returns what failed ("" if nothing).
 inline std::string check_grad_scale(const Case& c,
                                     const Kernels& kernels,
                                     bool made,
@@ -253,7 +254,7 @@ inline std::string check_grad_scale(const Case& c,
   return failed;
 }
 
-// A forward that makes the backward's delta by CTAs of its own (fused/kernel.h Forward::delta;
+// A forward that makes the backward's delta by CTAs of its own (fused/kernel_pass.h Forward::delta;
 // the local pass remade in backward): the pass's o and lse as without it, to the bit, and every
 // row's delta the delta kernel's, to the bit. The pass: the joint one of `c`'s variant that reads
 // no slot (vertical's column pass, horizontal's row pass); the delta: of L rows of other random o

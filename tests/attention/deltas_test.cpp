@@ -1,5 +1,5 @@
-// The backward's deltas made inside the passes (fused/kernel.h Backward::summary_delta, u's, and
-// Backward::made_delta, o's), on the CPU model: the delta kernel's to the bit, each row written
+// The backward's deltas made inside the passes (fused/kernel_pass.h Backward::summary_delta, u's,
+// and Backward::made_delta, o's), on the CPU model: the delta kernel's to the bit, each row written
 // once, the passes' gradients as without them; then the delta launches the fused call no longer
 // makes, o's made by a forward's own CTAs included.
 #include <gtest/gtest.h>
@@ -103,7 +103,7 @@ TEST(PassDeltas, APassStoresTheMeanOfItsOAndAnotherCalls) {
 }
 
 // o's delta made in the dk/dv walk of a pass of two key tiles a segment, the dq launch after it
-// reading it (kernel.h walk_makes_delta): every row by one CTA, the delta kernel's to the bit.
+// reading it (kernel_plan.h walk_makes_delta): every row by one CTA, the delta kernel's to the bit.
 TEST(PassDeltas, ADkvWalkMakesOsDeltaAsTheDeltaKernel) {
   const std::vector<Case> cases = {
       {true, 400, 100, 64, torch::kBFloat16},  // horizontal's rows of 100: causal
@@ -184,8 +184,8 @@ struct FusedBackward {
 // as its query tile lands (Backward::made_delta), one CTA per block, or at blocks longer than a
 // key tile in its dk/dv walk, where a delta launch over u and its gradient made it. o's delta: the
 // joint pass reads its summaries by prefix, so runs no CTA a block; its dk/dv walk makes it
-// (kernel.h walk_makes_delta), where a delta launch made it. In float64 the call's gradients are
-// the composed path's.
+// (kernel_plan.h walk_makes_delta), where a delta launch made it. In float64 the call's gradients
+// are the composed path's.
 TEST(PassDeltas, FixedsPassesMakeOsAndUsDeltas) {
   for (const int64_t s : {24, 96}) {  // one key tile a block; two (CIFAR-10's blocks of 96)
     const FusedBackward run({"combiner-fixed", s, s, "max"}, {2, 3, 200 * s / 24, 16}, 6);
@@ -197,8 +197,8 @@ TEST(PassDeltas, FixedsPassesMakeOsAndUsDeltas) {
   }
 }
 
-// At D 128 the dk/dv walk shares its launch with dq's CTAs (kernel.h interleaved_backward), which
-// would read rows of delta the walk is still writing: a delta launch makes o's.
+// At D 128 the dk/dv walk shares its launch with dq's CTAs (kernel_plan.h interleaved_backward),
+// which would read rows of delta the walk is still writing: a delta launch makes o's.
 TEST(PassDeltas, FixedAtD128LaunchesOsDelta) {
   const FusedBackward run({"combiner-fixed", 24, 24, "max"}, {1, 2, 200, 128}, 9);
   EXPECT_EQ(run.count("delta", ""), 1);

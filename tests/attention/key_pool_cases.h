@@ -1,5 +1,5 @@
 // A local pass that makes its keys' segment maxes in its own CTAs and, where each segment is one
-// key tile, takes their backward there (fused/kernel.h Forward::key_pool, Backward::key_pool:
+// key tile, takes their backward there (fused/kernel_pass.h Forward::key_pool, Backward::key_pool:
 // rowmajor's row maxes, fixed's block maxes), held to the same pass without them followed by the
 // segment max kernel each way: o, lse and the maxes, then dq, dk and dv, to the bit; with the
 // maxes' gradient in slabs (SegmentMax::dy_slabs, as rowmajor's column pass writes it), also to the

@@ -1,4 +1,4 @@
-// The keys' segment maxes made and taken back in a local pass's CTAs (fused/kernel.h
+// The keys' segment maxes made and taken back in a local pass's CTAs (fused/kernel_pass.h
 // Forward::key_pool, Backward::key_pool) on the CPU model, held to the pass and the segment max
 // kernel; then the calls of rowmajor and fixed that take them, against the composed path.
 #include <gtest/gtest.h>

@@ -47,7 +47,7 @@ TEST(LaunchTimes, RecordsEveryCallInOrder) {
   // slots, which were not kept: u and ks made again by the local pass, the row pass with its
   // spans, the local pass (its queries pooled again in its tiles, the pools' backward in its
   // epilogue), whose delta the row pass makes as it stores u's gradient. Each pass's segments
-  // fit one tile: its backward is one launch (kernel.h segment_backward).
+  // fit one tile: its backward is one launch (kernel_plan.h segment_backward).
   const std::string local = "queries 8 x 7, keys 8 x 7, causal, running max pools in its tiles";
   const std::string row = "queries 8 x 8, keys 8 x 8, causal, + summaries 8 x 8, others";
   const std::string column = "queries 8 x 8, keys 8 x 8, strict";

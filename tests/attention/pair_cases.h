@@ -87,7 +87,7 @@ inline std::string check(const Case& c,
     if (!torch::equal(a.out[i], b.out[i])) failed += std::string(" ") + names[i] + ";";
   if (a.forward_pairs != 1)
     failed += " " + std::to_string(a.forward_pairs) + " forward pair launches, not 1;";
-  // (None where the one-CTA-per-segment kernel is not built: kernel.h segment_backward_built.)
+  // (None where the one-CTA-per-segment kernel is not built: kernel_plan.h segment_backward_built.)
   const int backward =
       int(c.backward_pair && fused::segment_backward_built(fused_glue::kernel_dtype(c.dtype), c.D));
   if (a.backward_pairs != backward)
@@ -97,8 +97,8 @@ inline std::string check(const Case& c,
   return failed;
 }
 
-// The dk/dv walk and dq of a backward in one launch (kernel.h interleaved_backward): `as_is`, the
-// kernels as they are, against `split`, the same with each backward's walk and dq in two
+// The dk/dv walk and dq of a backward in one launch (kernel_plan.h interleaved_backward): `as_is`,
+// the kernels as they are, against `split`, the same with each backward's walk and dq in two
 // launches (Backward::interleave cleared). The output and q's, k's and v's gradients to the bit,
 // and at least one backward in one launch. Returns what failed ("" if nothing).
 // compare_interleaved takes two runs already made (the emulated test counts their launches);

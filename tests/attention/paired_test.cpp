@@ -1,4 +1,4 @@
-// Two passes in one launch (fused/kernel.h ForwardPair, BackwardPair), on the CPU model: which
+// Two passes in one launch (fused/kernel_pass.h ForwardPair, BackwardPair), on the CPU model: which
 // passes pair (same_ctas, pairable), and the fused calls with their pairs launched as one, against
 // the same calls with each pair's passes launched in turn (pair_cases.h); a backward's walk and dq
 // in one launch against the two.
@@ -171,10 +171,10 @@ void split_backward(const fused::Backward& b, void*) {
   fused::backward_cpu(two);
 }
 
-// A backward's dk/dv walk and dq in one launch (kernel.h interleaved_backward), its CTAs in their
-// order, against the two launches: at D 128, rows of 96 (two query tiles and two key tiles a row),
-// with spans by segment (vertical), packed short columns with theirs (horizontal's columns of 10),
-// summaries by prefix after it (fixed).
+// A backward's dk/dv walk and dq in one launch (kernel_plan.h interleaved_backward), its CTAs in
+// their order, against the two launches: at D 128, rows of 96 (two query tiles and two key tiles a
+// row), with spans by segment (vertical), packed short columns with theirs (horizontal's columns of
+// 10), summaries by prefix after it (fixed).
 TEST(InterleavedBackward, IsTheTwoLaunchesBitForBit) {
   fused_launch::HostKernels split;
   split.backward = &split_backward;

@@ -1,5 +1,5 @@
 // A local pass that makes its cumulative max pools in its own tiles (FusedPass::pooled,
-// FusedPool::on_chip; fused/kernel.h pools_on_chip): vertical's pass down each column and
+// FusedPool::on_chip; fused/kernel_plan.h pools_on_chip): vertical's pass down each column and
 // horizontal's two along each row pool q and k there in the forward instead of running-max
 // launches and a qs in memory, and their backward's kernels so too (past a segment's first tile,
 // carried from its rows before the tile); where a column or row is one tile, their backward runs

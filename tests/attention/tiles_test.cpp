@@ -1,4 +1,4 @@
-// The tiles the fused kernels index by (attention/fused/kernel.h: segment_pack, query_ctas,
+// The tiles the fused kernels index by (attention/fused/kernel_index.h: segment_pack, query_ctas,
 // tile_query, query_tile_keys, tile_key, key_ctas, dkv_key, packed_query), which the CPU model
 // and the CUDA kernels share: over the joint passes of every fused variant's plan, and a local
 // pass of each shape, at layouts with short last rows, long columns and packed ones,
@@ -178,8 +178,8 @@ TEST(FusedTiles, AQueryTileHoldsEachKeyItsQueriesSeeOnce) {
   }
 }
 
-// The kernels test a score's mask as a set of columns per row (kernel.h Visible): the same rule
-// as mask_allows, for every mask, position and origin.
+// The kernels test a score's mask as a set of columns per row (kernel_index.h Visible): the same
+// rule as mask_allows, for every mask, position and origin.
 TEST(FusedTiles, VisibleSetsAreTheMaskRule) {
   for (const auto mask :
        {fused::Mask::kNone, fused::Mask::kCausal, fused::Mask::kStrict, fused::Mask::kOthers})
@@ -352,7 +352,7 @@ TEST(FusedTiles, SegmentBackwardTakesThePassesThatFitOneTile) {
   EXPECT_FALSE(fused::segment_backward(bf16(fixed_joint_passes(3072, 48).front())));
 }
 
-// The dk/dv walk and dq in one launch (kernel.h interleaved_backward): its CTAs are the two
+// The dk/dv walk and dq in one launch (kernel_plan.h interleaved_backward): its CTAs are the two
 // launches' CTAs, each once, a segment's (or pack group's) together, its key tiles before its
 // query tiles.
 TEST(FusedTiles, AnInterleavedBackwardRunsEachCtaOnceASegmentAtATime) {
@@ -447,8 +447,9 @@ TEST(FusedTiles, ColumnsOfThirtyTwoQueriesShareTilesTwoByTwo) {
 }
 
 TEST(FusedTiles, IndexArithmeticIsExactUpToTheLargestRows) {
-  // The index rules divide in 32 bits (kernel.h index_div); checks.cpp keeps a head's rows below
-  // 2^31, so quotients of rows, segments and tiles, and their sums with a divisor, stay below 2^32.
+  // The index rules divide in 32 bits (kernel_index.h index_div); checks.cpp keeps a head's rows
+  // below 2^31, so quotients of rows, segments and tiles, and their sums with a divisor, stay below
+  // 2^32.
   const int64_t big = (int64_t(1) << 31) - 1;
   for (int64_t a : {int64_t(0),
                     int64_t(1),

@@ -216,7 +216,7 @@ TEST(FusedTraffic, ScansTouchEachElementOnceATensor) {
 // Each launch of a real call carries its bytes: a delta launch its o and dO rows and the deltas,
 // every launch at least one row, re-reads never fewer than the distinct bytes. (combiner-fixed at
 // D 128, whose dk/dv walk shares a launch with dq, so that a delta launch makes o's delta:
-// kernel.h walk_makes_delta.)
+// kernel_plan.h walk_makes_delta.)
 TEST(FusedTraffic, EveryLaunchOfACallCarriesItsBytes) {
   constexpr int64_t D = 128;
   auto m = make_attention({"combiner-fixed", 8, 8, "max"}, 64, D);

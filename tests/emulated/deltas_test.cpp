@@ -1,5 +1,5 @@
-// The backward's deltas made inside the passes (fused/kernel.h Backward::summary_delta, u's, and
-// Backward::made_delta, o's, one CTA per segment or in the dk/dv walk), on the CUDA kernels'
+// The backward's deltas made inside the passes (fused/kernel_pass.h Backward::summary_delta, u's,
+// and Backward::made_delta, o's, one CTA per segment or in the dk/dv walk), on the CUDA kernels'
 // source: the emulated delta kernel's to the bit (the same pieces and shuffles), each row written
 // once, and the passes' gradients as without them, under both schedules of the emulator's
 // threads; and a forward's CTAs making o's delta (Backward's first launch where it remakes a local
@@ -103,7 +103,7 @@ TEST(SimtPassDeltas, APassStoresTheMeanOfItsOAndAnotherCalls) {
 }
 
 // Made in the dk/dv kernel's walk, two key tiles a segment, and read by the dq kernel after it
-// (kernel.h walk_makes_delta): only the CTAs of each segment's first key tile write it.
+// (kernel_plan.h walk_makes_delta): only the CTAs of each segment's first key tile write it.
 TEST(SimtPassDeltas, ADkvWalkMakesOsDeltaAsTheDeltaKernel) {
   check_both_schedules({{true, 400, 100, 64, torch::kBFloat16},
                         {false, 400, 4, 32, torch::kFloat},

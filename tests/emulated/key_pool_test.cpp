@@ -1,4 +1,4 @@
-// The keys' segment maxes made and taken back in a local pass's CTAs (fused/kernel.h
+// The keys' segment maxes made and taken back in a local pass's CTAs (fused/kernel_pass.h
 // Forward::key_pool, Backward::key_pool; segments of more than one key tile: made in the forward
 // from k's rows, taken back in the dk/dv walk by the CTA of the arg-max's tile) on the CUDA
 // kernels' source: the pass and the emulated segment max kernel's to the bit, under both

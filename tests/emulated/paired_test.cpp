@@ -1,4 +1,4 @@
-// Two passes in one launch (fused/kernel.h ForwardPair, BackwardPair) on the CUDA kernels'
+// Two passes in one launch (fused/kernel_pass.h ForwardPair, BackwardPair) on the CUDA kernels'
 // source: the pair kernels, each CTA running the first pass's segment and then the second's (in
 // the backward over the rows the first has just written), against the same fused calls with each
 // pair's passes launched in turn (also emulated), to the bit, under both schedules of the
@@ -66,7 +66,7 @@ void split_backward(const fused::Backward& b, void* stream) {
   fused::backward_cuda(two, stream);
 }
 
-// The interleaved kernel (kernel.h interleaved_backward) against the dk/dv and dq kernels it
+// The interleaved kernel (kernel_plan.h interleaved_backward) against the dk/dv and dq kernels it
 // replaces, each launched alone, to the bit under both schedules: rows of 96 at D 128 with their
 // spans, packed short columns with theirs, and summaries by prefix in a launch after it.
 TEST(SimtInterleavedBackward, IsTheTwoLaunchesBitForBit) {

@@ -53,9 +53,9 @@ TEST(LaunchCount, LeafOpsCountViewsDoNot) {
 TEST(LaunchCount, FusedKernelsCountAsTheGpuLaunchesThem) {
   // combiner-fixed on the fused path (the kernels' CPU model): forward = the max pools of q and
   // k (one launch), the local pass (u) and the joint pass; backward = the joint pass's dk/dv
-  // kernel (which makes o's delta: kernel.h walk_makes_delta), summary and dq kernels, the local
-  // pass's one kernel (its blocks of 8 fit one tile: kernel.h segment_backward; it makes u's
-  // delta, Backward::made_delta), and the pools' (one launch).
+  // kernel (which makes o's delta: kernel_plan.h walk_makes_delta), summary and dq kernels, the
+  // local pass's one kernel (its blocks of 8 fit one tile: kernel_plan.h segment_backward; it makes
+  // u's delta, Backward::made_delta), and the pools' (one launch).
   attention::AttentionOptions o{"combiner-fixed", 8, 8, "max"};
   auto module = attention::make_attention(o, 32, 8);
   module->set_path(attention::AttentionImpl::Path::kFused);

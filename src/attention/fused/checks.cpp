@@ -309,9 +309,10 @@ void check_pooled(const torch::Tensor& q,
   for (const auto& pass : local) {
     if (!pass.pooled) continue;
     any = true;
-    TORCH_CHECK(pools_fit_on_chip(pass, q) && fused::same_rows(pass.pooled_query, pass.key),
-                "fused attention: a pooled local pass must have its queries pooled from its keys' "
-                "rows, as many a segment, masked causal or none (fused/kernel.h pools_on_chip)");
+    TORCH_CHECK(
+        pools_fit_on_chip(pass, q) && fused::same_rows(pass.pooled_query, pass.key),
+        "fused attention: a pooled local pass must have its queries pooled from its keys' "
+        "rows, as many a segment, masked causal or none (fused/kernel_plan.h pools_on_chip)");
     fits(pass.pooled_query, q.size(2), "pooled local query");
     // Its pools: one of k over its keys' rows into pooled_keys' rows of ks, one of q over the
     // same rows into its queries' rows of qs.

@@ -19,8 +19,8 @@
 namespace combiner::attention {
 
 // One pass of the fused core: its geometry, whether source A reads (k, v) or the summary slots
-// (ks, u), and source B (fused/kernel.h Pass), which reads (ks, u) in the same softmax: by prefix
-// (rows r < g) or, `by_segment`, through its own geometries and mask, a second source like A
+// (ks, u), and source B (fused/kernel_pass.h Pass), which reads (ks, u) in the same softmax: by
+// prefix (rows r < g) or, `by_segment`, through its own geometries and mask, a second source like A
 // (the axial variants' spans beside their row or column).
 struct FusedPass {
   fused::Geometry query, key, value;
@@ -30,10 +30,10 @@ struct FusedPass {
   bool by_segment = false;        // source B by segment, else by prefix
   fused::Geometry summary_key, summary_value;
   fused::Mask summary_mask = fused::Mask::kNone;
-  // A local pass that makes the call's cumulative max pools itself (fused/kernel.h Pass::pooled,
-  // pools_on_chip): its queries are the running max of q's rows `pooled_query` (the rows its
-  // keys are, in k) down each segment, pooled in its tiles, `query` naming their rows of qs (and
-  // of u); it writes its keys' running max into ks's rows `pooled_keys`. Its two pools are
+  // A local pass that makes the call's cumulative max pools itself (fused/kernel_pass.h
+  // Pass::pooled, pools_on_chip): its queries are the running max of q's rows `pooled_query` (the
+  // rows its keys are, in k) down each segment, pooled in its tiles, `query` naming their rows of
+  // qs (and of u); it writes its keys' running max into ks's rows `pooled_keys`. Its two pools are
   // FusedPool::on_chip.
   bool pooled = false;
   fused::Geometry pooled_query, pooled_keys;
@@ -161,15 +161,15 @@ torch::Tensor fused_attention_with_local(const torch::Tensor& q,
                                          const std::vector<FusedPool>& pools = {});
 
 // Whether `local` can make the running max pools down its segments on chip for these queries
-// (fused/kernel.h pools_on_chip, at q's dtype and head dim): then it may be FusedPass::pooled,
+// (fused/kernel_plan.h pools_on_chip, at q's dtype and head dim): then it may be FusedPass::pooled,
 // with a running max of k and one of q along dim 2, from row 0, over its keys' rows.
 bool pools_fit_on_chip(const FusedPass& local, const torch::Tensor& q);
-// Whether its backward can also take the pools' backward in its epilogue (fused/kernel.h
+// Whether its backward can also take the pools' backward in its epilogue (fused/kernel_plan.h
 // pools_backward_on_chip: one CTA per segment); else the pool kernel takes it, from the gradient
 // of its pooled queries that the pass stores.
 bool pools_backward_fit_on_chip(const FusedPass& local, const torch::Tensor& q);
 // Whether `local` can make a key-side segment max pool over its keys' segments in its own CTAs
-// (fused/kernel.h key_pool_on_chip, at q's dtype and head dim): then the pool may be
+// (fused/kernel_plan.h key_pool_on_chip, at q's dtype and head dim): then the pool may be
 // FusedPool::on_chip (rowmajor's row maxes, fixed's block maxes).
 bool key_pool_fits_on_chip(const FusedPass& local, const torch::Tensor& q, const FusedPool& pool);
 // Whether it can also take that pool's backward in its own CTAs (key_pool_backward_on_chip: a
@@ -179,7 +179,7 @@ bool key_pool_backward_fits_on_chip(const FusedPass& local,
                                     const torch::Tensor& q,
                                     const FusedPool& pool);
 // Whether `local` can make a query-side segment max pool over q's segments as its own queries
-// in its CTAs, writing them to the qs slot it reads them from (fused/kernel.h
+// in its CTAs, writing them to the qs slot it reads them from (fused/kernel_plan.h
 // query_pool_on_chip): then the pool may be FusedPool::on_chip (fixed's pooled queries at blocks
 // of 33 to 64). Its backward stays the pool kernel's.
 bool query_pool_fits_on_chip(const FusedPass& local, const torch::Tensor& q, const FusedPool& pool);
@@ -261,8 +261,9 @@ torch::Tensor fused_combiner_mixture(const torch::Tensor& q,
                                      int64_t row_len);
 
 // The inclusive running max of x along `dim` (from the end when `reverse`), differentiable: the
-// cumulative_max of summary.h in one kernel each way (fused/kernel.h RunningMax) on CUDA and the
-// CPU model, for float32 and bfloat16 (and float64 on the CPU); other dtypes take cumulative_max.
+// cumulative_max of summary.h in one kernel each way (fused/kernel_scan.h RunningMax) on CUDA and
+// the CPU model, for float32 and bfloat16 (and float64 on the CPU); other dtypes take
+// cumulative_max.
 torch::Tensor fused_running_max(const torch::Tensor& x, int64_t dim, bool reverse);
 // The same of the first `segments` whole segments of `len` rows of x [B, H, rows, D], viewed as
 // [B, H, segments, len, D], along dim 2 (down the segments) or 3 (along each): that view's
@@ -273,7 +274,7 @@ torch::Tensor fused_running_max_of_segments(
 
 // The max over each of the first `segments` whole segments of `len` rows of x [B, H, rows, D]:
 // [B, H, segments, D], differentiable (the plain max pools of combiner-fixed and rowmajor: a
-// kernel each way whose backward writes x's whole gradient, fused/kernel.h SegmentMax; float32
+// kernel each way whose backward writes x's whole gradient, fused/kernel_pass.h SegmentMax; float32
 // and bfloat16, and float64 on the CPU; other dtypes take LibTorch's pool).
 torch::Tensor fused_segment_max(const torch::Tensor& x, int64_t segments, int64_t len);
 

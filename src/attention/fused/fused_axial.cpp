@@ -174,7 +174,7 @@ FusedCall vertical_call(const torch::Tensor& q,
   // Both pools max pools in the call: the local pass pools q and k down its column in its own
   // tiles (ks's rows are k's), forward and backward, and no pool kernel makes them. Where each
   // column is one tile (spans <= 64: L 3072 at W 48 or 96) its backward also takes the pools'
-  // backward; else the pool kernel does (fused/kernel.h pools_backward_on_chip).
+  // backward; else the pool kernel does (fused/kernel_plan.h pools_backward_on_chip).
   if (pools.size() == 2 && pools_fit_on_chip(local, q)) {
     local.pooling(local.key);
     for (auto& p : pools) p.on_chip = true;

@@ -5,16 +5,16 @@
 //   dkv kernel: one CTA per 64-key tile, walking the query tiles that see its keys (the walk,
 //   dkv_tile, in kernel_dkv.cuh): source A's and source B's by segment in one launch, the
 //   summaries by prefix in one more.
-//   segment kernel (kernel.h segment_backward: every segment one query tile and one key tile
+//   segment kernel (kernel_plan.h segment_backward: every segment one query tile and one key tile
 //   per source): one CTA per segment runs the dk/dv walk of its source A keys, then of its
 //   source B keys, and from the same dS^T, stored transposed, adds dS K into its dq: one launch,
 //   q, dO, k and v read once, the scores computed once. The CPU model runs that CTA's dk/dv tiles
 //   and its dq tile in turn.
-//   interleaved kernel (kernel.h interleaved_backward, D 128): the dk/dv kernel's CTAs and the dq
-//   kernel's in one launch, a segment's in turn, so that the dq CTAs read its rows from L2.
-//   pair kernels (kernel.h BackwardPair): one CTA per segment of two passes, or two walks (the
-//   dkv kernel's CTA x of each, then, in a second launch, the dq kernel's), each CTA the first
-//   pass's, then the second's, with the shared memory of the kernel they pair.
+//   interleaved kernel (kernel_plan.h interleaved_backward, D 128): the dk/dv kernel's CTAs and the
+//   dq kernel's in one launch, a segment's in turn, so that the dq CTAs read its rows from L2. pair
+//   kernels (kernel_pass.h BackwardPair): one CTA per segment of two passes, or two walks (the dkv
+//   kernel's CTA x of each, then, in a second launch, the dq kernel's), each CTA the first pass's,
+//   then the second's, with the shared memory of the kernel they pair.
 // Shared memory (D = 32 / 64 / 128): dq bf16 30 / 54 / 102 KB, fp32 71 / 119 / 215 KB (packed:
 // 2 KB more); dkv bf16 33 / 57 / 70 KB, fp32 74 / 122 / 143 KB (D = 128 walks 32-query
 // tiles); interleaved, the larger of the two.
@@ -39,12 +39,12 @@ __host__ __device__ constexpr size_t dq_smem() {
   return dq_tile_bytes<T, D>() + (PACKED ? packed_table_bytes(kQueryTile, kKeyTile) : 0);
 }
 
-// The one-CTA-per-segment backward (segment_backward in kernel.h) adds, after the dk/dv walk's:
-// dS of the walk's query tiles (up to kQueryTile rows) against the key tile, [kQueryTile][kDsPitch]
-// fp32 (for the fp32 path also each warp's scratch of the dq product); with two sources (D <= 64)
-// the dq of the first, [kQueryTile][D + 4] fp32, until the second's is added. bf16 D = 32 / 64 /
-// 128: 59 / 91 / 87 KB; fp32 D = 32 / 64: 100 / 156 KB (not built at D 128:
-// kernel.h segment_backward_built).
+// The one-CTA-per-segment backward (segment_backward in kernel_plan.h) adds, after the dk/dv
+// walk's: dS of the walk's query tiles (up to kQueryTile rows) against the key tile,
+// [kQueryTile][kDsPitch] fp32 (for the fp32 path also each warp's scratch of the dq product); with
+// two sources (D <= 64) the dq of the first, [kQueryTile][D + 4] fp32, until the second's is added.
+// bf16 D = 32 / 64 / 128: 59 / 91 / 87 KB; fp32 D = 32 / 64: 100 / 156 KB (not built at D 128:
+// kernel_plan.h segment_backward_built).
 template <typename T, int D>
 __host__ __device__ constexpr size_t segment_smem() {
   return dkv_smem<T, D>() + size_t(kQueryTile) * kDsPitch * sizeof(float) +
@@ -104,7 +104,7 @@ __device__ __forceinline__ void dq_cta(const Backward& bw, int64_t cta, unsigned
       return row >= 0 ? base + row * stride : nullptr;
     };
   };
-  // q's rows lie query_source_shift rows from the queries' (a pooled pass's: kernel.h).
+  // q's rows lie query_source_shift rows from the queries' (a pooled pass's: kernel_index.h).
   const T* q_rows = q0 + query_source_shift(p) * p.q.row;
   load_rows<T, D, M>(qs, rows_of(q_rows, p.q.row), q0);
   load_rows<T, D, M>(dos, rows_of(do0, bw.d_o.row), do0);
@@ -169,7 +169,7 @@ __device__ __forceinline__ void dq_cta(const Backward& bw, int64_t cta, unsigned
       warp_nt<D, N>(s, qs + warp * 16 * P, ks + stage * N * P, scratch);
       warp_nt<D, N>(dp, dos + warp * 16 * P, vs + stage * N * P, scratch);
       // Row by row (one row's set live at a time): the keys of the tile it sees, from this
-      // thread's first column (kernel.h Visible), and its dS.
+      // thread's first column (kernel_index.h Visible), and its dS.
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
         const int t = tw + gq + 8 * r;
@@ -226,7 +226,7 @@ __global__ void __launch_bounds__(kThreads, 1) dkv_kernel(const __grid_constant_
   }
 }
 
-// The dk/dv walk and dq in one launch (kernel.h interleaved_backward): each segment's CTAs of
+// The dk/dv walk and dq in one launch (kernel_plan.h interleaved_backward): each segment's CTAs of
 // source A's keys, of source B's, then of its queries, so that its dq CTAs find its rows in L2.
 template <typename T, int D, bool PACKED>
 __host__ __device__ constexpr size_t interleaved_smem() {
@@ -265,7 +265,7 @@ __device__ __forceinline__ void add_ds_times_k(float (&dq)[D / 8][4], float* ds,
   warp_nn<D, N>(dq, d_s, ks, rows);  // fp32: its scratch is these rows, the same values
 }
 
-// A pooled pass's pools' backward in its segment CTA's epilogue (kernel.h Backward::pools_dq):
+// A pooled pass's pools' backward in its segment CTA's epilogue (kernel_pass.h Backward::pools_dq):
 // the queries' gradient (the accumulators, scaled and rounded to T as dq would be stored) and
 // d_pooled_keys through the running maxes of q and k, down each of the CTA's segments, added
 // into pools_dq and dk (whose rows of these keys the walk has written). In the walk's shared
@@ -388,12 +388,12 @@ __device__ __forceinline__ void key_pool_backward(const Backward& bw, unsigned c
   __syncthreads();
 }
 
-// A segment_backward pass (kernel.h): one CTA per segment or pack group (as the query CTAs) runs
-// the dk/dv walk of its keys of source A, then of source B by segment, and after each adds dS K
-// into its dq (kept in shared memory while B's walk runs), which it writes last: the queries'
-// d_o rows are read by this CTA alone, so dq may overwrite them. A segment with no key of a
-// source adds nothing for it; its dq is still written (an empty buffer's first writer).
-// SOURCE_B: whether it may read summaries by segment (not in a pair: kernel.h same_ctas).
+// A segment_backward pass (kernel_plan.h): one CTA per segment or pack group (as the query CTAs)
+// runs the dk/dv walk of its keys of source A, then of source B by segment, and after each adds dS
+// K into its dq (kept in shared memory while B's walk runs), which it writes last: the queries' d_o
+// rows are read by this CTA alone, so dq may overwrite them. A segment with no key of a source adds
+// nothing for it; its dq is still written (an empty buffer's first writer). SOURCE_B: whether it
+// may read summaries by segment (not in a pair: kernel_plan.h same_ctas).
 template <typename T, int D, bool PACKED, bool SOURCE_B = true>
 __device__ __forceinline__ void segment_backward_cta(const Backward& bw, unsigned char* smem) {
   constexpr int QP = D + 4;
@@ -479,7 +479,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   segment_backward_cta<T, D, PACKED, false>(pair.second, smem);
 }
 
-// Two walks (kernel.h walks_pairable) in two launches: CTA x runs the first pass's key tile x,
+// Two walks (kernel_plan.h walks_pairable) in two launches: CTA x runs the first pass's key tile x,
 // then the second's, which adds into the dk, dv rows the first has just stored; then, in the
 // second launch, the same for their query tiles' dq. Each part an inlined copy, as above.
 template <typename T, int D, bool PACKED>
@@ -567,7 +567,7 @@ void backward_cuda(const Backward& bw, void* stream) {
         return;
       }
     }
-    // dk, dv first: they read d_o, which dq may overwrite in place (Backward in kernel.h).
+    // dk, dv first: they read d_o, which dq may overwrite in place (Backward in kernel_pass.h).
     const dim3 dkv_grid(unsigned(dkv_ctas(p)), heads);
     if (packed)
       launch(dkv_kernel<T, D, true>,
@@ -602,7 +602,8 @@ void backward_pair_cuda(const BackwardPair& pair, void* stream) {
   using namespace cuda_detail;
   const Pass& p = pair.first.pass;
   if (!pairable(pair.first, pair.second))
-    throw std::runtime_error("fused backward (pair): the passes do not pair (kernel.h pairable)");
+    throw std::runtime_error(
+        "fused backward (pair): the passes do not pair (kernel_plan.h pairable)");
   if (pair.second.key_pool.segments > 0 &&
       !key_pool_fits(pair.second.pass, pair.second.key_pool, true))
     throw std::runtime_error("fused backward (pair): a key pool its CTAs cannot take back");

@@ -99,8 +99,8 @@ void backward_dq_tile(const Backward& bw, int64_t b, int64_t h, int64_t cta) {
     if (qs[r].valid) write_grad<S>(bw.dq, p, b, h, row_of(p.query, qs[r].g, qs[r].i), &dq[r * D]);
 }
 
-// dK, dV of dk/dv CTA `cta` of `keys` (fused/kernel.h dkv_column; by prefix, summary tile `cta`
-// against the queries of part `part`), walking the query tiles that can see its keys
+// dK, dV of dk/dv CTA `cta` of `keys` (fused/kernel_index.h dkv_column; by prefix, summary tile
+// `cta` against the queries of part `part`), walking the query tiles that can see its keys
 // (dkv_queries): P^T, dP^T and dS^T per (key, query), summed over queries.
 template <typename S, typename T>
 void backward_dkv_tile(
@@ -220,7 +220,7 @@ void backward_all(const Backward& bw) {
         if (prefix_summaries(p)) summary_walk<S, T>(bw, b, h);
         continue;
       }
-      // dk, dv first, as the kernels: dq may overwrite d_o in place (Backward in kernel.h).
+      // dk, dv first, as the kernels: dq may overwrite d_o in place (Backward in kernel_pass.h).
       // One launch on a GPU: source A's key tiles, then source B's by segment. Where the walk
       // makes o's delta (walk_makes_delta), the launches after it read its rows: the same
       // values, made here first.

@@ -122,7 +122,7 @@ void write_grad(const GradOut& out, const Pass& p, int64_t b, int64_t h, int64_t
   }
 }
 
-// The keys of one tile of query CTA `cta` (fused/kernel.h tile_key): the tile index runs over
+// The keys of one tile of query CTA `cta` (fused/kernel_index.h tile_key): the tile index runs over
 // source A's tiles, then source B's; column c holds key[c] (where valid).
 template <typename T>
 struct KeyTile {
@@ -172,7 +172,7 @@ bool allowed(const Pass& p, const KeyTile<T>& kt, int64_t c, const TileIndex& q)
          (kt.summary ? summary_allows(p, q.i, key.i) : mask_allows(p.mask, q.i, key.i));
 }
 
-// The rows of query CTA `cta`'s tile (fused/kernel.h tile_query); false when none exists.
+// The rows of query CTA `cta`'s tile (fused/kernel_index.h tile_query); false when none exists.
 inline bool query_rows(const Pass& p, int64_t cta, std::vector<TileIndex>& rows) {
   bool any = false;
   rows.clear();

@@ -1,7 +1,7 @@
 // The fused backward's dk/dv walk (kernel_backward.cu's kernels), line for line the CPU model's
 // backward_dkv_tile (fused/kernel_cpu.cpp): one CTA per 64-key tile (a segment's, or a pack
-// group's keys of short segments, kernel.h segment_pack, whose queries it walks); each warp owns
-// 16 keys and computes S^T = K Q^T and dP^T = V dO^T directly (no transposes), dV += P^T dO,
+// group's keys of short segments, kernel_index.h segment_pack, whose queries it walks); each warp
+// owns 16 keys and computes S^T = K Q^T and dP^T = V dO^T directly (no transposes), dV += P^T dO,
 // dK += dS^T Q, walking the query tiles that see its keys: its own segment's (source A, and
 // source B by segment), or for a summary tile by prefix the queries of a run of later segments,
 // whose partial sums are added atomically (fp32).
@@ -106,7 +106,7 @@ __device__ COMBINER_NOINLINE void key_pool_walk_backward(const Backward& bw, int
 }
 
 // One dk/dv CTA: `cta` numbers the CTAs of its kind of keys (segment g, key tile; PACKED, a pack
-// group's keys, kernel.h dkv_key) or, by prefix, (summary tile, part).
+// group's keys, kernel_index.h dkv_key) or, by prefix, (summary tile, part).
 // DQ (segment_backward passes: one key tile, the walk's query tiles one segment's or pack
 // group's): each tile's dS^T is also stored as dS, row f of the walk's queries by key column
 // (fp32), after dk/dv's shared memory, and dk and dv are staged in the query tiles' memory, so
@@ -155,7 +155,7 @@ __device__ __forceinline__ bool dkv_tile(const Backward& bw, int64_t cta, unsign
     f_end = g_hi * p.query.seg_len;
   } else if constexpr (PACKED) {
     // The group's keys by table (its first segment g: k_seg is relative to it); every query of
-    // its segments, as flat indices f (kernel.h packed_query), its row in `rows` (-1: none),
+    // its segments, as flat indices f (kernel_index.h packed_query), its row in `rows` (-1: none),
     // found once here rather than once per query tile.
     static_assert(kQueryTile <= 2 * MQ, "a pack group's queries fit the rows table");
     const int64_t pack = segment_pack(p);
@@ -184,8 +184,8 @@ __device__ __forceinline__ bool dkv_tile(const Backward& bw, int64_t cta, unsign
     f_begin = first_query_tile(mask, j0, MQ);
     f_end = valid_count(p.query, g);
   }
-  // q's rows lie query_source_shift rows from the queries' (a pooled pass's: kernel.h); q_any is a
-  // valid address for the copies that load nothing.
+  // q's rows lie query_source_shift rows from the queries' (a pooled pass's: kernel_index.h); q_any
+  // is a valid address for the copies that load nothing.
   const T* q_any = at<T>(p.q, b, h, 0);
   const T* q0 = q_any + query_source_shift(p) * p.q.row;
   const T* do0 = at<T>(bw.d_o, b, h, 0);
@@ -223,8 +223,8 @@ __device__ __forceinline__ bool dkv_tile(const Backward& bw, int64_t cta, unsign
   // the row table.
   const float* lse0 = static_cast<const float*>(bw.lse) + (b * p.heads + h) * p.query.limit;
   const float* delta0 = static_cast<const float*>(bw.delta) + (b * p.heads + h) * p.query.limit;
-  // kernel.h Backward::made_delta: each query tile's delta made here, not loaded (written out by
-  // a segment's one CTA, or, by the walk alone, by its first key tile's). Built where a pass can
+  // kernel_pass.h Backward::made_delta: each query tile's delta made here, not loaded (written out
+  // by a segment's one CTA, or, by the walk alone, by its first key tile's). Built where a pass can
   // ask it: one CTA per segment (DQ), or an unpacked walk whose dq has a launch of its own
   // (walk_makes_delta).
   constexpr bool kMakesDelta = A && (DQ || (!PACKED && !interleaved_backward_built(D)));
@@ -344,7 +344,7 @@ __device__ __forceinline__ bool dkv_tile(const Backward& bw, int64_t cta, unsign
     }
     if constexpr (A) {
       if (p.pooled) {
-        // kernel.h Pass::pooled: the tile's queries become their running max down the segment,
+        // kernel_pass.h Pass::pooled: the tile's queries become their running max down the segment,
         // continued from the walk's earlier tile, or from the queries before its first.
         T* qt = qs + stage * MQ * P;
         pooled.walk(
@@ -370,7 +370,7 @@ __device__ __forceinline__ bool dkv_tile(const Backward& bw, int64_t cta, unsign
       warp_nt<D, MQ>(s, ks + warp * 16 * P, qt, scratch);    // S^T: keys x queries
       warp_nt<D, MQ>(dp, vs + warp * 16 * P, dot, scratch);  // dP^T
       // By segment: the queries of the tile that see this thread's keys, from its first column
-      // (kernel.h Visible); packed, its keys' own segments' queries, f = seg x seg_len + t.
+      // (kernel_index.h Visible); packed, its keys' own segments' queries, f = seg x seg_len + t.
       Visible seen_by[2];
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
@@ -427,7 +427,7 @@ __device__ __forceinline__ bool dkv_tile(const Backward& bw, int64_t cta, unsign
   cp_async_wait<0>();
   const GradOut& out_k = A ? bw.dk : bw.dks;
   const GradOut& out_v = A ? bw.dv : bw.du;
-  // u's delta from du as stored and u's rows still in the value tile (kernel.h
+  // u's delta from du as stored and u's rows still in the value tile (kernel_pass.h
   // Backward::summary_delta).
   const bool u_delta = !SUMMARY && bw.summary_delta != nullptr && bw.summary_delta_of_a == A;
   float* tile =

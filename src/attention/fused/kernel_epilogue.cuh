@@ -154,7 +154,7 @@ __device__ __forceinline__ void write_rows(const float* tile,
   }
 }
 
-// A gradient's epilogue (GradOut in kernel.h): kStore (its addend in the pass dtype or none)
+// A gradient's epilogue (GradOut in kernel_pass.h): kStore (its addend in the pass dtype or none)
 // through the staged tile; kStoreAcc, kAtomic and an Acc addend pair by pair from the
 // accumulators, as write_grad_pair. `offset(r)`: the element offset of tile row r in the output
 // (negative: none); `scale` multiplies every value. Every thread of the CTA calls it (it
@@ -191,7 +191,7 @@ __device__ __forceinline__ void write_gradient(float* tile,
 
 // write_gradient's kStore path with no addend that also takes the dot product of each row, as
 // stored, with tile row r's row of `with` (T in shared memory, pitch<T, D>() apart: the values
-// whose gradient this is), into dots[dot_at(r)] (skipped where negative; kernel.h
+// whose gradient this is), into dots[dot_at(r)] (skipped where negative; kernel_pass.h
 // Backward::summary_delta), summed as the delta kernel sums a row of o and d_o (piece_dot).
 // `scale` multiplies every value, as write_gradient's.
 template <typename T, int D, typename OffsetFn, typename DotFn>

@@ -1,7 +1,7 @@
 // The fused forward (and the backward's delta = rowsum(dO * O)), line for line the CPU model's
 // forward_tile (fused/kernel_cpu.cpp). One CTA = 4 warps = one query tile of 64 rows of one
-// segment and head (or of a pack group of short segments: kernel.h segment_pack); it walks the
-// key tiles (source A: the segment's own keys up to the tile's last query; then source B: the
+// segment and head (or of a pack group of short segments: kernel_index.h segment_pack); it walks
+// the key tiles (source A: the segment's own keys up to the tile's last query; then source B: the
 // summaries of the earlier segments, or its own by segment), double-buffered through cp.async,
 // with the online softmax in registers: no score leaves the chip. Shared memory: Q [64 x P] +
 // K, V [2 stages x 64 x P] (+ fp32 scratch; packed, 2 KB of index tables), P = D + 16 bytes of
@@ -59,8 +59,8 @@ __host__ __device__ constexpr int forward_blocks_per_sm() {
   return D == 32 ? (sizeof(T) == 2 ? 4 : 3) : sizeof(T) == 2 && D == 64 ? 3 : 2;
 }
 
-// PACKED: the CTA's tile holds a pack group's segments (kernel.h segment_pack), each query and
-// key column found through the index tables (kernel_tile.cuh PackedTables); else one chunk of
+// PACKED: the CTA's tile holds a pack group's segments (kernel_index.h segment_pack), each query
+// and key column found through the index tables (kernel_tile.cuh PackedTables); else one chunk of
 // one segment, indexed t0 + r and j0 + c. QUERY_POOL: whether Forward::query_pool is built (not
 // in a pair, which carries none: pairable; there its code cost bf16 D 32 a spill).
 template <typename T, int D, bool PACKED, bool QUERY_POOL = !PACKED>
@@ -184,7 +184,8 @@ __device__ __forceinline__ void forward_cta(const Forward& f, unsigned char* sme
     if (!skip) {
       float s[N / 8][4];
       warp_nt<D, N>(s, qs + warp * 16 * P, ks + stage * N * P, scratch);
-      // The keys of the tile this thread's rows see, from its first column (kernel.h Visible).
+      // The keys of the tile this thread's rows see, from its first column (kernel_index.h
+      // Visible).
       Visible sees[2];
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
@@ -493,7 +494,8 @@ void forward_cuda(const Forward& f, void* stream) {
 void forward_pair_cuda(const ForwardPair& pair, void* stream) {
   using namespace cuda_detail;
   if (!pairable(pair.first, pair.second))
-    throw std::runtime_error("fused forward (pair): the passes do not pair (kernel.h pairable)");
+    throw std::runtime_error(
+        "fused forward (pair): the passes do not pair (kernel_plan.h pairable)");
   const SegmentMax& pool = pair.second.key_pool;
   if (pool.segments > 0 && !key_pool_fits(pair.second.pass, pool, false))
     throw std::runtime_error("fused forward (pair): a key pool its CTAs cannot make");

@@ -25,7 +25,7 @@ __device__ __forceinline__ T scalar_as(float x) {
 }
 
 // dy[g] of a segment max's backward line (bh, g, d) as float32: the sum of its slabs, slab 0
-// first (kernel.h segment_max_dy_at), each stored in float (dy_acc) or in x's dtype T.
+// first (kernel_scan.h segment_max_dy_at), each stored in float (dy_acc) or in x's dtype T.
 template <typename T>
 __device__ __forceinline__ float segment_max_dy(const SegmentMax& m,
                                                 int64_t bh,

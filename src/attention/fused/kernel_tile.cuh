@@ -61,7 +61,7 @@ __device__ __forceinline__ SourceRows<T> source_rows(const Operand& k,
                                                      int count) {
   SourceRows<T> s;
   s.count = count;
-  if (count == 0) return s;  // (segment g may start below row 0: fused/kernel.h Geometry)
+  if (count == 0) return s;  // (segment g may start below row 0: fused/kernel_pass.h Geometry)
   s.k = at<T>(k, b, h, row_of(k_at, g, 0));
   s.v = at<T>(v, b, h, row_of(v_at, g, 0));
   s.k_step = k_at.row_stride * k.row;
@@ -84,17 +84,17 @@ __device__ __forceinline__ SourceRows<T> source_b_rows(
   return source_rows<T>(p.ks, p.u, prefix, prefix, b, h, 0, count);
 }
 
-// ---- a packed tile's index tables (kernel.h segment_pack) ----
+// ---- a packed tile's index tables (kernel_index.h segment_pack) ----
 
 __host__ __device__ constexpr size_t packed_table_bytes(int rows, int cols) {
   return size_t(4 * rows + 4 * cols) * sizeof(int);
 }
 // In shared memory: per query row of the tile its segment (less the group's first, g0), its
-// index (-1: none, kernel.h tile_query) and how many keys of each source its segment has; per key
-// column of each source (a packed CTA walks one key tile of each, kernel.h query_tile_keys) its
-// row of k and of v (of ks and u for source B; -1: none, kernel.h packed_key). They are filled
-// once per CTA, then the CTA synchronises, so that the loads and masks after it look rows up
-// instead of dividing.
+// index (-1: none, kernel_index.h tile_query) and how many keys of each source its segment has; per
+// key column of each source (a packed CTA walks one key tile of each, kernel_index.h
+// query_tile_keys) its row of k and of v (of ks and u for source B; -1: none, kernel_index.h
+// packed_key). They are filled once per CTA, then the CTA synchronises, so that the loads and masks
+// after it look rows up instead of dividing.
 template <int ROWS, int COLS>
 struct PackedTables {
   int* t;  // q_seg [ROWS], q_idx [ROWS], q_keys [2][ROWS], k_row [2][COLS], v_row [2][COLS]
@@ -127,8 +127,8 @@ struct PackedTables {
     __syncthreads();
   }
   // The columns of a key tile (source B's if b) that row r sees: its own segment's keys it sees
-  // (kernel.h packed_key: column seg x seg_len + j), counted from column `first` (kernel.h
-  // Visible).
+  // (kernel_index.h packed_key: column seg x seg_len + j), counted from column `first`
+  // (kernel_index.h Visible).
   __device__ Visible keys_seen_by(const Pass& p, int r, bool b, Mask mask, int first) const {
     const int t = q_idx(r), len = int(b ? p.summary_key.seg_len : p.key.seg_len);
     return t < 0 ? Visible{} : from(keys_seen(mask, t, q_keys(b, r)), first - q_seg(r) * len);
@@ -234,14 +234,14 @@ __device__ __forceinline__ void load_packed_keys(T* k_smem,
       v0);
 }
 
-// ---- a pooled pass's running max (kernel.h Pass::pooled) ----
+// ---- a pooled pass's running max (kernel_pass.h Pass::pooled) ----
 
 // The running max down a tile's rows, one column per thread (column threadIdx.x < D), carried
 // from one tile to the next (the backward walks a segment in two tiles at D 128), or from rows
 // read from memory before the tile (`carry`: the forward's query tile x > 0). step(r): -1
 // for a row without a query or key (left as it is), 0 for index 0 of its segment (the max starts
 // anew), 1 otherwise. out(r): where row r's max goes (the tile row itself, in place; a row of ks;
-// nullptr: nowhere). Ties and NaN as RunningMax (kernel.h running_max_takes): bit for bit the
+// nullptr: nowhere). Ties and NaN as RunningMax (kernel_scan.h running_max_takes): bit for bit the
 // pool kernel's values, which are the rows' own elements.
 template <typename T, int D>
 struct ColumnMax {

@@ -90,17 +90,17 @@ std::string describe(const fused::BackwardPair& b) {
 // A pass's key pool (fused::Forward::key_pool, Backward::key_pool), where it has one, fits it.
 void check_key_pool(const fused::Pass& p, const fused::SegmentMax& m, bool backward) {
   TORCH_CHECK(m.segments == 0 || fused::key_pool_fits(p, m, backward),
-              "fused attention: a key pool its pass's CTAs cannot make (fused/kernel.h "
+              "fused attention: a key pool its pass's CTAs cannot make (fused/kernel_plan.h "
               "key_pool_fits)");
 }
 // A pooled pass (fused::Pass::pooled) is one its kernels can pool in (fused::pools_on_chip), and
 // the pools' backward in its epilogue one CTA per segment (pools_backward_on_chip).
 void check_pooled(const fused::Pass& p, const fused::GradOut& pools_dq = {}) {
   TORCH_CHECK(!p.pooled || fused::pools_on_chip(p),
-              "fused attention: a pooled pass its kernels cannot pool (fused/kernel.h "
+              "fused attention: a pooled pass its kernels cannot pool (fused/kernel_plan.h "
               "pools_on_chip)");
   TORCH_CHECK(pools_dq.kind == fused::GradOut::kNone || fused::pools_backward_on_chip(p),
-              "fused attention: a pools' backward its pass's CTAs cannot run (fused/kernel.h "
+              "fused attention: a pools' backward its pass's CTAs cannot run (fused/kernel_plan.h "
               "pools_backward_on_chip)");
 }
 std::string part(const fused::RunningMax& r) {
@@ -214,7 +214,7 @@ void forward(const torch::Tensor& on, const fused::Forward& f) {
   check_key_pool(f.pass, f.key_pool, false);
   check_pooled(f.pass);
   TORCH_CHECK(f.query_pool.segments == 0 || fused::query_pool_fits(f.pass, f.query_pool),
-              "fused attention: a query pool its pass's CTAs cannot make (fused/kernel.h "
+              "fused attention: a query pool its pass's CTAs cannot make (fused/kernel_plan.h "
               "query_pool_fits)");
   run(on, f, 1, &fused::forward_cpu, COMBINER_CUDA(forward_cuda), &HostKernels::forward);
 }

@@ -1,5 +1,5 @@
 // The fused path's max pools as autograd ops, one kernel forward and one backward each, on CUDA
-// or the CPU model (fused/kernel.h): the running max (RunningMax) and the max over whole
+// or the CPU model (fused/kernel_scan.h): the running max (RunningMax) and the max over whole
 // segments of a [B, H, rows, D] tensor (SegmentMax). Saved for backward: x alone; the arg-maxes
 // are found again by the same scan.
 #include "attention/fused/checks.h"
