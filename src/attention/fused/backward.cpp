@@ -5,6 +5,7 @@
 // group's slots are made here just before its passes run and dropped after its pools' backward:
 // at most one group's ks and u and their gradients are alive beside q, k, v, o and theirs
 // (horizontal: its prefix and its suffix summaries, each half of the slots).
+#include "attention/fused/backward_grad.h"
 #include "attention/fused/backward_plan.h"
 #include "attention/fused/function.h"
 
@@ -12,8 +13,6 @@
 #include "attention/fused/launch.h"
 #include "attention/fused/pool_stage.h"
 #include "attention/heads.h"
-
-#include <c10/util/accumulate.h>
 
 #include <algorithm>
 #include <array>
@@ -28,213 +27,65 @@ using fused::GradOut;
 
 namespace {
 
-// The gradient of one input slot (q, k, v, ks or u) and how each pass writes it. `readers`: the
-// steps (passes, in the order they run) whose gradient lands in the slot (for q every pass, for the
-// others the passes reading it as source A or as source B by segment) and their geometries;
-// `shared`: whether a pass reads it as source B by prefix.
-//  - every reader writes each of its rows once (injective) and the slot is not shared: the
-//    kernel dtype, with no Acc buffer and no atomics; the first reader stores (into an empty
-//    buffer where it covers every row, else a zeroed one), each later reader adds its part in
-//    place (addend = the buffer itself). Each pass's part is rounded to the kernel dtype before
-//    it is added: bfloat16 sums a few partial gradients (two or three passes) in bfloat16.
-//  - otherwise (summaries read by every later segment, key rows shared by segments): a zeroed
-//    Acc buffer every reader adds into, converted when returned; or, for a key slot whose one
-//    reader's segments all read the same rows and those are all of its rows (writes_slabs:
-//    rowmajor's columns over the row summaries), an empty one that the sum of that reader's
-//    slabs fills (the passes write slabs of dk alone); or, where that slot's one later reader is
-//    a segment max over all of its rows (rowmajor's row maxes), the slabs themselves, which that
-//    segment max's backward sums as it reads them (SegmentMax::dy_slabs): no sum launch.
-// `home`, when defined, is where the gradient is returned: a part of the packed gradient of q, k
-// and v when they were the parts of one packed tensor (attention/heads.h). The kernel-dtype
-// buffer is then `home` itself; an Acc one is copied into it at the end.
-struct Grad {
-  torch::Tensor buffer;          // the slot's gradient: kernel dtype or Acc
-  std::vector<GradOut> by_pass;  // how step i writes it (kind kNone: not a reader)
-  bool slabs_fill = false;       // the sum of its one reader's slabs is the whole buffer
-  int64_t slabs = 1;             // > 1: the buffer is that many slabs, whose sum is the gradient
-
-  GradOut out(size_t step) const { return by_pass.empty() ? GradOut{} : by_pass[step]; }
-  // As source B by prefix (summaries): the zeroed Acc buffer, added into.
-  GradOut summary_out() const {
-    return buffer.defined() ? grad_out(buffer, GradOut::kAtomic) : GradOut{};
+// Whether a group's local passes, over `rows` rows of its qs, store every row once, so that qs's
+// gradient can be written over u's (the local passes' d_o): each pass reads a row's d_o before it
+// writes that row's dq (kernel_pass.h, Backward). Where its query side's pools read only some
+// rows of that gradient (FusedPool::read_steps), every row once at most and each of those once.
+bool stores_qs_over_du(const SummaryGroup& group, int64_t rows) {
+  if (rows == 0 || group.local.empty()) return false;
+  const auto writes = local_writes(group.local, rows);
+  const auto read = read_in_backward(group.pools, /*query_side=*/true);
+  bool ok = true;
+  if (read.empty()) {
+    for (const int64_t w : writes) ok = ok && w == 1;
+  } else {
+    const auto named = named_rows_of(read, rows);
+    for (int64_t r = 0; r < rows; ++r) ok = ok && writes[r] <= 1 && (!named[r] || writes[r] == 1);
   }
+  return ok;
+}
+
+// The steps whose gradients land in each slot: q, k and v's, and each group's ks, u and qs.
+struct StepReaders {
+  Readers q, k, v;
+  std::vector<Readers> ks, u, qs;  // by group
+  std::vector<char> by_prefix;     // a pass reads the group's summaries by prefix
 };
-
-// The backward's readers of one gradient: (step, the geometry it writes through).
-using Readers = std::vector<std::pair<size_t, fused::Geometry>>;
-
-// Segments that all read the same key rows (seg_stride 0: rowmajor's columns over the row
-// summaries): where their dk is added (kAtomic), each writes a slab of its own instead of W CTAs
-// adding into the same rows, and the slabs are summed after the pass.
-bool writes_slabs(const fused::Geometry& key) {
-  return key.seg_stride == 0 && key.segments > 1;
-}
-// Whether such a pass writes every row of its slabs: the dk/dv kernel writes every valid key row
-// of a segment, seen by a query or not, so where a segment's keys are all of rows 0..limit-1.
-bool writes_whole_slabs(const fused::Geometry& key) {
-  return key.first == 0 && key.row_stride == 1 && key.seg_len >= key.limit;
-}
-
-// A contiguous buffer to make: its sizes and options, and whether it starts as zeros.
-struct BufferSpec {
-  std::vector<int64_t> sizes;  // empty: none
-  torch::TensorOptions options;
-  bool zeroed = false;
-};
-
-int64_t bytes_of(const BufferSpec& s) {
-  return c10::multiply_integers(s.sizes) * int64_t(s.options.dtype().itemsize());
-}
-
-// The buffers of `specs`, the zeroed ones views into one zero-filled allocation (each from a
-// 256-byte boundary): one fill for all of them where each zeros() would launch its own.
-std::vector<torch::Tensor> make_buffers(const std::vector<BufferSpec>& specs) {
-  constexpr int64_t kAlign = 256;
-  std::vector<int64_t> offsets(specs.size(), 0);
-  int64_t end = 0;  // of the zeroed bytes so far
-  torch::TensorOptions zeroed_options;
-  for (size_t i = 0; i < specs.size(); ++i) {
-    if (specs[i].sizes.empty() || !specs[i].zeroed) continue;
-    offsets[i] = (end + kAlign - 1) / kAlign * kAlign;
-    end = offsets[i] + bytes_of(specs[i]);
-    zeroed_options = specs[i].options;
-  }
-  const auto zeros =
-      end > 0 ? torch::zeros({end}, zeroed_options.dtype(torch::kByte)) : torch::Tensor();
-  std::vector<torch::Tensor> made(specs.size());
-  for (size_t i = 0; i < specs.size(); ++i) {
-    const auto& s = specs[i];
-    if (s.sizes.empty()) continue;
-    made[i] = s.zeroed ? zeros.narrow(0, offsets[i], bytes_of(s))
-                             .view(s.options.dtype().toScalarType())
-                             .view(s.sizes)
-                       : unset(s.sizes, s.options);
-  }
-  return made;
-}
-
-// How a slot's gradient is written, decided before its buffer is made (so that the zeroed
-// buffers of a summary group are made in one fill): see Grad.
-struct GradPlan {
-  bool in_place = false;    // kernel dtype, each reader storing or adding its own rows
-  bool slabs_fill = false;  // Grad::slabs_fill
-  int64_t slabs = 1;        // Grad::slabs
-  BufferSpec buffer;        // no sizes: no gradient
-};
-
-// Whether the first of `writers` stores every row that the later ones add into and that
-// `read_after` (the rows read once they are done; null: every row) names.
-bool first_stores_what_is_read(const Readers& writers,
-                               const std::vector<fused::Geometry>* read_after,
-                               int64_t rows) {
-  if (covers(writers[0].second, rows)) return true;
-  if (read_after == nullptr) return false;
-  std::vector<fused::Geometry> reads = *read_after;
-  for (size_t i = 1; i < writers.size(); ++i) reads.push_back(writers[i].second);
-  return names_only(reads, named_rows(writers[0].second, rows));
-}
-
-// `read_after`: the rows of the gradient read after its readers have written it (by the local
-// passes, or the pools' backward; null: every row, as where it is returned). Rows none of them
-// reads need not be zeros. `keys`: the slot is read as keys (k, ks), whose gradient a pass
-// writing slabs writes (a value slot's is added into the buffer, zeroed, whatever its geometry).
-// `summed_as_read`: the gradient's one later reader is a segment max over all of its rows, which
-// takes it as slabs (Grad::slabs).
-GradPlan plan_grad(const torch::Tensor& x,
-                   const Readers& readers,
-                   bool shared,
-                   const std::vector<fused::Geometry>* read_after = nullptr,
-                   bool keys = false,
-                   bool summed_as_read = false) {
-  GradPlan g;
-  if (!x.defined() || (readers.empty() && !shared)) return g;
-  const int64_t rows = x.size(2);
-  g.in_place = !shared && !readers.empty();
-  for (const auto& r : readers) g.in_place = g.in_place && injective(r.second, rows);
-  g.slabs_fill = keys && !g.in_place && !shared && readers.size() == 1 &&
-                 writes_slabs(readers[0].second) && readers[0].second.limit == rows;
-  g.buffer.sizes = x.sizes().vec();
-  g.buffer.options = g.in_place ? x.options() : x.options().dtype(acc_type(x.scalar_type()));
-  g.buffer.zeroed =
-      g.in_place ? !first_stores_what_is_read(readers, read_after, rows) : !g.slabs_fill;
-  if (g.slabs_fill && summed_as_read) {
-    const auto& key = readers[0].second;
-    g.slabs = key.segments;
-    g.buffer.sizes[2] = key.segments * key.limit;
-    g.buffer.zeroed = !writes_whole_slabs(key);
-  }
-  return g;
-}
-
-// The gradient of plan `g` in `buffer` (made from g.buffer, or the slot's home). `adds`: the
-// buffer holds a gradient already, which its first reader adds into as the later ones do.
-Grad bind_grad(const GradPlan& g,
-               torch::Tensor buffer,
-               const Readers& readers,
-               size_t steps,
-               bool adds = false) {
-  Grad grad;
-  if (!buffer.defined()) return grad;
-  grad.buffer = std::move(buffer);
-  grad.slabs_fill = g.slabs_fill;
-  grad.slabs = g.slabs;
-  grad.by_pass.assign(steps, GradOut{});
-  for (size_t i = 0; i < readers.size(); ++i) {
-    GradOut& o = grad.by_pass[readers[i].first];
-    if (g.slabs > 1) {  // its one reader's slab of each segment, stored
-      o = grad_out(grad.buffer, GradOut::kStoreAcc);
-      o.segment_rows = readers[i].second.limit;
+// `dqs_over_du`: by group, stores_qs_over_du (its local passes' query gradient has no reader of
+// its own); `local_q`: the local passes read q itself.
+StepReaders readers_of(const std::vector<Step>& steps,
+                       size_t groups,
+                       const std::vector<char>& dqs_over_du,
+                       bool local_q) {
+  StepReaders r;
+  r.ks.resize(groups);
+  r.u.resize(groups);
+  r.qs.resize(groups);
+  r.by_prefix.assign(groups, 0);
+  for (size_t s = 0; s < steps.size(); ++s) {
+    const auto& p = steps[s].plan;
+    const int gi = steps[s].group;
+    if (steps[s].local) {
+      if (!dqs_over_du[gi]) (local_q ? r.q : r.qs[gi]).emplace_back(s, p.query);
+      r.k.emplace_back(s, p.key);
+      r.v.emplace_back(s, p.value);
       continue;
     }
-    o = grad_out(grad.buffer, g.in_place ? GradOut::kStore : GradOut::kAtomic);
-    if (g.in_place && (i > 0 || adds)) {
-      o.addend = grad.buffer.data_ptr();
-      o.addend_in_storage = true;
+    r.q.emplace_back(s, p.query);
+    if (p.a_from_summaries) {
+      r.ks[gi].emplace_back(s, p.key);
+      r.u[gi].emplace_back(s, p.value);
+    } else {
+      r.k.emplace_back(s, p.key);
+      r.v.emplace_back(s, p.value);
     }
+    if (p.summaries && p.by_segment) {
+      r.ks[gi].emplace_back(s, p.summary_key);
+      r.u[gi].emplace_back(s, p.summary_value);
+    }
+    if (p.summaries && !p.by_segment) r.by_prefix[gi] = 1;
   }
-  return grad;
-}
-
-// `home` as in Grad; `home_holds`: it holds a gradient already (an earlier call's), which the
-// readers add into where it is the buffer (else the buffer is added into it at the end).
-// The rows of one side's slot that its pools' backward reads, where some pool reads only some
-// (FusedPool::read_steps); else none (the pools read every row they make).
-std::vector<fused::Geometry> read_in_backward(const std::vector<FusedPool>& pools,
-                                              bool query_side) {
-  std::vector<fused::Geometry> read;
-  bool some = false;
-  for (const auto& p : pools) {
-    if (p.query_side != query_side) continue;
-    read.push_back(fused_pools::read_in_backward(p));
-    some = some || p.read_steps != 0;
-  }
-  return some ? read : std::vector<fused::Geometry>{};
-}
-
-// Which of rows 0..rows-1 the geometries name.
-std::vector<char> named_rows_of(const std::vector<fused::Geometry>& gs, int64_t rows) {
-  std::vector<char> named(size_t(rows), 0);
-  for (const auto& g : gs) {
-    const auto one = named_rows(g, rows);
-    for (int64_t r = 0; r < rows; ++r) named[r] = named[r] || one[r];
-  }
-  return named;
-}
-
-Grad slot_grad(const torch::Tensor& x,
-               const Readers& readers,
-               size_t steps,
-               bool shared,
-               const torch::Tensor& home = {},
-               bool home_holds = false,
-               bool keys = false) {
-  const GradPlan g = plan_grad(x, readers, shared, nullptr, keys);
-  if (g.buffer.sizes.empty()) return {};
-  const bool in_home =
-      g.in_place && home.defined() && home.scalar_type() == g.buffer.options.dtype().toScalarType();
-  if (!in_home) return bind_grad(g, make_buffers({g.buffer})[0], readers, steps);
-  if (home_holds) return bind_grad(g, home, readers, steps, /*adds=*/true);
-  return bind_grad(g, g.buffer.zeroed ? home.zero_() : home, readers, steps);
+  return r;
 }
 
 }  // namespace
@@ -323,53 +174,17 @@ std::array<torch::Tensor, 6> backward_call(CallRecord record,
   const bool local_q =
       !local.empty() && !split && !qs.defined() && fused_pools::slot_rows(pools, true) == 0;
   const size_t G = groups.size();
-  // Where a group's local passes store every row of its qs once, qs's gradient is written over
-  // u's (the local passes' d_o): each pass reads a row's d_o before it writes that row's dq
-  // (kernel.h). Where its query side's pools read only some rows of that gradient
-  // (FusedPool::read_steps), every row once at most and each of those once.
   std::vector<char> dqs_over_du(G, 0);
   for (size_t gi = 0; gi < G; ++gi) {
     const int64_t rows = split          ? groups[gi].hi - groups[gi].lo
                          : qs.defined() ? qs.size(2)
                                         : fused_pools::slot_rows(pools, true);
-    if (rows == 0 || groups[gi].local.empty()) continue;
-    const auto writes = local_writes(groups[gi].local, rows);
-    const auto read = read_in_backward(groups[gi].pools, /*query_side=*/true);
-    bool ok = true;
-    if (read.empty()) {
-      for (const int64_t w : writes) ok = ok && w == 1;
-    } else {
-      const auto named = named_rows_of(read, rows);
-      for (int64_t r = 0; r < rows; ++r) ok = ok && writes[r] <= 1 && (!named[r] || writes[r] == 1);
-    }
-    dqs_over_du[gi] = ok;
+    dqs_over_du[gi] = stores_qs_over_du(groups[gi], rows);
   }
-  Readers q_uses, k_uses, v_uses;
-  std::vector<Readers> ks_uses(G), u_uses(G), qs_uses(G);
-  std::vector<char> by_prefix(G, 0);  // a pass reads the group's summaries by prefix
-  for (size_t s = 0; s < total; ++s) {
-    const auto& p = steps[s].plan;
-    const int gi = steps[s].group;
-    if (steps[s].local) {
-      if (!dqs_over_du[gi]) (local_q ? q_uses : qs_uses[gi]).emplace_back(s, p.query);
-      k_uses.emplace_back(s, p.key);
-      v_uses.emplace_back(s, p.value);
-      continue;
-    }
-    q_uses.emplace_back(s, p.query);
-    if (p.a_from_summaries) {
-      ks_uses[gi].emplace_back(s, p.key);
-      u_uses[gi].emplace_back(s, p.value);
-    } else {
-      k_uses.emplace_back(s, p.key);
-      v_uses.emplace_back(s, p.value);
-    }
-    if (p.summaries && p.by_segment) {
-      ks_uses[gi].emplace_back(s, p.summary_key);
-      u_uses[gi].emplace_back(s, p.summary_value);
-    }
-    if (p.summaries && !p.by_segment) by_prefix[gi] = 1;
-  }
+  const auto uses = readers_of(steps, G, dqs_over_du, local_q);
+  const auto &q_uses = uses.q, &k_uses = uses.k, &v_uses = uses.v;
+  const auto &ks_uses = uses.ks, &u_uses = uses.u, &qs_uses = uses.qs;
+  const auto& by_prefix = uses.by_prefix;
   // Where dq, dk, dv are returned (undefined: anywhere): the gradients so far, added into, or
   // the parts of a new packed gradient.
   const bool adds = into[0].defined() || into[1].defined() || into[2].defined();
