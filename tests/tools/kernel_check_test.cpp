@@ -32,9 +32,11 @@ TEST(KernelCheckTest, EveryRotatedLayoutMeetsEveryAbstraction) {
       met[c.variant + " " + std::to_string(c.length) + " " + std::to_string(c.input_length) + " " +
           std::to_string(c.layout)]
           .insert(c.abstraction);
-    for (const auto& [layout, abstractions] : met)
-      if (abstractions != std::set<std::string>{"max"})  // a layout fixed to the max pools
+    for (const auto& [layout, abstractions] : met) {
+      if (abstractions != std::set<std::string>{"max"}) {  // a layout fixed to the max pools
         EXPECT_EQ(abstractions.size(), abstraction_names().size()) << layout;
+      }
+    }
   }
 }
 
