@@ -1,6 +1,7 @@
 // The max pools a fused call makes itself (FusedPool, fused.h): the slot ks or qs made from k or
 // q in the pool kernels, and their backward added into k's or q's gradient in place. The glue of
-// function.cpp runs them before its passes and after them; pools.cpp holds the kernels' torch side.
+// function.cpp runs them before its passes and after them (pool_stage.cpp; the scans as the
+// kernels take them: pool_scans.h).
 #pragma once
 
 #include <torch/torch.h>
