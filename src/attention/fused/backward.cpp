@@ -16,7 +16,6 @@
 
 #include <algorithm>
 #include <array>
-#include <limits>
 #include <tuple>
 #include <utility>
 #include <vector>
