@@ -134,8 +134,11 @@ inline std::string check(const Case& c, const Kernels& kernels) {
 
 // "" where fixed's local pass making its queries, the blocks' maxes of q (Forward::query_pool),
 // gives what the segment max kernel and the pass reading its output give: the maxes, o and lse,
-// to the bit. (Their backward is the pool kernel's either way.)
-inline std::string check_query_pool(const Case& c, const Kernels& kernels) {
+// to the bit; and where its backward taking them back in its query CTAs (Backward::query_pool)
+// gives what the pass storing its queries' gradient and the segment max kernel's backward adding
+// it into q's give: that gradient, dk, dv and q's, to the bit. `dy_acc`: the pass stores its
+// queries' gradient in Acc (a float32 buffer of a bfloat16 pass), which the pool reads as it is.
+inline std::string check_query_pool(const Case& c, const Kernels& kernels, bool dy_acc = false) {
   const FusedPass local = local_pass(c);
   const int64_t spans = local.key.segments;
   torch::manual_seed(c.L + c.W + c.D + 1);
@@ -171,6 +174,42 @@ inline std::string check_query_pool(const Case& c, const Kernels& kernels) {
   if (!torch::equal(qs[1], qs[0])) failed += " the maxes not the segment max kernel's;";
   if (!torch::equal(o[1], o[0]) || !torch::equal(lse[1], lse[0]))
     failed += " o or lse not as the pass's over them;";
+  if (!failed.empty()) return failed;
+
+  const auto d_o = draw(spans), dq_before = draw(c.L);  // q's gradient from the earlier passes
+  const auto delta = (o[0].to(acc.dtype()) * d_o.to(acc.dtype())).sum(-1).contiguous();
+  std::vector<torch::Tensor> dqs(2), dq(2), dk(2), dv(2);
+  for (const bool with : {false, true}) {
+    fused::Backward b;
+    b.pass = fused_glue::make_pass(local, qs[0], k, v, {}, {}, scale);
+    b.d_o = fused_glue::operand(d_o);
+    b.lse = lse[0].data_ptr();
+    b.delta = delta.data_ptr();
+    dqs[with] = torch::full({1, 2, spans, c.D}, NAN, dy_acc ? acc : acc.dtype(c.dtype));
+    dq[with] = dq_before.clone();
+    dk[with] = torch::full({1, 2, c.L, c.D}, NAN).to(c.dtype);
+    dv[with] = torch::full({1, 2, c.L, c.D}, NAN).to(c.dtype);
+    b.dq = fused_glue::grad_out(dqs[with],
+                                dy_acc ? fused::GradOut::kStoreAcc : fused::GradOut::kStore);
+    b.dk = fused_glue::grad_out(dk[with], fused::GradOut::kStore);
+    b.dv = fused_glue::grad_out(dv[with], fused::GradOut::kStore);
+    const auto pool_backward = fused_pools::on_chip_backward(pool, q, dqs[with], dq[with]);
+    if (with) {
+      b.query_pool = pool_backward;
+      if (!fused::query_pool_backward_fits(b)) return " the case's pass cannot take them back";
+    }
+    kernels.backward(b);
+    if (!with) kernels.segment_max_backward(fused::one_part(pool_backward));
+  }
+  const auto same = [](const torch::Tensor& a, const torch::Tensor& b) {  // NaN where unwritten
+    return torch::equal(a.isnan(), b.isnan()) &&
+           torch::equal(a.nan_to_num(0, 0, 0), b.nan_to_num(0, 0, 0));
+  };
+  if (dqs[1].isnan().any().item<bool>()) failed += " a query's gradient not written;";
+  if (!same(dqs[1], dqs[0]) || !same(dk[1], dk[0]) || !same(dv[1], dv[0]))
+    failed += " the queries' gradient, dk or dv not as without it;";
+  if (!same(dq[1], dq[0])) failed += " q's gradient not the segment max kernel's backward's;";
+  if (same(dq[0], dq_before)) failed += " (the case adds nothing to q's gradient);";
   return failed;
 }
 

@@ -1,6 +1,7 @@
 // The keys' segment maxes made and taken back in a local pass's CTAs (fused/kernel_pass.h
-// Forward::key_pool, Backward::key_pool) on the CPU model, held to the pass and the segment max
-// kernel; then the calls of rowmajor and fixed that take them, against the composed path.
+// Forward::key_pool, Backward::key_pool), and fixed's queries, the blocks' maxes of q
+// (Forward::query_pool, Backward::query_pool), on the CPU model, held to the pass and the segment
+// max kernel; then the calls of rowmajor and fixed that take them, against the composed path.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -41,7 +42,7 @@ TEST(KeyPool, TheLocalPassMakesTheKeyMaxesAsTheSegmentMaxKernel) {
     EXPECT_EQ(key_pool_cases::check(c, kCpu), "") << key_pool_cases::name(c);
 }
 
-TEST(KeyPool, FixedsLocalPassMakesItsQueriesAsTheSegmentMaxKernel) {
+TEST(KeyPool, FixedsLocalPassMakesAndTakesBackItsQueriesAsTheSegmentMaxKernel) {
   for (const Case& c : std::vector<Case>{{true, 240, 48, 32, torch::kFloat},
                                          {true, 330, 64, 64, torch::kDouble, true},
                                          {true, 200, 40, 128, torch::kBFloat16, true},
@@ -50,7 +51,9 @@ TEST(KeyPool, FixedsLocalPassMakesItsQueriesAsTheSegmentMaxKernel) {
                                          {true, 480, 96, 64, torch::kBFloat16},
                                          {true, 600, 150, 32, torch::kDouble, true},
                                          {true, 960, 192, 32, torch::kFloat, true}})
-    EXPECT_EQ(key_pool_cases::check_query_pool(c, kCpu), "") << key_pool_cases::name(c);
+    for (const bool dy_acc : {false, true})
+      EXPECT_EQ(key_pool_cases::check_query_pool(c, kCpu, dy_acc), "")
+          << key_pool_cases::name(c) << (dy_acc ? ", its gradient in Acc" : "");
 }
 
 // A pass that packs segments makes none: the call keeps its pool launches there. One whose
@@ -74,22 +77,29 @@ TEST(KeyPool, AnUnpackedPassMakesThemAndTakesThemBack) {
   }
 }
 
-// At the benchmark's layout (L 3,072, rows and blocks of 48) in float64: rowmajor runs no pool
-// launch either way, fixed only its query maxes' backward (its local pass makes them, its
-// queries, in the forward). At CIFAR-10's (96: two key tiles a segment) the same: the local pass
-// makes the key maxes in the forward and takes them back in its dk/dv walk (fixed's makes its
-// queries from two tiles' rows of q). Each call's gradients are the composed path's.
+// At the benchmark's layout (L 3,072, rows and blocks of 48) in float64: rowmajor and fixed run
+// no pool launch either way (fixed's local pass makes its queries, the query maxes, in the
+// forward, and takes them back in its query CTAs). At CIFAR-10's (96: two key tiles a segment)
+// the same: the local pass makes the key maxes in the forward and takes them back in its dk/dv
+// walk (fixed's makes its queries from two tiles' rows of q, and its dq CTAs take them back).
+// Each call's gradients are the composed path's.
 TEST(KeyPool, TheCallsMakeTheirKeyMaxesInTheLocalPass) {
   struct Expected {
     std::string variant;
     int64_t W;
-    int pool_launches, made, taken, queries;
+    int pool_launches, made, taken, queries, queries_taken;
   };
-  for (const auto& [variant, W, pool_launches, made_expected, taken_expected, queries_expected] :
-       std::vector<Expected>{{"combiner-axial-rowmajor", 48, 0, 2, 1, 0},
-                             {"combiner-fixed", 48, 1, 2, 1, 1},
-                             {"combiner-axial-rowmajor", 96, 0, 2, 1, 0},
-                             {"combiner-fixed", 96, 1, 2, 1, 1}}) {
+  for (const auto& [variant,
+                    W,
+                    pool_launches,
+                    made_expected,
+                    taken_expected,
+                    queries_expected,
+                    queries_taken_expected] :
+       std::vector<Expected>{{"combiner-axial-rowmajor", 48, 0, 2, 1, 0, 0},
+                             {"combiner-fixed", 48, 0, 2, 1, 1, 1},
+                             {"combiner-axial-rowmajor", 96, 0, 2, 1, 0, 0},
+                             {"combiner-fixed", 96, 0, 2, 1, 1, 1}}) {
     const int64_t L = 3072, D = 16;
     auto fused = make_attention({variant, W, W, "max"}, L, D),
          composed = make_attention({variant, W, W, "max"}, L, D);
@@ -108,18 +118,20 @@ TEST(KeyPool, TheCallsMakeTheirKeyMaxesInTheLocalPass) {
       times = timer.times();
     }
     const auto expected = torch::autograd::grad({composed->forward(q, k, v)}, {q, k, v}, {g});
-    int pools = 0, made = 0, taken = 0, queries = 0;
+    int pools = 0, made = 0, taken = 0, queries = 0, queries_taken = 0;
     for (const auto& t : times) {
       pools += t.what.rfind("segment max", 0) == 0;
       made += t.what.find("its keys' segment max") != std::string::npos;
       taken += t.what.find("its keys' segment max backward") != std::string::npos;
       queries += t.what.find("its queries the segment max of q's rows") != std::string::npos;
+      queries_taken += t.what.find("its queries' segment max backward") != std::string::npos;
     }
     const std::string name = variant + " at " + std::to_string(W);
     EXPECT_EQ(pools, pool_launches) << name;
     EXPECT_EQ(queries, queries_expected) << name;
     EXPECT_EQ(made, made_expected) << name;  // the forward's, and the backward's (taken back)
     EXPECT_EQ(taken, taken_expected) << name;
+    EXPECT_EQ(queries_taken, queries_taken_expected) << name;
     for (int i = 0; i < 3; ++i)
       EXPECT_LT((grads[i] - expected[i]).abs().max().item<double>(), 1e-10) << name << " " << i;
   }

@@ -173,6 +173,38 @@ TEST(FusedTraffic, AWalksKeyPoolReadsItsSegmentsKeysAgain) {
   EXPECT_DOUBLE_EQ(t.loaded, before.loaded);                 // plain loads
 }
 
+// A query pool's backward (Backward::query_pool): the CTA of the segment's one query (fixed's
+// local pass: a block of 128 keys, unmasked) reads the block's rows of x again, and the query's
+// gradient as it stored it, and reads and writes dx's element a column (counted at the block's
+// first row).
+TEST(FusedTraffic, AQueryPoolReadsItsBlocksRowsAgain) {
+  const Buffers b(128);
+  auto p = one_segment(b, 128);
+  p.query = {1, 1, 1, 1, 1, 0};
+  p.mask = fused::Mask::kNone;
+  auto bw = backward_of(b, p);
+  bw.dq.stride[0] = bw.dq.stride[1] = D;  // [1, 1, 1, D], contiguous: the pool reads it as dy
+  ASSERT_EQ(fused::backward_launches(bw), 2);
+  const auto before = fused::traffic(bw);
+  const std::vector<char> x(128 * kRow), dx(128 * kRow);  // the pooled q and its gradient
+  fused::SegmentMax& m = bw.query_pool;
+  m.batch = m.heads = m.segments = 1;
+  m.rows = m.len = 128;
+  m.dim = D;
+  m.dtype = fused::Dtype::kBFloat16;
+  m.stride[2] = m.dx_stride[2] = D;
+  m.x = x.data();
+  m.dy = bw.dq.data;
+  m.dx = const_cast<char*>(dx.data());
+  m.accumulate = true;
+  ASSERT_TRUE(fused::query_pool_backward_fits(bw));
+  const auto t = fused::traffic(bw);
+  EXPECT_DOUBLE_EQ(t.requested() - before.requested(), 128 * kRow + kRow + 2 * kRow);
+  // x's rows and dx's row new; the query's gradient row written by the pass, read now.
+  EXPECT_DOUBLE_EQ(t.unique - before.unique, 128 * kRow + kRow + 2 * kRow);
+  EXPECT_DOUBLE_EQ(t.loaded, before.loaded);  // plain loads
+}
+
 TEST(FusedTraffic, ScansTouchEachElementOnceATensor) {
   std::vector<char> x(4096), y(4096);
   fused::RunningMaxes r;

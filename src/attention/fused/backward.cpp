@@ -369,6 +369,7 @@ std::array<torch::Tensor, 6> backward_call(CallRecord record,
     Grad dqs = slot_grad(qs_g, qs_uses[gi], total, false);
     bool group_pools_done = false;  // the pools' backward ran in the local pass's epilogue
     bool key_pool_done = false;     // a key side's segment max's backward ran in a local pass
+    const FusedPool* query_pool_done = nullptr;  // a query side's, in the pass's query CTAs
     if (local_runs) {
       const auto d_o_u = kernel_ready(du.buffer, dtype);
       const auto local_pass = [&](size_t s) {
@@ -424,6 +425,25 @@ std::array<torch::Tensor, 6> backward_call(CallRecord record,
             return &p;
         return nullptr;
       };
+      // A query side's segment max made on chip by a local pass (its queries): its backward in
+      // that pass's query CTAs, each once it has stored its query's gradient, dy (the whole of it:
+      // the group's one local pass, launched alone), into dq in place, where dq is stored in the
+      // kernel dtype and no later pass writes it (fused::Backward::query_pool); its pool launch
+      // goes.
+      const auto query_pool_of = [&](size_t s, const torch::Tensor& dy) -> const FusedPool* {
+        if (local_q || fold || !dy.defined() || !dy.is_contiguous() || !dq.buffer.defined() ||
+            dq.buffer.scalar_type() != dtype || dq.buffer.stride(3) != 1 ||
+            (s > 0 && steps[s - 1].paired))
+          return nullptr;
+        for (size_t other = 0; other < total; ++other)
+          if ((other != s && local_step(other)) ||
+              (other > s && dq.out(other).kind != GradOut::kNone))
+            return nullptr;
+        for (const auto& p : group.pools)
+          if (p.on_chip && p.segments == dy.size(2) && query_pool_fits_on_chip(steps[s].plan, q, p))
+            return &p;
+        return nullptr;
+      };
       for (size_t s = 0; s < total; ++s) {
         if (!local_step(s)) continue;
         fused::Backward bw;
@@ -441,6 +461,13 @@ std::array<torch::Tensor, 6> backward_call(CallRecord record,
         if (const FusedPool* pool = key_pool_of(s)) {
           bw.key_pool = fused_pools::on_chip_backward(*pool, k, dks.buffer, dk.buffer, dks.slabs);
           key_pool_done = true;
+        }
+        if (const FusedPool* pool = query_pool_of(s, dqs.buffer)) {
+          bw.query_pool = fused_pools::on_chip_backward(*pool, q, dqs.buffer, dq.buffer);
+          if (fused::query_pool_backward_fits(bw))  // (its dy as the pass stores it)
+            query_pool_done = pool;
+          else
+            bw.query_pool = {};
         }
         if (fold) {
           bw.dq = {};
@@ -471,8 +498,10 @@ std::array<torch::Tensor, 6> backward_call(CallRecord record,
     // side's made on chip, through its local pass, above).
     std::vector<FusedPool> left;
     for (const auto& p : group.pools)
-      if (!group_pools_done && !(key_pool_done && !p.query_side)) left.push_back(p);
+      if (!group_pools_done && !(key_pool_done && !p.query_side) && &p != query_pool_done)
+        left.push_back(p);
     if (key_pool_done) dks.buffer = torch::Tensor();
+    if (query_pool_done) dqs.buffer = torch::Tensor();
     if (!left.empty()) {
       const auto pooled = [&](bool query_side) {
         return std::any_of(left.begin(), left.end(), [&](const FusedPool& p) {

@@ -96,8 +96,8 @@ torch::Tensor fused_combiner_fixed(const torch::Tensor& q,
   // from k's rows again) and takes their backward (in a block's CTA, or in its dk/dv walk where
   // a block is more than one key tile); and, each block one CTA (s > 32: shorter blocks share
   // tiles), makes its queries, the blocks' query maxes, from the block's rows of q it loads in its
-  // query tile (a block of more than one, the rest read from q as they come; their backward stays
-  // the pool kernel's).
+  // query tile (a block of more than one, the rest read from q as they come), and takes their
+  // backward in the same CTAs, where the call's dq is stored in the kernel dtype.
   for (auto& p : pools)
     if (key_pool_fits_on_chip(local, q, p) || query_pool_fits_on_chip(local, q, p))
       p.on_chip = true;

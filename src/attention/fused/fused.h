@@ -181,7 +181,8 @@ bool key_pool_backward_fits_on_chip(const FusedPass& local,
 // Whether `local` can make a query-side segment max pool over q's segments as its own queries
 // in its CTAs, writing them to the qs slot it reads them from (fused/kernel_plan.h
 // query_pool_on_chip): then the pool may be FusedPool::on_chip (fixed's pooled queries at blocks
-// of 33 to 64). Its backward stays the pool kernel's.
+// of more than 32). Its backward runs in the same pass's query CTAs where the call's dq is stored
+// in the kernel dtype (fused/kernel_plan.h query_pool_backward_fits); else the pool kernel's.
 bool query_pool_fits_on_chip(const FusedPass& local, const torch::Tensor& q, const FusedPool& pool);
 
 // The joint passes of each variant over L = `length`, merged by log-sum-exp. n = ceil(L / W)

@@ -195,9 +195,13 @@ __device__ __forceinline__ void dq_cta(const Backward& bw, int64_t cta, unsigned
 }
 
 template <typename T, int D, bool PACKED>
-__global__ void __launch_bounds__(kThreads, dq_blocks_per_sm<T, D>()) dq_kernel(const Backward bw) {
+__global__ void __launch_bounds__(kThreads, dq_blocks_per_sm<T, D>())
+    dq_kernel(const __grid_constant__ Backward bw) {
   COMBINER_DYNAMIC_SHARED(unsigned char, smem);
   dq_cta<T, D, PACKED>(bw, blockIdx.x, smem);
+  if constexpr (!PACKED) {
+    if (bw.query_pool.segments > 0) query_pool_backward<T, D>(bw, blockIdx.x);
+  }
 }
 
 // The dk/dv walk of a pass in one launch: source A's key tiles, then source B's by segment.
@@ -228,6 +232,9 @@ __global__ void __launch_bounds__(kThreads, 1)
   const BackwardCta c = interleaved_cta(bw.pass, blockIdx.x);
   if (c.dq) {
     dq_cta<T, D, PACKED>(bw, c.cta, smem);
+    if constexpr (!PACKED) {
+      if (bw.query_pool.segments > 0) query_pool_backward<T, D>(bw, c.cta);
+    }
   } else if (c.keys == Keys::kSourceA) {
     dkv_tile<T, D, Keys::kSourceA, PACKED>(bw, c.cta, smem);
     if constexpr (!PACKED) {
@@ -319,6 +326,8 @@ void backward_cuda(const Backward& bw, void* stream) {
   const Pass& p = bw.pass;
   if (bw.key_pool.segments > 0 && !key_pool_fits(p, bw.key_pool, true))
     throw std::runtime_error("fused backward: a key pool its CTAs cannot take back");
+  if (bw.query_pool.segments > 0 && !query_pool_backward_fits(bw))
+    throw std::runtime_error("fused backward: a query pool its CTAs cannot take back");
   if (bw.made_delta && !makes_delta_built(p))
     throw std::runtime_error("fused backward: o's delta asked of a pass that cannot make it");
   dispatch(p.dtype, p.dim, "fused backward", [&](auto type, auto dim) {

@@ -267,14 +267,16 @@ void backward_pair_all(const BackwardPair& pair) {
 }  // namespace cpu_model
 
 // A key pool's backward adds into rows of dk after the CTA that stores them (the segment's, or
-// in a walk the key tile's) has, and no other CTA touches them: after the whole pass, the same
-// sums.
+// in a walk the key tile's) has, and no other CTA touches them; a query pool's adds into rows of
+// the pooled q's gradient, which the pass does not write, after the CTA of the segment's query
+// has stored that query's gradient, its dy: after the whole pass, the same sums.
 void backward_cpu(const Backward& b) {
   if (b.made_delta && !makes_delta_built(b.pass))
     throw std::runtime_error("fused backward: o's delta asked of a pass that cannot make it");
   cpu_model::dispatch(
       b.pass.dtype, [&](auto s, auto t) { cpu_model::backward_all<decltype(s), decltype(t)>(b); });
   if (b.key_pool.segments > 0) segment_max_backward_cpu(one_part(b.key_pool));
+  if (b.query_pool.segments > 0) segment_max_backward_cpu(one_part(b.query_pool));
 }
 
 void backward_pair_cpu(const BackwardPair& pair) {

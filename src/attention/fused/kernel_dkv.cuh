@@ -68,22 +68,12 @@ __device__ __forceinline__ void make_deltas(const T* d_o_tile,
   }
 }
 
-// Backward::key_pool in a dk/dv walk's CTA (key tile `cta` of an unpacked pass, after its
-// dkv_tile; one CTA per segment takes it from its key tile: kernel_backward.cu
-// key_pool_backward), once the walk has stored dk's rows of its keys: each column's arg-max over
-// its segment's rows of k, read again (L2 holds them: this tile's were just loaded, the segment's
-// others by its neighbours), and dy[g] added into dx there where that row is one of this tile's, a
-// column a thread, as the segment max kernel's backward (accumulate) adds it. No other CTA writes
-// these rows of dk: the pool launch's sums. The barrier orders the walk's stores of the rows before
-// these loads. A call (not inlined): the walk before it holds up to 255 registers, and inlined this
-// spills them.
+// A segment max's backward for segment g, rows lo..hi-1 of it: each column's arg-max over the
+// segment's rows of x, read again (L2 holds them), and dy[g] added into dx there where it is one
+// of those rows, a column a thread, as the segment max kernel's backward (accumulate) adds it.
 template <typename T, int D>
-__device__ COMBINER_NOINLINE void key_pool_walk_backward(const Backward& bw, int64_t cta) {
-  const SegmentMax& m = bw.key_pool;
-  const TileIndex tile = dkv_key(bw.pass, false, cta, 0);  // its first key: segment g, index i
-  const int64_t g = tile.g, b = index_div(blockIdx.y, m.heads), h = index_mod(blockIdx.y, m.heads);
-  __syncthreads();
-  if (g >= m.segments) return;
+__device__ __forceinline__ void add_at_arg_max(const SegmentMax& m, int64_t g, int lo, int hi) {
+  const int64_t b = index_div(blockIdx.y, m.heads), h = index_mod(blockIdx.y, m.heads);
   const T* x =
       static_cast<const T*>(m.x) + b * m.stride[0] + h * m.stride[1] + g * m.len * m.stride[2];
   const int len = int(m.len);
@@ -97,12 +87,40 @@ __device__ COMBINER_NOINLINE void key_pool_walk_backward(const Backward& bw, int
         at = c;
       }
     }
-    if (at < tile.i || at >= tile.i + kKeyTile) continue;  // another tile's row
+    if (at < lo || at >= hi) continue;  // another CTA's row
     const float grad = segment_max_dy<T>(m, b * m.heads + h, g, d);
     T* e = static_cast<T*>(m.dx) + b * m.dx_stride[0] + h * m.dx_stride[1] +
            (g * m.len + at) * m.dx_stride[2] + d;
     *e = scalar_as<T>(scalar_float(*e) + grad);
   }
+}
+
+// Backward::key_pool in a dk/dv walk's CTA (key tile `cta` of an unpacked pass, after its
+// dkv_tile; one CTA per segment takes it from its key tile: kernel_segment.cuh
+// key_pool_backward), once the walk has stored dk's rows of its keys: the segment's rows of k read
+// again (this tile's were just loaded, the segment's others by its neighbours), and dy[g] added
+// where the arg-max is one of this tile's rows. No other CTA writes these rows of dk: the pool
+// launch's sums. The barrier orders the walk's stores of the rows before these loads. A call (not
+// inlined): the walk before it holds up to 255 registers, and inlined this spills them.
+template <typename T, int D>
+__device__ COMBINER_NOINLINE void key_pool_walk_backward(const Backward& bw, int64_t cta) {
+  const SegmentMax& m = bw.key_pool;
+  const TileIndex tile = dkv_key(bw.pass, false, cta, 0);  // its first key: segment g, index i
+  __syncthreads();
+  if (tile.g >= m.segments) return;
+  add_at_arg_max<T, D>(m, tile.g, int(tile.i), int(tile.i) + kKeyTile);
+}
+
+// Backward::query_pool in the CTA of segment g's one query (the dq kernel's, or one CTA per
+// segment), once it has stored that query's gradient, dy's row g: dy[g] added into dx at each
+// column's arg-max of the segment's rows of q. The barrier orders the CTA's stores of dy's row
+// before these loads of it. A call, as above.
+template <typename T, int D>
+__device__ COMBINER_NOINLINE void query_pool_backward(const Backward& bw, int64_t g) {
+  const SegmentMax& m = bw.query_pool;
+  __syncthreads();
+  if (g >= m.segments) return;
+  add_at_arg_max<T, D>(m, g, 0, int(m.len));
 }
 
 // One dk/dv CTA: `cta` numbers the CTAs of its kind of keys (segment g, key tile; PACKED, a pack

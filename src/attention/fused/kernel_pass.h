@@ -185,8 +185,8 @@ struct Forward {
   // 0: none; where query_pool_fits): segment g's CTA loads x's rows g * len + t into its query
   // tile, takes their max (the segment max kernel's value) as its query, and writes it to y's
   // row g, which is the pass's own query row (pass.q is y): no pool launch (combiner-fixed's
-  // pooled queries, by its local pass at blocks of at most 64). Its backward is the pool
-  // kernel's, reading y's gradient. A pair carries none (pairable).
+  // pooled queries, by its local pass at blocks of more than 32). Its backward runs in the
+  // backward's CTAs (Backward::query_pool). A pair carries none (pairable).
   SegmentMax query_pool;
 };
 
@@ -247,6 +247,14 @@ struct Backward {
   // segment max kernel's backward does (the pool launch goes). dx is then the pass's dk, in the
   // pass dtype, each row stored by its key tile's CTA alone. A pair's first carries none.
   SegmentMax key_pool;
+  // The backward of the forward's query_pool, in the same CTAs (segments 0: none; where
+  // query_pool_backward_fits): the CTA of segment g's one query, once it has stored that query's
+  // gradient (dq: dy's row g, the whole of it, as the pool kernel would read it), reads the
+  // segment's rows of x again and adds dy[g] into dx at each column's arg-max, as the segment max
+  // kernel's backward does (accumulate; the pool launch goes). dx is the call's gradient of the q
+  // it pooled, in the pass dtype, whose rows of these segments no other CTA of the launch touches
+  // (the pass writes its own queries' gradient, dy, not dx). A pair carries none.
+  SegmentMax query_pool;
 };
 
 // Two passes in one launch, forward or backward: CTA x runs `first`'s CTA x, then `second`'s

@@ -126,6 +126,22 @@ COMBINER_HD bool query_pool_fits(const Pass& p, const SegmentMax& m) {
          p.q.row == m.dim && p.q.head == m.segments * m.dim &&
          p.q.batch == m.heads * m.segments * m.dim;
 }
+// Whether the backward can take such a pool back in the CTAs of its queries
+// (Backward::query_pool): the pass the forward's (query_pool_on_chip: segment g's one query is
+// its CTA's), one slab of dy, which is the pass's own dq as it stores it, whole (no addend) and
+// contiguous [B, H, segments, D], read in the dtype it is stored in, added into dx.
+COMBINER_HD bool query_pool_backward_fits(const Backward& b) {
+  const Pass& p = b.pass;
+  const SegmentMax& m = b.query_pool;
+  if (!query_pool_on_chip(p, m.segments, m.len) || m.batch != p.batch || m.heads != p.heads ||
+      m.dim != p.dim || m.dtype != p.dtype || !m.accumulate || m.dy_slabs != 1)
+    return false;
+  const GradOut& dy = b.dq;
+  const bool acc = dy.kind == GradOut::kStoreAcc && p.dtype == Dtype::kBFloat16;
+  return (dy.kind == GradOut::kStore || dy.kind == GradOut::kStoreAcc) && dy.addend == nullptr &&
+         m.dy == dy.data && m.dy_acc == acc && dy.stride[2] == m.dim &&
+         dy.stride[1] == m.segments * m.dim && dy.stride[0] == m.heads * m.segments * m.dim;
+}
 // The dk/dv walk's CTAs: one per key tile of source A's segments (a pack group's: one), then
 // (by segment) of B's.
 COMBINER_HD int64_t key_ctas(const Pass& p, bool b) {
@@ -283,16 +299,17 @@ COMBINER_HD bool walks_pairable(const Backward& a, const Backward& b) {
 }
 // A backward pair: besides, both one CTA per segment (segment_backward: the pair kernel is built
 // wherever that pass's kernel is, kernel_backward.cu segment_pair_kernel) or two walks
-// (walks_pairable), neither making a delta, the first no key pool, every gradient row the second
-// writes in CTA x one the first writes in CTA x, in segments that share no row: no CTA touches a
-// row another CTA writes. (That the second reads nothing the first writes but its addends is the
-// caller's to keep.)
+// (walks_pairable), neither making a delta nor taking a query pool back, the first no key pool,
+// every gradient row the second writes in CTA x one the first writes in CTA x, in segments that
+// share no row: no CTA touches a row another CTA writes. (That the second reads nothing the
+// first writes but its addends is the caller's to keep.)
 COMBINER_HD bool pairable(const Backward& a, const Backward& b) {
   const Pass &p = a.pass, &r = b.pass;
   const bool segments = segment_backward(p) && segment_backward(r);
   if (!(segments || walks_pairable(a, b)) || !same_ctas(p, r)) return false;
   if (a.made_delta || b.made_delta || a.summary_delta || b.summary_delta) return false;
-  if (a.key_pool.segments != 0) return false;
+  if (a.key_pool.segments != 0 || a.query_pool.segments != 0 || b.query_pool.segments != 0)
+    return false;
   const Geometry &aq = query_gradient_rows(a), &bq = query_gradient_rows(b);
   return disjoint(aq) && disjoint(p.key) && disjoint(p.value) && within_segments(bq, aq);
 }

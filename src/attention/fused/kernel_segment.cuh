@@ -227,6 +227,9 @@ __device__ __forceinline__ void segment_backward_cta(const Backward& bw, unsigne
                          const TileIndex q = tile_query(p, blockIdx.x, r);
                          return q.valid ? grad_at(bw.dq, b, h, row_of(p.query, q.g, q.i)) : -1;
                        });
+  if constexpr (!PACKED && SOURCE_B) {  // (no pair takes a query pool back: pairable)
+    if (bw.query_pool.segments > 0) query_pool_backward<T, D>(bw, blockIdx.x);
+  }
 }
 
 }  // namespace combiner::attention::fused::cuda_detail

@@ -76,6 +76,7 @@ std::string describe(const fused::Backward& b) {
                                           : "backward (dk dv, dq): ") +
          shape(b.pass) + (b.pools_dq.kind != fused::GradOut::kNone ? ", and their backward" : "") +
          (b.key_pool.segments > 0 ? ", and its keys' segment max backward" : "") +
+         (b.query_pool.segments > 0 ? ", and its queries' segment max backward" : "") +
          (b.summary_delta ? ", and u's delta" : "") + (b.made_delta ? ", making delta" : "");
 }
 std::string describe(const fused::BackwardPair& b) {
@@ -236,6 +237,9 @@ void delta(const torch::Tensor& on, const fused::Delta& d) {
 }
 void backward(const torch::Tensor& on, const fused::Backward& b) {
   check_key_pool(b.pass, b.key_pool, true);
+  TORCH_CHECK(b.query_pool.segments == 0 || fused::query_pool_backward_fits(b),
+              "fused attention: a query pool its pass's CTAs cannot take back (fused/kernel_plan.h "
+              "query_pool_backward_fits)");
   check_pooled(b.pass, b.pools_dq);
   run(on,
       b,

@@ -289,6 +289,27 @@ Traffic traffic(const Delta& d) {
 
 namespace {
 
+// The CTA of segment g's query taking its query pool back (Backward::query_pool): the segment's
+// rows of q read again, the query's gradient as it was just stored (dy's row g), and one element
+// of dx a column (at the arg-max, which depends on the data: counted as the segment's first row)
+// read and written.
+void query_pool_part(Ledger& l, const Backward& bw, int64_t g) {
+  const SegmentMax& pool = bw.query_pool;
+  if (pool.segments == 0 || g >= pool.segments) return;
+  const int64_t es = element_bytes(pool.dtype);
+  const Operand x = {pool.x, pool.stride[0], pool.stride[1], pool.stride[2]};
+  for (int64_t t = 0; t < pool.len; ++t)
+    read_row(l, x, g * pool.len + t, pool.dim, es, Load::kPlain);
+  l.read(pool.dy,
+         segment_max_dy_at(pool, 0, 0, g, 0),
+         pool.dy_acc ? acc_bytes(pool.dtype) : es,
+         pool.dim,
+         Load::kPlain);
+  const int64_t at = g * pool.len * pool.dx_stride[2];
+  l.read(pool.dx, at, es, pool.dim, Load::kPlain);
+  l.write(pool.dx, at, es, pool.dim);
+}
+
 // One CTA of a segment_backward pass: each source's walk loads its query tile itself; dq comes
 // from the walks' dS and keys, so it loads nothing more.
 void segment_cta(Ledger& l, const Backward& bw, int64_t cta) {
@@ -320,6 +341,7 @@ void segment_cta(Ledger& l, const Backward& bw, int64_t cta) {
   }
   if (bw.pools_dq.kind == GradOut::kNone) {
     for (const int64_t row : query_rows(p, cta)) write_grad(l, bw.dq, row, p);
+    query_pool_part(l, bw, cta);
     return;
   }
   // The pools' backward in the epilogue: q's rows and d_pooled_keys' into the tiles, each
@@ -357,6 +379,7 @@ void dq_cta(Ledger& l, const Backward& bw, int64_t cta) {
   read_carried(l, p, index_div(cta, chunks), index_mod(cta, chunks) * kQueryTile, false);
   read_key_tiles(l, p, cta);
   for (const int64_t row : rows) write_grad(l, bw.dq, row, p);
+  query_pool_part(l, bw, cta);
 }
 
 // A walk's key tile CTA's part of its key pool's backward (Backward::key_pool): its segment's
