@@ -50,7 +50,9 @@ TEST(KeyPool, FixedsLocalPassMakesAndTakesBackItsQueriesAsTheSegmentMaxKernel) {
                                          // more than a query tile a block: the rest read from q
                                          {true, 480, 96, 64, torch::kBFloat16},
                                          {true, 600, 150, 32, torch::kDouble, true},
-                                         {true, 960, 192, 32, torch::kFloat, true}})
+                                         {true, 960, 192, 32, torch::kFloat, true},
+                                         // D 128: the walk and dq in one launch
+                                         {true, 480, 96, 128, torch::kBFloat16, true}})
     for (const bool dy_acc : {false, true})
       EXPECT_EQ(key_pool_cases::check_query_pool(c, kCpu, dy_acc), "")
           << key_pool_cases::name(c) << (dy_acc ? ", its gradient in Acc" : "");
@@ -135,6 +137,41 @@ TEST(KeyPool, TheCallsMakeTheirKeyMaxesInTheLocalPass) {
     for (int i = 0; i < 3; ++i)
       EXPECT_LT((grads[i] - expected[i]).abs().max().item<double>(), 1e-10) << name << " " << i;
   }
+}
+
+// At D 128 fixed's local pass at blocks of 96 runs its dk/dv walk and dq in one launch
+// (fused::interleaved_backward): its queries' gradient is stored in a buffer of its own, a row a
+// block, not over u's gradient, which the walk's CTAs of the same launch read; the dq CTAs take
+// the query maxes back. Its float64 gradients are the composed path's.
+TEST(KeyPool, FixedsLocalPassAtD128TakesItsQueriesBackBesideItsWalk) {
+  const int64_t L = 960, W = 96, D = 128;
+  auto fused = make_attention({"combiner-fixed", W, W, "max"}, L, D),
+       composed = make_attention({"combiner-fixed", W, W, "max"}, L, D);
+  fused->set_path(AttentionImpl::Path::kFused);
+  composed->set_path(AttentionImpl::Path::kComposed);
+  torch::manual_seed(11);
+  const std::vector<int64_t> shape = {1, 2, L, D};
+  const auto draw = [&] { return torch::randn(shape, torch::kDouble).requires_grad_(); };
+  const auto q = draw(), k = draw(), v = draw();
+  const auto g = torch::randn(shape, torch::kDouble);
+  std::vector<fused_launch::LaunchTime> times;
+  std::vector<torch::Tensor> grads;
+  {
+    fused_launch::LaunchTimes timer;
+    grads = torch::autograd::grad({fused->forward(q, k, v)}, {q, k, v}, {g});
+    times = timer.times();
+  }
+  const auto expected = torch::autograd::grad({composed->forward(q, k, v)}, {q, k, v}, {g});
+  int local = 0, pools = 0;
+  for (const auto& t : times) {
+    pools += t.what.rfind("segment max", 0) == 0;
+    local += t.what.rfind("backward (dk dv and dq in one launch): queries 9 x 1", 0) == 0 &&
+             t.what.find("its queries' segment max backward") != std::string::npos;
+  }
+  EXPECT_EQ(local, 1);
+  EXPECT_EQ(pools, 0);
+  for (int i = 0; i < 3; ++i)
+    EXPECT_LT((grads[i] - expected[i]).abs().max().item<double>(), 1e-10) << i;
 }
 
 }  // namespace

@@ -59,7 +59,9 @@ TEST(SimtKeyPool, FixedsLocalPassMakesAndTakesBackItsQueriesAsTheSegmentMaxKerne
                                          // more than a query tile a block: the rest read from q
                                          {true, 480, 96, 64, torch::kBFloat16},
                                          {true, 480, 96, 32, torch::kFloat, true},
-                                         {true, 960, 192, 32, torch::kFloat}})
+                                         {true, 960, 192, 32, torch::kFloat},
+                                         // D 128: the dq CTAs beside the walk's, in one launch
+                                         {true, 480, 96, 128, torch::kBFloat16, true}})
     for (const auto schedule : {simt::Schedule::kForward, simt::Schedule::kReverse}) {
       const simt::ScheduleScope scope(schedule);
       const int64_t before = simt::launches();

@@ -44,6 +44,20 @@ bool stores_qs_over_du(const SummaryGroup& group, int64_t rows) {
   return ok;
 }
 
+// Whether a group's query side is segment maxes alone (fixed's pooled queries: a row a block), so
+// that qs's gradient is a few rows: at D 128, where a local pass's dk/dv walk and dq share a launch
+// unless its dq is stored over its d_o (fused::interleaved_backward), those rows get a buffer of
+// their own rather than u's gradient, for the one launch.
+bool query_side_is_segment_maxes(const SummaryGroup& group) {
+  bool any = false;
+  for (const auto& p : group.pools) {
+    if (!p.query_side) continue;
+    if (p.kind != FusedPool::Kind::kSegmentMax) return false;
+    any = true;
+  }
+  return any;
+}
+
 // The steps whose gradients land in each slot: q, k and v's, and each group's ks, u and qs.
 struct StepReaders {
   Readers q, k, v;
@@ -178,7 +192,9 @@ std::array<torch::Tensor, 6> backward_call(CallRecord record,
     const int64_t rows = split          ? groups[gi].hi - groups[gi].lo
                          : qs.defined() ? qs.size(2)
                                         : fused_pools::slot_rows(pools, true);
-    dqs_over_du[gi] = stores_qs_over_du(groups[gi], rows);
+    dqs_over_du[gi] =
+        stores_qs_over_du(groups[gi], rows) &&
+        !(fused::interleaved_backward_built(D) && query_side_is_segment_maxes(groups[gi]));
   }
   const auto uses = readers_of(steps, G, dqs_over_du, local_q);
   const auto &q_uses = uses.q, &k_uses = uses.k, &v_uses = uses.v;
