@@ -79,6 +79,34 @@ TEST(KeyPool, AnUnpackedPassMakesThemAndTakesThemBack) {
   }
 }
 
+// One float64 forward + backward of `variant` at blocks or rows of W on the fused path (the CPU
+// model) and on the composed one, with the fused call's launches.
+struct Call {
+  std::vector<fused_launch::LaunchTime> times;
+  std::vector<torch::Tensor> grads, expected;
+  // The largest difference between the two paths' gradients of q (0), k (1) or v (2).
+  double error(int i) const { return (grads[i] - expected[i]).abs().max().item<double>(); }
+};
+Call fused_and_composed(const std::string& variant, int64_t W, int64_t L, int64_t D, int seed) {
+  auto fused = make_attention({variant, W, W, "max"}, L, D),
+       composed = make_attention({variant, W, W, "max"}, L, D);
+  fused->set_path(AttentionImpl::Path::kFused);
+  composed->set_path(AttentionImpl::Path::kComposed);
+  torch::manual_seed(seed);
+  const std::vector<int64_t> shape = {1, 2, L, D};
+  const auto draw = [&] { return torch::randn(shape, torch::kDouble).requires_grad_(); };
+  const auto q = draw(), k = draw(), v = draw();
+  const auto g = torch::randn(shape, torch::kDouble);
+  Call c;
+  {
+    fused_launch::LaunchTimes timer;
+    c.grads = torch::autograd::grad({fused->forward(q, k, v)}, {q, k, v}, {g});
+    c.times = timer.times();
+  }
+  c.expected = torch::autograd::grad({composed->forward(q, k, v)}, {q, k, v}, {g});
+  return c;
+}
+
 // At the benchmark's layout (L 3,072, rows and blocks of 48) in float64: rowmajor and fixed run
 // no pool launch either way (fixed's local pass makes its queries, the query maxes, in the
 // forward, and takes them back in its query CTAs). At CIFAR-10's (96: two key tiles a segment)
@@ -102,26 +130,9 @@ TEST(KeyPool, TheCallsMakeTheirKeyMaxesInTheLocalPass) {
                              {"combiner-fixed", 48, 0, 2, 1, 1, 1},
                              {"combiner-axial-rowmajor", 96, 0, 2, 1, 0, 0},
                              {"combiner-fixed", 96, 0, 2, 1, 1, 1}}) {
-    const int64_t L = 3072, D = 16;
-    auto fused = make_attention({variant, W, W, "max"}, L, D),
-         composed = make_attention({variant, W, W, "max"}, L, D);
-    fused->set_path(AttentionImpl::Path::kFused);
-    composed->set_path(AttentionImpl::Path::kComposed);
-    torch::manual_seed(9);
-    const std::vector<int64_t> shape = {1, 2, L, D};
-    const auto draw = [&] { return torch::randn(shape, torch::kDouble).requires_grad_(); };
-    const auto q = draw(), k = draw(), v = draw();
-    const auto g = torch::randn(shape, torch::kDouble);
-    std::vector<fused_launch::LaunchTime> times;
-    std::vector<torch::Tensor> grads;
-    {
-      fused_launch::LaunchTimes timer;
-      grads = torch::autograd::grad({fused->forward(q, k, v)}, {q, k, v}, {g});
-      times = timer.times();
-    }
-    const auto expected = torch::autograd::grad({composed->forward(q, k, v)}, {q, k, v}, {g});
+    const Call call = fused_and_composed(variant, W, 3072, 16, 9);
     int pools = 0, made = 0, taken = 0, queries = 0, queries_taken = 0;
-    for (const auto& t : times) {
+    for (const auto& t : call.times) {
       pools += t.what.rfind("segment max", 0) == 0;
       made += t.what.find("its keys' segment max") != std::string::npos;
       taken += t.what.find("its keys' segment max backward") != std::string::npos;
@@ -134,8 +145,7 @@ TEST(KeyPool, TheCallsMakeTheirKeyMaxesInTheLocalPass) {
     EXPECT_EQ(made, made_expected) << name;  // the forward's, and the backward's (taken back)
     EXPECT_EQ(taken, taken_expected) << name;
     EXPECT_EQ(queries_taken, queries_taken_expected) << name;
-    for (int i = 0; i < 3; ++i)
-      EXPECT_LT((grads[i] - expected[i]).abs().max().item<double>(), 1e-10) << name << " " << i;
+    for (int i = 0; i < 3; ++i) EXPECT_LT(call.error(i), 1e-10) << name << " " << i;
   }
 }
 
@@ -144,34 +154,16 @@ TEST(KeyPool, TheCallsMakeTheirKeyMaxesInTheLocalPass) {
 // block, not over u's gradient, which the walk's CTAs of the same launch read; the dq CTAs take
 // the query maxes back. Its float64 gradients are the composed path's.
 TEST(KeyPool, FixedsLocalPassAtD128TakesItsQueriesBackBesideItsWalk) {
-  const int64_t L = 960, W = 96, D = 128;
-  auto fused = make_attention({"combiner-fixed", W, W, "max"}, L, D),
-       composed = make_attention({"combiner-fixed", W, W, "max"}, L, D);
-  fused->set_path(AttentionImpl::Path::kFused);
-  composed->set_path(AttentionImpl::Path::kComposed);
-  torch::manual_seed(11);
-  const std::vector<int64_t> shape = {1, 2, L, D};
-  const auto draw = [&] { return torch::randn(shape, torch::kDouble).requires_grad_(); };
-  const auto q = draw(), k = draw(), v = draw();
-  const auto g = torch::randn(shape, torch::kDouble);
-  std::vector<fused_launch::LaunchTime> times;
-  std::vector<torch::Tensor> grads;
-  {
-    fused_launch::LaunchTimes timer;
-    grads = torch::autograd::grad({fused->forward(q, k, v)}, {q, k, v}, {g});
-    times = timer.times();
-  }
-  const auto expected = torch::autograd::grad({composed->forward(q, k, v)}, {q, k, v}, {g});
+  const Call call = fused_and_composed("combiner-fixed", 96, 960, 128, 11);
   int local = 0, pools = 0;
-  for (const auto& t : times) {
+  for (const auto& t : call.times) {
     pools += t.what.rfind("segment max", 0) == 0;
     local += t.what.rfind("backward (dk dv and dq in one launch): queries 9 x 1", 0) == 0 &&
              t.what.find("its queries' segment max backward") != std::string::npos;
   }
   EXPECT_EQ(local, 1);
   EXPECT_EQ(pools, 0);
-  for (int i = 0; i < 3; ++i)
-    EXPECT_LT((grads[i] - expected[i]).abs().max().item<double>(), 1e-10) << i;
+  for (int i = 0; i < 3; ++i) EXPECT_LT(call.error(i), 1e-10) << i;
 }
 
 }  // namespace

@@ -148,6 +148,21 @@ TEST(FusedTraffic, TwoKernelBackwardWalksBothWays) {
   EXPECT_DOUBLE_EQ(t.loaded, 4 * 320 * kRow + 2 * 192 * kLse);
 }
 
+// The backward of a max over one segment of 128 rows of x (bfloat16), added into dx.
+fused::SegmentMax one_segment_max(const void* x, const void* dy, const void* dx) {
+  fused::SegmentMax m;
+  m.batch = m.heads = m.segments = 1;
+  m.rows = m.len = 128;
+  m.dim = D;
+  m.dtype = fused::Dtype::kBFloat16;
+  m.stride[2] = m.dx_stride[2] = D;
+  m.x = x;
+  m.dy = dy;
+  m.dx = const_cast<void*>(dx);
+  m.accumulate = true;
+  return m;
+}
+
 // A walk's key pool backward (Backward::key_pool): each key tile's CTA reads its segment's keys
 // again (L2's), and the arg-max's CTA (counted as the first tile's) dy's row and dk's element a
 // column, read and written.
@@ -156,17 +171,8 @@ TEST(FusedTraffic, AWalksKeyPoolReadsItsSegmentsKeysAgain) {
   auto bw = backward_of(b, one_segment(b, 128));
   const auto before = fused::traffic(bw);
   std::vector<char> dy(D * 4);
-  fused::SegmentMax& m = bw.key_pool;
-  m.batch = m.heads = m.segments = 1;
-  m.rows = m.len = 128;
-  m.dim = D;
-  m.dtype = fused::Dtype::kBFloat16;
-  m.stride[2] = m.dx_stride[2] = D;
-  m.x = b.k.data();
-  m.dy = dy.data();
-  m.dy_acc = true;
-  m.dx = const_cast<char*>(b.dk.data());
-  m.accumulate = true;
+  bw.key_pool = one_segment_max(b.k.data(), dy.data(), b.dk.data());
+  bw.key_pool.dy_acc = true;
   const auto t = fused::traffic(bw);
   EXPECT_DOUBLE_EQ(t.requested() - before.requested(), 2 * 128 * kRow + D * 4 + 2 * kRow);
   EXPECT_DOUBLE_EQ(t.unique - before.unique, D * 4 + kRow);  // k read already; dk's row written
@@ -187,16 +193,7 @@ TEST(FusedTraffic, AQueryPoolReadsItsBlocksRowsAgain) {
   ASSERT_EQ(fused::backward_launches(bw), 2);
   const auto before = fused::traffic(bw);
   const std::vector<char> x(128 * kRow), dx(128 * kRow);  // the pooled q and its gradient
-  fused::SegmentMax& m = bw.query_pool;
-  m.batch = m.heads = m.segments = 1;
-  m.rows = m.len = 128;
-  m.dim = D;
-  m.dtype = fused::Dtype::kBFloat16;
-  m.stride[2] = m.dx_stride[2] = D;
-  m.x = x.data();
-  m.dy = bw.dq.data;
-  m.dx = const_cast<char*>(dx.data());
-  m.accumulate = true;
+  bw.query_pool = one_segment_max(x.data(), bw.dq.data, dx.data());
   ASSERT_TRUE(fused::query_pool_backward_fits(bw));
   const auto t = fused::traffic(bw);
   EXPECT_DOUBLE_EQ(t.requested() - before.requested(), 128 * kRow + kRow + 2 * kRow);
