@@ -53,6 +53,12 @@ inline FusedPass local_pass(const Case& c) {
   return local;
 }
 
+// The same values, bit for bit, and NaN (unwritten) in the same places.
+inline bool same(const torch::Tensor& a, const torch::Tensor& b) {
+  return torch::equal(a.isnan(), b.isnan()) &&
+         torch::equal(a.nan_to_num(0, 0, 0), b.nan_to_num(0, 0, 0));
+}
+
 // "" where the pass with its key pool gives what the pass and the segment max kernel give.
 inline std::string check(const Case& c, const Kernels& kernels) {
   const FusedPass local = local_pass(c);
@@ -118,10 +124,6 @@ inline std::string check(const Case& c, const Kernels& kernels) {
     if (!with || !takes_back) kernels.segment_max_backward(fused::one_part(pool_backward));
   }
   std::string failed;
-  const auto same = [](const torch::Tensor& a, const torch::Tensor& b) {  // NaN where unwritten
-    return torch::equal(a.isnan(), b.isnan()) &&
-           torch::equal(a.nan_to_num(0, 0, 0), b.nan_to_num(0, 0, 0));
-  };
   if (!same(o[1], o[0]) || !same(lse[1], lse[0])) failed += " o or lse not as without it;";
   if (ks[1].isnan().any().item<bool>()) failed += " a max not written;";
   if (!same(ks[1], ks[0])) failed += " the maxes not the segment max kernel's;";
@@ -201,10 +203,6 @@ inline std::string check_query_pool(const Case& c, const Kernels& kernels, bool 
     kernels.backward(b);
     if (!with) kernels.segment_max_backward(fused::one_part(pool_backward));
   }
-  const auto same = [](const torch::Tensor& a, const torch::Tensor& b) {  // NaN where unwritten
-    return torch::equal(a.isnan(), b.isnan()) &&
-           torch::equal(a.nan_to_num(0, 0, 0), b.nan_to_num(0, 0, 0));
-  };
   if (dqs[1].isnan().any().item<bool>()) failed += " a query's gradient not written;";
   if (!same(dqs[1], dqs[0]) || !same(dk[1], dk[0]) || !same(dv[1], dv[0]))
     failed += " the queries' gradient, dk or dv not as without it;";
