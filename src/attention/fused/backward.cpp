@@ -26,12 +26,27 @@ using fused::GradOut;
 
 namespace {
 
+// Whether a group's query side is segment maxes alone (fixed's pooled queries: a row a block).
+bool query_side_is_segment_maxes(const SummaryGroup& group) {
+  bool any = false;
+  for (const auto& p : group.pools) {
+    if (!p.query_side) continue;
+    if (p.kind != FusedPool::Kind::kSegmentMax) return false;
+    any = true;
+  }
+  return any;
+}
+
 // Whether a group's local passes, over `rows` rows of its qs, store every row once, so that qs's
 // gradient can be written over u's (the local passes' d_o): each pass reads a row's d_o before it
 // writes that row's dq (kernel_pass.h, Backward). Where its query side's pools read only some
 // rows of that gradient (FusedPool::read_steps), every row once at most and each of those once.
-bool stores_qs_over_du(const SummaryGroup& group, int64_t rows) {
+// Not where that gradient is a few rows (segment maxes alone) at D `dim` 128, where a local
+// pass's dk/dv walk and dq share a launch unless its dq is stored over its d_o
+// (fused::interleaved_backward): those rows get a buffer of their own, for the one launch.
+bool stores_qs_over_du(const SummaryGroup& group, int64_t rows, int64_t dim) {
   if (rows == 0 || group.local.empty()) return false;
+  if (fused::interleaved_backward_built(dim) && query_side_is_segment_maxes(group)) return false;
   const auto writes = local_writes(group.local, rows);
   const auto read = read_in_backward(group.pools, /*query_side=*/true);
   bool ok = true;
@@ -42,20 +57,6 @@ bool stores_qs_over_du(const SummaryGroup& group, int64_t rows) {
     for (int64_t r = 0; r < rows; ++r) ok = ok && writes[r] <= 1 && (!named[r] || writes[r] == 1);
   }
   return ok;
-}
-
-// Whether a group's query side is segment maxes alone (fixed's pooled queries: a row a block), so
-// that qs's gradient is a few rows: at D 128, where a local pass's dk/dv walk and dq share a launch
-// unless its dq is stored over its d_o (fused::interleaved_backward), those rows get a buffer of
-// their own rather than u's gradient, for the one launch.
-bool query_side_is_segment_maxes(const SummaryGroup& group) {
-  bool any = false;
-  for (const auto& p : group.pools) {
-    if (!p.query_side) continue;
-    if (p.kind != FusedPool::Kind::kSegmentMax) return false;
-    any = true;
-  }
-  return any;
 }
 
 // The steps whose gradients land in each slot: q, k and v's, and each group's ks, u and qs.
@@ -192,9 +193,7 @@ std::array<torch::Tensor, 6> backward_call(CallRecord record,
     const int64_t rows = split          ? groups[gi].hi - groups[gi].lo
                          : qs.defined() ? qs.size(2)
                                         : fused_pools::slot_rows(pools, true);
-    dqs_over_du[gi] =
-        stores_qs_over_du(groups[gi], rows) &&
-        !(fused::interleaved_backward_built(D) && query_side_is_segment_maxes(groups[gi]));
+    dqs_over_du[gi] = stores_qs_over_du(groups[gi], rows, D);
   }
   const auto uses = readers_of(steps, G, dqs_over_du, local_q);
   const auto &q_uses = uses.q, &k_uses = uses.k, &v_uses = uses.v;
